@@ -1,0 +1,38 @@
+// Build facts for the CSV and manifest: git revision, rustc and candle versions.
+use std::process::Command;
+
+fn run(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let git = run("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = run("git", &["status", "--porcelain", "--untracked-files=no"])
+        .map(|s| !s.is_empty())
+        .unwrap_or(false);
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let rustc = run(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into());
+    let lock = std::fs::read_to_string("../Cargo.lock").unwrap_or_default();
+    let version_of = |name: &str| {
+        let mut lines = lock.lines();
+        while let Some(l) = lines.next() {
+            if l == format!("name = \"{name}\"") {
+                if let Some(v) = lines.next().and_then(|v| v.strip_prefix("version = ")) {
+                    return v.trim_matches('"').to_string();
+                }
+            }
+        }
+        "unknown".to_string()
+    };
+    println!("cargo:rustc-env=VRAMLAB_GIT_REV={git}{}", if dirty { "-dirty" } else { "" });
+    println!("cargo:rustc-env=VRAMLAB_RUSTC={rustc}");
+    println!("cargo:rustc-env=VRAMLAB_CANDLE={}", version_of("candle-core"));
+    println!("cargo:rustc-env=VRAMLAB_CUDARC={}", version_of("cudarc"));
+    println!("cargo:rerun-if-changed=../Cargo.lock");
+    println!("cargo:rerun-if-changed=../.git/HEAD");
+    println!("cargo:rerun-if-changed=../.git/index");
+    println!("cargo:rerun-if-changed=build.rs");
+}

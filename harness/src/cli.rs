@@ -1,0 +1,26 @@
+//! Command-line definition (clap). Nothing else in the crate uses clap.
+use clap::{Parser, Subcommand};
+
+/// vramlab: how much memory does this model need, in this configuration? Measured, not guessed.
+///
+/// Byte figures in CSV and JSON are raw integers; tables show GB (1e9) and GiB (2^30).
+#[derive(Debug, Parser)]
+#[command(name = "vramlab", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure every point of a scenario and write a calibration CSV and its manifest.
+    ///
+    /// Each point gets one row per phase (load, prefill, decode every k steps, total) with
+    /// baseline/peak/end allocated bytes, reserved bytes (RSS on CPU), and analytic features.
+    /// Weights are loaded once per (model, precision). Rows are flushed as they are measured.
+    Sweep(crate::cmd::sweep::Args),
+    /// Write synthetic weights (real shapes of a config.json, seeded values) as safetensors.
+    SynthWeights(crate::cmd::synth_weights::Args),
+    /// Greedy-decode from token ids (checks a model implementation).
+    Generate(crate::cmd::generate::Args),
+}

@@ -1,0 +1,137 @@
+//! `NAME.manifest.json` beside each CSV: host, scenario text, versions, pool settings and a
+//! hash of the weights (DESIGN.md §5).
+use anyhow::Result;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Versions {
+    pub vramlab: String,
+    pub git_rev: String,
+    pub rustc: String,
+    pub candle: String,
+    pub cudarc: String,
+    pub cuda_driver: String,
+    pub cuda_runtime: String,
+}
+
+impl Versions {
+    pub fn current() -> Self {
+        Versions {
+            vramlab: env!("CARGO_PKG_VERSION").into(),
+            git_rev: env!("VRAMLAB_GIT_REV").into(),
+            rustc: env!("VRAMLAB_RUSTC").into(),
+            candle: env!("VRAMLAB_CANDLE").into(),
+            cudarc: env!("VRAMLAB_CUDARC").into(),
+            cuda_driver: String::new(),
+            cuda_runtime: String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Host {
+    pub hostname: String,
+    pub os: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub mem_total_bytes: u64,
+}
+
+impl Host {
+    pub fn current() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let meminfo = read("/proc/meminfo");
+        let mem_total_bytes = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024;
+        Host {
+            hostname: read("/proc/sys/kernel/hostname").trim().to_string(),
+            os: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            cpu: cpu_name(),
+            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            mem_total_bytes,
+        }
+    }
+}
+
+/// The CPU model name from /proc/cpuinfo.
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| "cpu".into())
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WeightInfo {
+    pub model_id: String,
+    pub source: String,
+    pub files: Vec<PathBuf>,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// sha256 over the concatenated bytes of `files`, and their total size.
+pub fn hash_files(files: &[PathBuf]) -> Result<(String, u64)> {
+    let mut h = Sha256::new();
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for f in files {
+        let mut r = std::fs::File::open(f)?;
+        loop {
+            let n = r.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            h.update(&buf[..n]);
+        }
+    }
+    Ok((format!("{:x}", h.finalize()), total))
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Manifest {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub csv: PathBuf,
+    pub scenario_path: PathBuf,
+    pub scenario_hash: String,
+    pub scenario_text: String,
+    pub backend: String,
+    pub device: String,
+    pub device_name: String,
+    pub pool: serde_json::Value,
+    pub runtime: String,
+    pub versions: Versions,
+    pub host: Host,
+    pub weights: Vec<WeightInfo>,
+    pub points: usize,
+    pub status_counts: std::collections::BTreeMap<String, usize>,
+}
+
+impl Manifest {
+    /// `results/NAME.csv` → `results/NAME.manifest.json`.
+    pub fn path_for(csv: &Path) -> PathBuf {
+        csv.with_extension("manifest.json")
+    }
+
+    pub fn write(&self) -> Result<()> {
+        let p = Self::path_for(&self.csv);
+        let tmp = p.with_extension("json.part");
+        std::fs::write(&tmp, serde_json::to_string_pretty(self)?)?;
+        std::fs::rename(tmp, p)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! Analytic features of a point and phase, computed from the normalized [`Config`] alone
+//! (DESIGN.md §9). They fill the `feature_*` CSV columns; `fit` regresses on them.
+use crate::model::{Config, KvKind};
+use crate::record::Phase;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// Parameter storage bytes at the point's precision (exact).
+    pub weight_bytes: u64,
+    /// KV bytes the cache holds at the end of the phase: capacity tokens for `preallocated`,
+    /// live tokens for `growing`.
+    pub kv_bytes: u64,
+    /// Activation term b · s · hidden · layers · bytes, with s the tokens the phase processes.
+    pub act_bytes: u64,
+    /// Logits b · s_out · vocab · bytes (inference computes the last position only).
+    pub logits_bytes: u64,
+    /// Optimizer state bytes (zero for inference).
+    pub optimizer_bytes: u64,
+}
+
+/// What [`infer`] needs to know about an inference point.
+#[derive(Clone, Copy, Debug)]
+pub struct InferShape {
+    pub batch: usize,
+    pub context: usize,
+    pub prompt_len: usize,
+    pub kv: KvKind,
+    pub dtype_bytes: usize,
+}
+
+/// Features of an inference phase. `kv_tokens` is the live token count at the phase's end.
+pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Features {
+    let (b, w) = (p.batch as u64, p.dtype_bytes as u64);
+    let weight_bytes = cfg.param_count() * w;
+    if phase == Phase::Load {
+        return Features {
+            weight_bytes,
+            ..Default::default()
+        };
+    }
+    let held = match p.kv {
+        KvKind::Preallocated => p.context,
+        KvKind::Growing => kv_tokens,
+    } as u64;
+    let s = match phase {
+        Phase::Decode => 1,
+        _ => p.prompt_len as u64,
+    };
+    Features {
+        weight_bytes,
+        kv_bytes: cfg.kv_bytes_per_token(p.dtype_bytes) * held * b,
+        act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * w,
+        logits_bytes: b * cfg.vocab_size as u64 * w,
+        optimizer_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        let v = serde_json::json!({"model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+            "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "max_position_embeddings": 8192});
+        Config::from_json(std::path::Path::new("c"), &v).unwrap()
+    }
+
+    #[test]
+    fn hand_computed() {
+        let c = cfg();
+        let shape = InferShape {
+            batch: 2,
+            context: 128,
+            prompt_len: 100,
+            kv: KvKind::Preallocated,
+            dtype_bytes: 4,
+        };
+        let f = infer(&c, &shape, Phase::Prefill, 100);
+        assert_eq!(f.weight_bytes, 134_515_008 * 4);
+        assert_eq!(f.kv_bytes, 46_080 * 128 * 2);
+        assert_eq!(f.act_bytes, 2 * 100 * 576 * 30 * 4);
+        assert_eq!(f.logits_bytes, 2 * 49_152 * 4);
+        let g = infer(&c, &InferShape { kv: KvKind::Growing, ..shape }, Phase::Decode, 107);
+        assert_eq!(g.kv_bytes, 46_080 * 107 * 2);
+        assert_eq!(g.act_bytes, 2 * 576 * 30 * 4);
+        assert_eq!(infer(&c, &shape, Phase::Load, 0).kv_bytes, 0);
+    }
+}

@@ -1,0 +1,20 @@
+//! vramlab: measure the memory a model needs, per phase, on real weights.
+//! See DESIGN.md in the shared folder and the README for the data flow:
+//! scenario → grid → runner (workload × meter) → records → exporter → CSV.
+pub mod cli;
+pub mod cmd;
+pub mod device;
+pub mod error;
+pub mod export;
+pub mod features;
+pub mod meter;
+pub mod model;
+pub mod record;
+pub mod runner;
+pub mod scenario;
+pub mod units;
+pub mod workload;
+
+/// Every heap allocation of a process linking vramlab is counted (CPU meter, DESIGN.md §4).
+#[global_allocator]
+static ALLOC: meter::alloc::CountingAlloc = meter::alloc::CountingAlloc;

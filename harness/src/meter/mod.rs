@@ -1,0 +1,63 @@
+//! Meters: how a phase's memory is read. Meters know nothing about models.
+pub mod alloc;
+pub mod cpu;
+
+use anyhow::Result;
+
+/// One phase's memory figures, all in bytes (DESIGN.md §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PhaseMemory {
+    pub baseline_allocated: u64,
+    pub peak_allocated: u64,
+    pub end_allocated: u64,
+    pub baseline_reserved: u64,
+    pub peak_reserved: u64,
+    pub device_used: u64,
+    pub non_pool: u64,
+}
+
+impl PhaseMemory {
+    /// The envelope of consecutive phases: baseline of the first, peak of all, end of the last.
+    pub fn span(first: &PhaseMemory, rest: &[PhaseMemory]) -> PhaseMemory {
+        let last = rest.last().unwrap_or(first);
+        let all = std::iter::once(first).chain(rest);
+        PhaseMemory {
+            baseline_allocated: first.baseline_allocated,
+            baseline_reserved: first.baseline_reserved,
+            peak_allocated: all.clone().map(|m| m.peak_allocated).max().unwrap_or(0),
+            peak_reserved: all.map(|m| m.peak_reserved).max().unwrap_or(0),
+            end_allocated: last.end_allocated,
+            device_used: last.device_used,
+            non_pool: last.non_pool,
+        }
+    }
+}
+
+/// What a meter read at the start of a phase.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Baseline {
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
+/// The extension point for backends (CPU counting allocator, CUDA memory pool).
+pub trait Meter {
+    /// The `meter` CSV column: `cpu-alloc`, `cuda-pool`, `cuda-meminfo`.
+    fn kind(&self) -> &'static str;
+    /// Synchronize, read the current figures as the baseline, reset the high-water marks.
+    fn start(&mut self) -> Result<Baseline>;
+    /// Synchronize and read the figures since `start`.
+    fn finish(&mut self, base: Baseline) -> Result<PhaseMemory>;
+}
+
+/// Runs `f` as one measured phase: returns its value, its memory and its wall time in ms.
+pub fn measure<T>(
+    meter: &mut dyn Meter,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<(T, PhaseMemory, f64)> {
+    let base = meter.start()?;
+    let t0 = std::time::Instant::now();
+    let out = f()?;
+    let mem = meter.finish(base)?;
+    Ok((out, mem, t0.elapsed().as_secs_f64() * 1e3))
+}

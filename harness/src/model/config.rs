@@ -1,0 +1,285 @@
+//! HF `config.json` (or GGUF metadata) → the normalized [`Config`] every other part uses.
+use crate::error::bad_file;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::Path;
+
+/// Model families vramlab implements. `Llama` covers Llama 2/3, Mistral, Qwen2, SmolLM2 and
+/// TinyLlama (GQA, RoPE, RMSNorm, SwiGLU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    Llama,
+}
+
+impl Architecture {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+        }
+    }
+}
+
+/// The normalized model description. All sizes are element counts, not bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    pub architecture: Architecture,
+    /// `model_type` as written in config.json (llama, mistral, qwen2).
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub max_position_embeddings: usize,
+    pub rope_theta: f64,
+    pub norm_eps: f64,
+    pub tie_word_embeddings: bool,
+    /// Bias on the q, k and v projections (Qwen2; Llama with `attention_bias`).
+    pub qkv_bias: bool,
+    /// Bias on the output projection (Llama with `attention_bias`).
+    pub o_bias: bool,
+}
+
+fn get<'a>(path: &Path, v: &'a Value, key: &str) -> Result<&'a Value> {
+    v.get(key)
+        .filter(|x| !x.is_null())
+        .ok_or_else(|| bad_file(path, format!("missing config key `{key}`")))
+}
+
+fn usize_key(path: &Path, v: &Value, key: &str) -> Result<usize> {
+    let x = get(path, v, key)?;
+    match x.as_u64() {
+        Some(n) if n > 0 => Ok(n as usize),
+        _ => Err(bad_file(
+            path,
+            format!("config key `{key}` must be a positive integer, got {x}"),
+        )),
+    }
+}
+
+fn opt_usize(path: &Path, v: &Value, key: &str) -> Result<Option<usize>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => usize_key(path, v, key).map(Some),
+    }
+}
+
+fn opt_f64(path: &Path, v: &Value, key: &str, default: f64) -> Result<f64> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(x) => x.as_f64().ok_or_else(|| {
+            bad_file(path, format!("config key `{key}` must be a number, got {x}"))
+        }),
+    }
+}
+
+fn opt_bool(path: &Path, v: &Value, key: &str, default: bool) -> Result<bool> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(x) => x.as_bool().ok_or_else(|| {
+            bad_file(path, format!("config key `{key}` must be true or false, got {x}"))
+        }),
+    }
+}
+
+impl Config {
+    /// Reads and normalizes an HF `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| bad_file(path, format!("not valid JSON: {e}")))?;
+        Self::from_json(path, &v)
+    }
+
+    /// Normalizes an already parsed `config.json`; `path` is only used in error messages.
+    pub fn from_json(path: &Path, v: &Value) -> Result<Self> {
+        if !v.is_object() {
+            return Err(bad_file(path, "config.json must be a JSON object"));
+        }
+        let model_type = get(path, v, "model_type")?
+            .as_str()
+            .ok_or_else(|| bad_file(path, "config key `model_type` must be a string"))?
+            .to_string();
+        let (qkv_default, tie_default) = match model_type.as_str() {
+            "llama" | "mistral" => (false, false),
+            "qwen2" => (true, false),
+            other => {
+                return Err(bad_file(
+                    path,
+                    format!(
+                        "unknown architecture `model_type = \"{other}\"` (supported: llama, mistral, qwen2)"
+                    ),
+                ))
+            }
+        };
+        let hidden_size = usize_key(path, v, "hidden_size")?;
+        let num_heads = usize_key(path, v, "num_attention_heads")?;
+        let num_kv_heads = opt_usize(path, v, "num_key_value_heads")?.unwrap_or(num_heads);
+        let head_dim = opt_usize(path, v, "head_dim")?.unwrap_or(hidden_size / num_heads);
+        let attention_bias = opt_bool(path, v, "attention_bias", false)?;
+        let cfg = Config {
+            architecture: Architecture::Llama,
+            vocab_size: usize_key(path, v, "vocab_size")?,
+            hidden_size,
+            intermediate_size: usize_key(path, v, "intermediate_size")?,
+            num_layers: usize_key(path, v, "num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            max_position_embeddings: usize_key(path, v, "max_position_embeddings")?,
+            rope_theta: opt_f64(path, v, "rope_theta", 10_000.0)?,
+            norm_eps: opt_f64(path, v, "rms_norm_eps", 1e-6)?,
+            tie_word_embeddings: opt_bool(path, v, "tie_word_embeddings", tie_default)?,
+            qkv_bias: qkv_default || attention_bias,
+            o_bias: attention_bias,
+            model_type,
+        };
+        cfg.validate().map_err(|e| bad_file(path, e))?;
+        Ok(cfg)
+    }
+
+    /// Shape invariants the implementation relies on.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(format!(
+                "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(format!("head_dim ({}) must be even for RoPE", self.head_dim));
+        }
+        Ok(())
+    }
+
+    /// Writes the config back as an HF `config.json` (what `synth-weights` puts beside the weights).
+    pub fn to_hf_json(&self) -> Value {
+        serde_json::json!({
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.o_bias,
+            "hidden_act": "silu",
+        })
+    }
+
+    /// Every parameter tensor with its HF name and shape, in load order. This is the single
+    /// list that synthetic weights, shape checks and the weight-bytes feature use.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (d, f, hd) = (self.hidden_size, self.intermediate_size, self.head_dim);
+        let (q, kv) = (self.num_heads * hd, self.num_kv_heads * hd);
+        let mut out = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab_size, d])];
+        for i in 0..self.num_layers {
+            let p = format!("model.layers.{i}");
+            let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
+            push("input_layernorm.weight", vec![d]);
+            push("self_attn.q_proj.weight", vec![q, d]);
+            push("self_attn.k_proj.weight", vec![kv, d]);
+            push("self_attn.v_proj.weight", vec![kv, d]);
+            if self.qkv_bias {
+                push("self_attn.q_proj.bias", vec![q]);
+                push("self_attn.k_proj.bias", vec![kv]);
+                push("self_attn.v_proj.bias", vec![kv]);
+            }
+            push("self_attn.o_proj.weight", vec![d, q]);
+            if self.o_bias {
+                push("self_attn.o_proj.bias", vec![d]);
+            }
+            push("post_attention_layernorm.weight", vec![d]);
+            push("mlp.gate_proj.weight", vec![f, d]);
+            push("mlp.up_proj.weight", vec![f, d]);
+            push("mlp.down_proj.weight", vec![d, f]);
+        }
+        out.push(("model.norm.weight".to_string(), vec![d]));
+        if !self.tie_word_embeddings {
+            out.push(("lm_head.weight".to_string(), vec![self.vocab_size, d]));
+        }
+        out
+    }
+
+    /// Number of parameter tensors.
+    pub fn tensor_count(&self) -> usize {
+        self.tensor_shapes().len()
+    }
+
+    /// Total parameter count (tied embeddings counted once).
+    pub fn param_count(&self) -> u64 {
+        self.tensor_shapes()
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>() as u64)
+            .sum()
+    }
+
+    /// K and V bytes for one token of one sequence: 2 · L · n_kv · head_dim · dtype bytes.
+    pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> u64 {
+        (2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn smollm2() -> Value {
+        json!({"model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+               "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+               "num_key_value_heads": 3, "max_position_embeddings": 8192, "rope_theta": 100000.0,
+               "rms_norm_eps": 1e-5, "tie_word_embeddings": true})
+    }
+
+    #[test]
+    fn smollm2_param_count_matches_the_gguf() {
+        let c = Config::from_json(Path::new("c.json"), &smollm2()).unwrap();
+        assert_eq!(c.head_dim, 64);
+        // DESIGN.md §7: the GGUF holds 134,515,008 parameters.
+        assert_eq!(c.param_count(), 134_515_008);
+        // 2 · 30 · 3 · 64 · 4 B = 46,080 B per token in f32.
+        assert_eq!(c.kv_bytes_per_token(4), 46_080);
+        assert_eq!(c.tensor_count(), 1 + 30 * 9 + 1);
+    }
+
+    #[test]
+    fn missing_key_names_it() {
+        let mut v = smollm2();
+        v.as_object_mut().unwrap().remove("num_hidden_layers");
+        let e = Config::from_json(Path::new("x/config.json"), &v).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x/config.json: missing config key `num_hidden_layers`"
+        );
+    }
+
+    #[test]
+    fn unknown_architecture() {
+        let mut v = smollm2();
+        v["model_type"] = json!("mamba");
+        let e = Config::from_json(Path::new("c.json"), &v).unwrap_err();
+        assert!(e.to_string().contains("unknown architecture"), "{e}");
+    }
+
+    #[test]
+    fn qwen2_has_qkv_bias_and_roundtrips() {
+        let mut v = smollm2();
+        v["model_type"] = json!("qwen2");
+        let c = Config::from_json(Path::new("c.json"), &v).unwrap();
+        assert!(c.qkv_bias && !c.o_bias);
+        let back = Config::from_json(Path::new("c.json"), &c.to_hf_json()).unwrap();
+        assert_eq!(back, c);
+    }
+}

@@ -1,0 +1,127 @@
+//! The one CSV row type (schema version 1, DESIGN.md §5). Column names are stable API; bytes
+//! are raw integers. Columns a row does not use are empty.
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Load,
+    Prefill,
+    Decode,
+    Total,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Oom,
+    Error,
+    Skipped,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub point_id: String,
+    pub started_at: String,
+    pub vramlab_version: String,
+    pub git_rev: String,
+    pub backend: String,
+    pub device_name: String,
+    pub driver_version: String,
+    pub cuda_version: String,
+    pub candle_version: String,
+    pub model_id: String,
+    pub architecture: String,
+    pub param_count: u64,
+    pub weight_source: String,
+    pub mode: String,
+    pub precision: String,
+    pub batch: u64,
+    pub context: u64,
+    pub prompt_len: Option<u64>,
+    pub decode_steps: Option<u64>,
+    pub kv_cache: String,
+    pub optimizer: String,
+    pub checkpointing: String,
+    pub grad_accum: Option<u64>,
+    pub trainable: String,
+    pub kernels: String,
+    pub pool_release: String,
+    pub scenario_hash: String,
+    pub meter: String,
+    pub phase: Option<Phase>,
+    pub step: Option<u64>,
+    pub kv_tokens: Option<u64>,
+    pub baseline_allocated: Option<u64>,
+    pub peak_allocated: Option<u64>,
+    pub end_allocated: Option<u64>,
+    pub baseline_reserved: Option<u64>,
+    pub peak_reserved: Option<u64>,
+    pub device_used: Option<u64>,
+    pub non_pool: Option<u64>,
+    pub feature_weight_bytes: Option<u64>,
+    pub feature_kv_bytes: Option<u64>,
+    pub feature_act_bytes: Option<u64>,
+    pub feature_logits_bytes: Option<u64>,
+    pub feature_optimizer_bytes: Option<u64>,
+    pub elapsed_ms: Option<f64>,
+    pub status: Option<Status>,
+    pub message: String,
+}
+
+impl Record {
+    /// Fills the memory columns from a measured phase.
+    pub fn set_memory(&mut self, m: &crate::meter::PhaseMemory) {
+        self.baseline_allocated = Some(m.baseline_allocated);
+        self.peak_allocated = Some(m.peak_allocated);
+        self.end_allocated = Some(m.end_allocated);
+        self.baseline_reserved = Some(m.baseline_reserved);
+        self.peak_reserved = Some(m.peak_reserved);
+        self.device_used = Some(m.device_used);
+        self.non_pool = Some(m.non_pool);
+    }
+}
+
+/// The column names, in order, as `vramlab sweep` writes them.
+pub fn columns() -> Vec<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.serialize(Record::default()).expect("serializing a default record");
+    let bytes = w.into_inner().expect("in-memory writer");
+    let text = String::from_utf8(bytes).expect("utf-8");
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_the_design_schema() {
+        let expected = "schema_version, run_id, point_id, started_at, vramlab_version, git_rev,
+backend, device_name, driver_version, cuda_version, candle_version,
+model_id, architecture, param_count, weight_source,
+mode, precision, batch, context, prompt_len, decode_steps,
+kv_cache, optimizer, checkpointing, grad_accum,
+trainable, kernels, pool_release,
+scenario_hash, meter,
+phase, step, kv_tokens,
+baseline_allocated, peak_allocated, end_allocated, baseline_reserved, peak_reserved, device_used, non_pool,
+feature_weight_bytes, feature_kv_bytes, feature_act_bytes, feature_logits_bytes, feature_optimizer_bytes,
+elapsed_ms, status, message";
+        let want: Vec<String> = expected
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        assert_eq!(columns(), want);
+    }
+}

@@ -1,0 +1,126 @@
+//! Inference: a prefill of `prompt_len` tokens × `batch`, then `decode_steps` single-token
+//! steps, each appending to the KV cache. Rows: `prefill`; `decode` every `decode_every` steps
+//! (and at the last) with the live token count; `total`, the envelope of the point.
+//!
+//! Live state between phases is exactly the cache and the (batch, 1) u32 next-token tensor,
+//! so `end_allocated` differences are KV bytes.
+use crate::meter::{Meter, PhaseMemory};
+use crate::model::{KvCache, KvKind, Llama};
+use crate::record::Phase;
+use anyhow::Result;
+use candle_core::{DType, Tensor};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug)]
+pub struct InferSpec {
+    pub batch: usize,
+    pub context: usize,
+    pub prompt_len: usize,
+    pub decode_steps: usize,
+    pub decode_every: usize,
+    pub kv: KvKind,
+}
+
+/// One measured phase of a point.
+#[derive(Clone, Debug)]
+pub struct PhaseResult {
+    pub phase: Phase,
+    pub step: Option<u64>,
+    pub kv_tokens: u64,
+    pub mem: PhaseMemory,
+    pub elapsed_ms: f64,
+}
+
+/// Seeded prompt token ids (batch, len), the same for every run of a point.
+pub fn prompt_ids(model: &Llama, batch: usize, len: usize, seed: u64) -> Result<Tensor> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let v = model.config().vocab_size as u32;
+    let ids: Vec<u32> = (0..batch * len).map(|_| rng.random_range(0..v)).collect();
+    Ok(Tensor::from_vec(ids, (batch, len), model.device())?)
+}
+
+/// Runs one inference point, handing each phase to `emit` as soon as it is measured.
+pub fn run(
+    model: &Llama,
+    p: &InferSpec,
+    meter: &mut dyn Meter,
+    emit: &mut dyn FnMut(PhaseResult) -> Result<()>,
+) -> Result<()> {
+    let ids = prompt_ids(model, p.batch, p.prompt_len, 42)?;
+    let dev = model.device().clone();
+
+    // Prefill: the cache is created inside the phase (all of it, for `preallocated`).
+    let base = meter.start()?;
+    let t0 = Instant::now();
+    let mut cache = KvCache::new(p.kv, model.config(), p.batch, p.context, model.dtype(), &dev)?;
+    let mut next = Llama::argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
+    let prefill = meter.finish(base)?;
+    let total_t0 = t0;
+    drop(ids);
+    let mut spans = vec![prefill];
+    emit(PhaseResult {
+        phase: Phase::Prefill,
+        step: Some(0),
+        kv_tokens: cache.len() as u64,
+        mem: prefill,
+        elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })?;
+
+    let mut window = None;
+    for t in 1..=p.decode_steps {
+        if window.is_none() {
+            window = Some((meter.start()?, Instant::now()));
+        }
+        let (base, t0) = window.expect("opened above");
+        let pos = cache.len();
+        next = Llama::argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
+        if t % p.decode_every == 0 || t == p.decode_steps {
+            let mem = meter.finish(base)?;
+            window = None;
+            spans.push(mem);
+            emit(PhaseResult {
+                phase: Phase::Decode,
+                step: Some(t as u64),
+                kv_tokens: cache.len() as u64,
+                mem,
+                elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+            })?;
+        }
+    }
+    let total = PhaseMemory::span(&spans[0], &spans[1..]);
+    let kv_tokens = cache.len() as u64;
+    drop((cache, next));
+    emit(PhaseResult {
+        phase: Phase::Total,
+        step: Some(p.decode_steps as u64),
+        kv_tokens,
+        mem: total,
+        elapsed_ms: total_t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Greedy decoding of `n` tokens after `prompt` (one sequence), with a preallocated cache.
+pub fn generate(model: &Llama, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+    let dev = model.device().clone();
+    let mut cache = KvCache::new(
+        KvKind::Preallocated,
+        model.config(),
+        1,
+        prompt.len() + n,
+        model.dtype(),
+        &dev,
+    )?;
+    let ids = Tensor::new(prompt, &dev)?.unsqueeze(0)?;
+    let mut next = Llama::argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(next.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?[0]);
+        if out.len() == n {
+            break;
+        }
+        let pos = cache.len();
+        next = Llama::argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
+    }
+    Ok(out)
+}

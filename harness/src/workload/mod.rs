@@ -1,0 +1,3 @@
+//! Workloads: what runs inside measured phases.
+pub mod inference;
+pub mod warmup;

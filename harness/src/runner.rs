@@ -99,7 +99,10 @@ impl Runner<'_> {
         models: &BTreeMap<String, Prepared>,
     ) -> Result<BTreeMap<String, usize>> {
         let bar = progress_bar(points.len());
-        let mut counts = BTreeMap::new();
+        // All keys exist before the first measurement: a map node allocated mid-sweep would
+        // shift every later baseline.
+        let mut counts: BTreeMap<String, usize> =
+            ["ok", "error"].iter().map(|k| (k.to_string(), 0)).collect();
         let mut i = 0;
         while i < points.len() {
             let (src, prec) = (&points[i].source, points[i].precision);
@@ -184,12 +187,13 @@ impl Runner<'_> {
                         "error"
                     }
                 };
-                *counts.entry(status.to_string()).or_insert(0) += 1;
+                *counts.get_mut(status).expect("pre-filled") += 1;
                 bar.inc(1);
             }
             drop(model);
         }
         bar.finish_and_clear();
+        counts.retain(|_, n| *n > 0);
         Ok(counts)
     }
 }

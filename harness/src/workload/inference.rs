@@ -47,18 +47,20 @@ pub fn run(
     meter: &mut dyn Meter,
     emit: &mut dyn FnMut(PhaseResult) -> Result<()>,
 ) -> Result<()> {
-    let ids = prompt_ids(model, p.batch, p.prompt_len, 42)?;
     let dev = model.device().clone();
 
-    // Prefill: the cache is created inside the phase (all of it, for `preallocated`).
+    // Prefill: the prompt batch and the cache (all of it, for `preallocated`) are created
+    // inside the phase; the prompt is freed before its end.
     let base = meter.start()?;
     let t0 = Instant::now();
+    let ids = prompt_ids(model, p.batch, p.prompt_len, 42)?;
     let mut cache = KvCache::new(p.kv, model.config(), p.batch, p.context, model.dtype(), &dev)?;
     let mut next = Llama::argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
+    drop(ids);
     let prefill = meter.finish(base)?;
     let total_t0 = t0;
-    drop(ids);
-    let mut spans = vec![prefill];
+    // A running envelope, not a Vec of phases: a growing Vec would show in the figures.
+    let mut total = prefill;
     emit(PhaseResult {
         phase: Phase::Prefill,
         step: Some(0),
@@ -78,7 +80,7 @@ pub fn run(
         if t % p.decode_every == 0 || t == p.decode_steps {
             let mem = meter.finish(base)?;
             window = None;
-            spans.push(mem);
+            total = PhaseMemory::span(&total, &[mem]);
             emit(PhaseResult {
                 phase: Phase::Decode,
                 step: Some(t as u64),
@@ -88,7 +90,6 @@ pub fn run(
             })?;
         }
     }
-    let total = PhaseMemory::span(&spans[0], &spans[1..]);
     let kv_tokens = cache.len() as u64;
     drop((cache, next));
     emit(PhaseResult {

@@ -1,0 +1,43 @@
+//! Shared helpers for integration tests.
+#![allow(dead_code)]
+use std::path::PathBuf;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `$VRAMLAB_MODELS`, default `<root>/.cache/models`.
+pub fn models() -> PathBuf {
+    std::env::var_os("VRAMLAB_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/models"))
+}
+
+/// The real SmolLM2-135M GGUF. Fails (does not skip) when it is missing.
+pub fn smollm2_gguf() -> PathBuf {
+    let p = models().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-test-models.sh first",
+        p.display()
+    );
+    p
+}
+
+/// The vramlab binary, run from the workspace root with VRAMLAB_MODELS set.
+pub fn vramlab() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("vramlab").expect("binary built");
+    c.current_dir(root()).env("VRAMLAB_MODELS", models());
+    c
+}
+
+/// SmolLM2-135M's parameter count from its published shapes, by hand (not from `Config`):
+/// embedding (tied) + 30 layers × (q, k, v, o, gate, up, down, 2 norms) + final norm.
+pub const SMOLLM2_PARAMS: u64 = {
+    let (v, d, f, kv, l) = (49_152u64, 576u64, 1_536u64, 192u64, 30u64);
+    v * d + l * (d * d + 2 * d * kv + d * d + 3 * d * f + 2 * d) + d
+};
+pub const SMOLLM2_TENSORS: u64 = 1 + 30 * 9 + 1;
+/// 2 · L · n_kv · head_dim = 2 · 30 · 3 · 64 elements of K and V per token.
+pub const SMOLLM2_KV_ELEMS_PER_TOKEN: u64 = 2 * 30 * 3 * 64;

@@ -1,0 +1,196 @@
+//! Drives the real binary on scenarios/smoke.toml (real SmolLM2 weights) and checks the
+//! measured figures against analytic ones, exactly.
+mod common;
+use common::*;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use vramlab::record::{Phase, Record, Status};
+
+struct Run {
+    rows: Vec<Record>,
+    header: Vec<String>,
+    stdout: String,
+    dir: tempfile::TempDir,
+}
+
+/// One sweep shared by every test of this file.
+fn run() -> &'static Run {
+    static RUN: OnceLock<Run> = OnceLock::new();
+    RUN.get_or_init(|| {
+        smollm2_gguf();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("smoke.csv");
+        let res = vramlab()
+            .args(["sweep", "scenarios/smoke.toml", "--out"])
+            .arg(&out)
+            .assert()
+            .success();
+        let stdout = String::from_utf8(res.get_output().stdout.clone()).unwrap();
+        let rows = vramlab::export::csv::read(&out).unwrap();
+        let mut rd = csv::Reader::from_path(&out).unwrap();
+        let header = rd.headers().unwrap().iter().map(str::to_string).collect();
+        Run {
+            rows,
+            header,
+            stdout,
+            dir,
+        }
+    })
+}
+
+fn dtype_bytes(r: &Record) -> u64 {
+    match r.precision.as_str() {
+        "f32" => 4,
+        "f16" | "bf16" => 2,
+        p => panic!("precision {p}"),
+    }
+}
+
+fn phase_rows<'a>(point: &str, phase: Phase) -> Vec<&'a Record> {
+    run()
+        .rows
+        .iter()
+        .filter(|r| r.point_id == point && r.phase == Some(phase))
+        .collect()
+}
+
+fn points() -> Vec<String> {
+    let mut ids: Vec<String> = run().rows.iter().map(|r| r.point_id.clone()).collect();
+    ids.dedup();
+    ids
+}
+
+#[test]
+fn every_point_ok_with_all_phases() {
+    let ids = points();
+    assert_eq!(ids.len(), 16);
+    for id in &ids {
+        for ph in [Phase::Load, Phase::Prefill, Phase::Total] {
+            assert_eq!(phase_rows(id, ph).len(), 1, "{id} {ph:?}");
+        }
+        // decode_every = 1, decode_steps = 8: one row per step.
+        assert_eq!(phase_rows(id, Phase::Decode).len(), 8, "{id}");
+    }
+    assert!(run().rows.iter().all(|r| r.status == Some(Status::Ok)));
+}
+
+#[test]
+fn load_is_the_exact_weight_storage_plus_bounded_bookkeeping() {
+    for id in points() {
+        let r = phase_rows(&id, Phase::Load)[0];
+        let storage = SMOLLM2_PARAMS * dtype_bytes(r);
+        assert_eq!(r.feature_weight_bytes, Some(storage), "{id}");
+        assert_eq!(r.param_count, 134_515_008);
+        let live = r.end_allocated.unwrap() - r.baseline_allocated.unwrap();
+        assert!(live >= storage, "{id}: live {live} < storage {storage}");
+        let per_tensor = (live - storage) / SMOLLM2_TENSORS;
+        assert!(
+            per_tensor <= 512,
+            "{id}: {per_tensor} B bookkeeping per tensor (live {live}, storage {storage})"
+        );
+        assert!(r.peak_allocated.unwrap() >= r.end_allocated.unwrap());
+    }
+}
+
+#[test]
+fn preallocated_kv_is_exact_and_constant() {
+    for id in points().iter().filter(|i| i.contains("/preallocated")) {
+        let pre = phase_rows(id, Phase::Prefill)[0];
+        let bytes = SMOLLM2_KV_ELEMS_PER_TOKEN * dtype_bytes(pre);
+        if pre.precision == "f32" {
+            assert_eq!(bytes, 46_080);
+        }
+        let kv = bytes * pre.context * pre.batch;
+        assert_eq!(pre.feature_kv_bytes, Some(kv));
+        let grown = pre.end_allocated.unwrap() - pre.baseline_allocated.unwrap();
+        // 60 cache tensors (K and V per layer) of metadata, plus the (batch, 1) next-token ids.
+        assert!(
+            grown >= kv && grown - kv <= 512 * 60,
+            "{id}: cache grew {grown}, expected {kv} + <= 30720"
+        );
+        let ends: Vec<u64> = phase_rows(id, Phase::Decode)
+            .iter()
+            .map(|r| r.end_allocated.unwrap())
+            .collect();
+        assert!(ends.iter().all(|&e| e == pre.end_allocated.unwrap()), "{id}: {ends:?}");
+    }
+}
+
+#[test]
+fn growing_kv_grows_by_exactly_one_token_per_step() {
+    for id in points().iter().filter(|i| i.contains("/growing")) {
+        let pre = phase_rows(id, Phase::Prefill)[0];
+        let bpt = SMOLLM2_KV_ELEMS_PER_TOKEN * dtype_bytes(pre);
+        for d in phase_rows(id, Phase::Decode) {
+            let t = d.step.unwrap();
+            assert_eq!(d.kv_tokens, Some(pre.prompt_len.unwrap() + t));
+            assert_eq!(
+                d.end_allocated.unwrap() - pre.end_allocated.unwrap(),
+                bpt * t * pre.batch,
+                "{id} step {t}"
+            );
+            assert_eq!(d.feature_kv_bytes, Some(bpt * d.kv_tokens.unwrap() * d.batch));
+        }
+    }
+}
+
+#[test]
+fn repeated_points_have_identical_peaks() {
+    let mut by: HashMap<(String, Option<Phase>, Option<u64>), Vec<(u64, u64)>> = HashMap::new();
+    for r in &run().rows {
+        let base = r.point_id.rsplit_once('/').unwrap().0.to_string();
+        by.entry((base, r.phase, r.step))
+            .or_default()
+            .push((r.peak_allocated.unwrap(), r.end_allocated.unwrap()));
+    }
+    assert!(!by.is_empty());
+    for (k, v) in by {
+        assert_eq!(v.len(), 2, "{k:?}");
+        assert_eq!(v[0], v[1], "{k:?}: repeat differs");
+    }
+}
+
+#[test]
+fn csv_has_the_full_schema_and_roundtrips() {
+    let r = run();
+    assert_eq!(r.header, vramlab::record::columns());
+    assert_eq!(r.header.len(), 48);
+    for rec in &r.rows {
+        assert_eq!(rec.schema_version, 1);
+        assert_eq!(rec.backend, "cpu");
+        assert_eq!(rec.meter, "cpu-alloc");
+        assert_eq!(rec.weight_source, "gguf");
+        assert_eq!(rec.architecture, "llama");
+        assert!(rec.grad_accum.is_none() && rec.checkpointing.is_empty());
+    }
+    // Write the records again and read them back: identical.
+    let p = r.dir.path().join("again.csv");
+    let mut w = csv::Writer::from_path(&p).unwrap();
+    for rec in &r.rows {
+        w.serialize(rec).unwrap();
+    }
+    w.flush().unwrap();
+    assert_eq!(vramlab::export::csv::read(&p).unwrap(), r.rows);
+    // The manifest sits beside the CSV.
+    let m: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(r.dir.path().join("smoke.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m["scenario_hash"], r.rows[0].scenario_hash.as_str());
+    assert_eq!(m["status_counts"]["ok"], 16);
+    assert_eq!(m["weights"][0]["bytes"], 98_362_432);
+    assert!(m["scenario_text"].as_str().unwrap().contains("name = \"smoke\""));
+    assert!(m["versions"]["candle"].as_str().unwrap().starts_with("0.11."));
+}
+
+#[test]
+fn summary_table_in_gb_and_gib() {
+    let out = &run().stdout;
+    assert!(out.contains("GB") && out.contains("GiB"), "{out}");
+    // f32 weights: 538,060,032 B = 0.538 GB = 0.501 GiB.
+    assert!(
+        out.lines()
+            .any(|l| l.contains("/f32/b1/") && l.contains("0.538") && l.contains("0.501")),
+        "{out}"
+    );
+}

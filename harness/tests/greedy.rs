@@ -1,0 +1,41 @@
+//! The llama implementation is right: greedy decoding of real SmolLM2 weights (GGUF,
+//! dequantized, q/k un-permuted) continues a fixed prompt with a fixed, sensible text.
+mod common;
+use vramlab::model::{gguf, Source};
+use vramlab::scenario::Precision;
+
+fn decode(vocab: &[String], ids: &[u32]) -> String {
+    ids.iter()
+        .map(|&t| vocab[t as usize].as_str())
+        .collect::<String>()
+        .replace('Ġ', " ")
+        .replace('Ċ', "\n")
+}
+
+fn check(precision: Precision) {
+    let path = common::smollm2_gguf();
+    let vocab = gguf::vocab(&path).unwrap();
+    // "The capital of France is" in SmolLM2's vocabulary.
+    let prompt = [504u32, 3575, 282, 4649, 314];
+    assert_eq!(decode(&vocab, &prompt), "The capital of France is");
+    let model =
+        vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision).unwrap();
+    let out = vramlab::workload::inference::generate(&model, &prompt, 6).unwrap();
+    let text = decode(&vocab, &out);
+    assert_eq!(
+        out,
+        [7042, 30, 198, 198, 504, 2988],
+        "{precision:?}: got {text:?}, expected \" Paris.\\n\\nThe answer\""
+    );
+    assert_eq!(text, " Paris.\n\nThe answer");
+}
+
+#[test]
+fn smollm2_greedy_f32() {
+    check(Precision::F32);
+}
+
+#[test]
+fn smollm2_greedy_bf16() {
+    check(Precision::Bf16);
+}

@@ -116,14 +116,17 @@ impl Runner<'_> {
             let dtype = prec.dtype();
             warmup::device(&self.device, dtype)?;
             if let Source::Synthetic(_) = prep.source {
-                bar.set_message(format!("writing synthetic weights for {}", group[0].model_id));
+                bar.set_message(format!(
+                    "writing synthetic weights for {}",
+                    group[0].model_id
+                ));
                 crate::model::synth::materialize(&prep.source, &prep.config, dtype)?;
             }
             bar.set_message(format!("loading {} ({})", group[0].model_id, prec.as_str()));
             let device = self.device.clone();
             let (model, load_mem, load_ms) = measure(self.meter.as_mut(), || {
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
-                Llama::new(&prep.config, t)
+                Llama::new(&prep.config, t, dtype)
             })?;
             warmup::model(&model, group.iter().map(|p| p.batch).min().unwrap_or(1))?;
             for p in group {
@@ -152,7 +155,8 @@ impl Runner<'_> {
                 load.set_memory(&load_mem);
                 load.elapsed_ms = Some(load_ms);
                 load.status = Some(Status::Ok);
-                load.message = "weights loaded once per (model, precision); shared by the group".into();
+                load.message =
+                    "weights loaded once per (model, precision); shared by the group".into();
                 self.exporter.write(&load)?;
                 drop(load);
 

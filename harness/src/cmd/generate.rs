@@ -26,7 +26,7 @@ pub fn load(source: &Source, p: Precision) -> Result<Llama> {
     let cfg = source.config()?;
     let dev = candle_core::Device::Cpu;
     let t = weights::load(source, &cfg, p.dtype(), &dev, |_, _| {})?;
-    Llama::new(&cfg, t)
+    Llama::new(&cfg, t, p.dtype())
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -11,12 +11,18 @@ use std::path::Path;
 #[serde(rename_all = "lowercase")]
 pub enum Architecture {
     Llama,
+    /// GPT-2: LayerNorm, learned positions, GELU (tanh), Conv1D weight layout, tied head.
+    Gpt2,
+    /// BERT encoder: post-LayerNorm, learned positions and token types, GELU (erf), pooler.
+    Bert,
 }
 
 impl Architecture {
     pub fn as_str(&self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
+            Architecture::Gpt2 => "gpt2",
+            Architecture::Bert => "bert",
         }
     }
 }
@@ -42,6 +48,9 @@ pub struct Config {
     pub qkv_bias: bool,
     /// Bias on the output projection (Llama with `attention_bias`).
     pub o_bias: bool,
+    /// BERT token-type vocabulary (0 for decoders).
+    #[serde(default)]
+    pub type_vocab_size: usize,
 }
 
 fn get<'a>(path: &Path, v: &'a Value, key: &str) -> Result<&'a Value> {
@@ -72,7 +81,10 @@ fn opt_f64(path: &Path, v: &Value, key: &str, default: f64) -> Result<f64> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(x) => x.as_f64().ok_or_else(|| {
-            bad_file(path, format!("config key `{key}` must be a number, got {x}"))
+            bad_file(
+                path,
+                format!("config key `{key}` must be a number, got {x}"),
+            )
         }),
     }
 }
@@ -81,7 +93,10 @@ fn opt_bool(path: &Path, v: &Value, key: &str, default: bool) -> Result<bool> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(x) => x.as_bool().ok_or_else(|| {
-            bad_file(path, format!("config key `{key}` must be true or false, got {x}"))
+            bad_file(
+                path,
+                format!("config key `{key}` must be true or false, got {x}"),
+            )
         }),
     }
 }
@@ -108,11 +123,13 @@ impl Config {
         let (qkv_default, tie_default) = match model_type.as_str() {
             "llama" | "mistral" => (false, false),
             "qwen2" => (true, false),
+            "gpt2" => return Self::gpt2_from_json(path, v),
+            "bert" => return Self::bert_from_json(path, v),
             other => {
                 return Err(bad_file(
                     path,
                     format!(
-                        "unknown architecture `model_type = \"{other}\"` (supported: llama, mistral, qwen2)"
+                        "unknown architecture `model_type = \"{other}\"` (supported: llama, mistral, qwen2, gpt2, bert)"
                     ),
                 ))
             }
@@ -137,7 +154,58 @@ impl Config {
             tie_word_embeddings: opt_bool(path, v, "tie_word_embeddings", tie_default)?,
             qkv_bias: qkv_default || attention_bias,
             o_bias: attention_bias,
+            type_vocab_size: 0,
             model_type,
+        };
+        cfg.validate().map_err(|e| bad_file(path, e))?;
+        Ok(cfg)
+    }
+
+    fn gpt2_from_json(path: &Path, v: &Value) -> Result<Self> {
+        let d = usize_key(path, v, "n_embd")?;
+        let heads = usize_key(path, v, "n_head")?;
+        let cfg = Config {
+            architecture: Architecture::Gpt2,
+            model_type: "gpt2".into(),
+            vocab_size: usize_key(path, v, "vocab_size")?,
+            hidden_size: d,
+            intermediate_size: opt_usize(path, v, "n_inner")?.unwrap_or(4 * d),
+            num_layers: usize_key(path, v, "n_layer")?,
+            num_heads: heads,
+            num_kv_heads: heads,
+            head_dim: d / heads,
+            max_position_embeddings: usize_key(path, v, "n_positions")?,
+            rope_theta: 0.0,
+            norm_eps: opt_f64(path, v, "layer_norm_epsilon", 1e-5)?,
+            tie_word_embeddings: true,
+            qkv_bias: true,
+            o_bias: true,
+            type_vocab_size: 0,
+        };
+        cfg.validate().map_err(|e| bad_file(path, e))?;
+        Ok(cfg)
+    }
+
+    fn bert_from_json(path: &Path, v: &Value) -> Result<Self> {
+        let d = usize_key(path, v, "hidden_size")?;
+        let heads = usize_key(path, v, "num_attention_heads")?;
+        let cfg = Config {
+            architecture: Architecture::Bert,
+            model_type: "bert".into(),
+            vocab_size: usize_key(path, v, "vocab_size")?,
+            hidden_size: d,
+            intermediate_size: usize_key(path, v, "intermediate_size")?,
+            num_layers: usize_key(path, v, "num_hidden_layers")?,
+            num_heads: heads,
+            num_kv_heads: heads,
+            head_dim: d / heads,
+            max_position_embeddings: usize_key(path, v, "max_position_embeddings")?,
+            rope_theta: 0.0,
+            norm_eps: opt_f64(path, v, "layer_norm_eps", 1e-12)?,
+            tie_word_embeddings: false,
+            qkv_bias: true,
+            o_bias: true,
+            type_vocab_size: opt_usize(path, v, "type_vocab_size")?.unwrap_or(2),
         };
         cfg.validate().map_err(|e| bad_file(path, e))?;
         Ok(cfg)
@@ -145,20 +213,47 @@ impl Config {
 
     /// Shape invariants the implementation relies on.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(format!(
                 "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
-            return Err(format!("head_dim ({}) must be even for RoPE", self.head_dim));
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(format!(
+                "head_dim ({}) must be even for RoPE",
+                self.head_dim
+            ));
         }
         Ok(())
     }
 
     /// Writes the config back as an HF `config.json` (what `synth-weights` puts beside the weights).
     pub fn to_hf_json(&self) -> Value {
+        match self.architecture {
+            Architecture::Gpt2 => {
+                return serde_json::json!({
+                    "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+                    "vocab_size": self.vocab_size, "n_embd": self.hidden_size,
+                    "n_inner": self.intermediate_size, "n_layer": self.num_layers,
+                    "n_head": self.num_heads, "n_positions": self.max_position_embeddings,
+                    "layer_norm_epsilon": self.norm_eps,
+                })
+            }
+            Architecture::Bert => {
+                return serde_json::json!({
+                    "architectures": ["BertModel"], "model_type": "bert",
+                    "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+                    "intermediate_size": self.intermediate_size,
+                    "num_hidden_layers": self.num_layers,
+                    "num_attention_heads": self.num_heads,
+                    "max_position_embeddings": self.max_position_embeddings,
+                    "type_vocab_size": self.type_vocab_size, "layer_norm_eps": self.norm_eps,
+                    "hidden_act": "gelu",
+                })
+            }
+            Architecture::Llama => {}
+        }
         serde_json::json!({
             "architectures": ["LlamaForCausalLM"],
             "model_type": self.model_type,
@@ -181,9 +276,88 @@ impl Config {
     /// Every parameter tensor with its HF name and shape, in load order. This is the single
     /// list that synthetic weights, shape checks and the weight-bytes feature use.
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        match self.architecture {
+            Architecture::Llama => self.llama_shapes(),
+            Architecture::Gpt2 => self.gpt2_shapes(),
+            Architecture::Bert => self.bert_shapes(),
+        }
+    }
+
+    /// GPT-2 names as in HF's `model.safetensors` (no `transformer.` prefix); Conv1D weights
+    /// are stored (in, out).
+    fn gpt2_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (d, f) = (self.hidden_size, self.intermediate_size);
+        let mut out = vec![
+            ("wte.weight".to_string(), vec![self.vocab_size, d]),
+            ("wpe.weight".to_string(), vec![self.max_position_embeddings, d]),
+        ];
+        for i in 0..self.num_layers {
+            for (name, shape) in [
+                ("ln_1.weight", vec![d]),
+                ("ln_1.bias", vec![d]),
+                ("attn.c_attn.weight", vec![d, 3 * d]),
+                ("attn.c_attn.bias", vec![3 * d]),
+                ("attn.c_proj.weight", vec![d, d]),
+                ("attn.c_proj.bias", vec![d]),
+                ("ln_2.weight", vec![d]),
+                ("ln_2.bias", vec![d]),
+                ("mlp.c_fc.weight", vec![d, f]),
+                ("mlp.c_fc.bias", vec![f]),
+                ("mlp.c_proj.weight", vec![f, d]),
+                ("mlp.c_proj.bias", vec![d]),
+            ] {
+                out.push((format!("h.{i}.{name}"), shape));
+            }
+        }
+        out.push(("ln_f.weight".to_string(), vec![d]));
+        out.push(("ln_f.bias".to_string(), vec![d]));
+        out
+    }
+
+    /// BERT names as in sentence-transformers' MiniLM (no `bert.` prefix).
+    fn bert_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (d, f) = (self.hidden_size, self.intermediate_size);
+        let mut out = vec![
+            ("embeddings.word_embeddings.weight".to_string(), vec![self.vocab_size, d]),
+            ("embeddings.position_embeddings.weight".to_string(), vec![self.max_position_embeddings, d]),
+            ("embeddings.token_type_embeddings.weight".to_string(), vec![self.type_vocab_size, d]),
+            ("embeddings.LayerNorm.weight".to_string(), vec![d]),
+            ("embeddings.LayerNorm.bias".to_string(), vec![d]),
+        ];
+        for i in 0..self.num_layers {
+            for (name, shape) in [
+                ("attention.self.query.weight", vec![d, d]),
+                ("attention.self.query.bias", vec![d]),
+                ("attention.self.key.weight", vec![d, d]),
+                ("attention.self.key.bias", vec![d]),
+                ("attention.self.value.weight", vec![d, d]),
+                ("attention.self.value.bias", vec![d]),
+                ("attention.output.dense.weight", vec![d, d]),
+                ("attention.output.dense.bias", vec![d]),
+                ("attention.output.LayerNorm.weight", vec![d]),
+                ("attention.output.LayerNorm.bias", vec![d]),
+                ("intermediate.dense.weight", vec![f, d]),
+                ("intermediate.dense.bias", vec![f]),
+                ("output.dense.weight", vec![d, f]),
+                ("output.dense.bias", vec![d]),
+                ("output.LayerNorm.weight", vec![d]),
+                ("output.LayerNorm.bias", vec![d]),
+            ] {
+                out.push((format!("encoder.layer.{i}.{name}"), shape));
+            }
+        }
+        out.push(("pooler.dense.weight".to_string(), vec![d, d]));
+        out.push(("pooler.dense.bias".to_string(), vec![d]));
+        out
+    }
+
+    fn llama_shapes(&self) -> Vec<(String, Vec<usize>)> {
         let (d, f, hd) = (self.hidden_size, self.intermediate_size, self.head_dim);
         let (q, kv) = (self.num_heads * hd, self.num_kv_heads * hd);
-        let mut out = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab_size, d])];
+        let mut out = vec![(
+            "model.embed_tokens.weight".to_string(),
+            vec![self.vocab_size, d],
+        )];
         for i in 0..self.num_layers {
             let p = format!("model.layers.{i}");
             let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
@@ -271,6 +445,24 @@ mod tests {
         v["model_type"] = json!("mamba");
         let e = Config::from_json(Path::new("c.json"), &v).unwrap_err();
         assert!(e.to_string().contains("unknown architecture"), "{e}");
+    }
+
+    #[test]
+    fn minilm_and_gpt2_counts() {
+        let bert = json!({"model_type": "bert", "vocab_size": 30522, "hidden_size": 384,
+            "intermediate_size": 1536, "num_hidden_layers": 6, "num_attention_heads": 12,
+            "max_position_embeddings": 512, "type_vocab_size": 2});
+        let c = Config::from_json(Path::new("c.json"), &bert).unwrap();
+        // all-MiniLM-L6-v2: 22,713,216 parameters (its model card says 22.7M).
+        assert_eq!(c.param_count(), 22_713_216);
+        let back = Config::from_json(Path::new("c.json"), &c.to_hf_json()).unwrap();
+        assert_eq!(back, c);
+        let gpt2 = json!({"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768,
+            "n_layer": 12, "n_head": 12, "n_positions": 1024});
+        let g = Config::from_json(Path::new("c.json"), &gpt2).unwrap();
+        // GPT-2 small: 124,439,808 parameters.
+        assert_eq!(g.param_count(), 124_439_808);
+        assert_eq!(Config::from_json(Path::new("c.json"), &g.to_hf_json()).unwrap(), g);
     }
 
     #[test]

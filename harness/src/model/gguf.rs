@@ -1,8 +1,8 @@
 //! GGUF: metadata → [`Config`], GGUF tensor names → HF names, dequantization, and undoing
 //! llama.cpp's q/k row permutation (its converter stores them for interleaved RoPE; our model
 //! uses the HF rotate-half layout).
-use super::Config;
 use super::config::Architecture;
+use super::Config;
 use crate::error::bad_file;
 use anyhow::Result;
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -16,7 +16,8 @@ use std::path::Path;
 pub fn open(path: &Path) -> Result<(Content, BufReader<File>)> {
     let f = File::open(path).map_err(|e| bad_file(path, format!("cannot open: {e}")))?;
     let mut r = BufReader::new(f);
-    let c = Content::read(&mut r).map_err(|e| bad_file(path, format!("not a valid GGUF file: {e}")))?;
+    let c =
+        Content::read(&mut r).map_err(|e| bad_file(path, format!("not a valid GGUF file: {e}")))?;
     Ok((c, r))
 }
 
@@ -78,6 +79,7 @@ pub fn config_of(path: &Path, c: &Content) -> Result<Config> {
         tie_word_embeddings: !c.tensor_infos.contains_key("output.weight"),
         qkv_bias,
         o_bias: c.tensor_infos.contains_key("blk.0.attn_output.bias"),
+        type_vocab_size: 0,
     };
     cfg.validate().map_err(|e| bad_file(path, e))?;
     Ok(cfg)
@@ -97,7 +99,10 @@ pub fn vocab(path: &Path) -> Result<Vec<String>> {
             .iter()
             .map(|v| v.to_string().cloned().unwrap_or_default())
             .collect()),
-        _ => Err(bad_file(path, "no `tokenizer.ggml.tokens` in the GGUF metadata")),
+        _ => Err(bad_file(
+            path,
+            "no `tokenizer.ggml.tokens` in the GGUF metadata",
+        )),
     }
 }
 
@@ -181,7 +186,11 @@ pub fn load(
         } else if g.contains(".attn_k.") {
             t = unpermute(&t, cfg.num_kv_heads)?;
         }
-        let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
+        let t = if t.dtype() == dtype {
+            t
+        } else {
+            t.to_dtype(dtype)?
+        };
         out.insert(hf.clone(), t);
         progress(i + 1, shapes.len());
     }
@@ -202,7 +211,10 @@ mod tests {
             gguf_name("model.layers.0.mlp.down_proj.weight").unwrap(),
             "blk.0.ffn_down.weight"
         );
-        assert_eq!(gguf_name("model.embed_tokens.weight").unwrap(), "token_embd.weight");
+        assert_eq!(
+            gguf_name("model.embed_tokens.weight").unwrap(),
+            "token_embd.weight"
+        );
         assert!(gguf_name("model.layers.0.bogus.weight").is_none());
     }
 
@@ -223,7 +235,10 @@ mod tests {
             .unwrap()
             .reshape((n_head * hd, inp))
             .unwrap();
-        assert_ne!(permuted.to_vec2::<f32>().unwrap(), hf.to_vec2::<f32>().unwrap());
+        assert_ne!(
+            permuted.to_vec2::<f32>().unwrap(),
+            hf.to_vec2::<f32>().unwrap()
+        );
         let back = unpermute(&permuted, n_head).unwrap();
         assert_eq!(back.to_vec2::<f32>().unwrap(), hf.to_vec2::<f32>().unwrap());
     }

@@ -4,28 +4,11 @@
 //! No fused op without a backward is used (candle-nn's `rms_norm`, `softmax_last_dim` and
 //! `rope` record none), so the same code serves inference and training. Like HF's eager
 //! implementation, RMSNorm and softmax run in f32 and cast back.
-use super::{Config, KvCache};
+use super::nn::{attention, lm_loss, rms_norm, split_heads, Linear};
+use super::{Config, KvCache, Trainable};
 use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Tensor, D};
 use std::collections::HashMap;
-
-struct Linear {
-    w: Tensor,
-    b: Option<Tensor>,
-}
-
-impl Linear {
-    /// x: (b, s, in) → (b, s, out).
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, s, i) = x.dims3()?;
-        let y = x.reshape((b * s, i))?.matmul(&self.w.t()?)?;
-        let y = match &self.b {
-            Some(bias) => y.broadcast_add(bias)?,
-            None => y,
-        };
-        y.reshape((b, s, ()))
-    }
-}
 
 struct Layer {
     input_norm: Tensor,
@@ -41,29 +24,12 @@ struct Layer {
 
 pub struct Llama {
     cfg: Config,
-    dtype: DType,
+    /// The dtype activations are computed in (weights are cast to it at use when they differ).
+    compute: DType,
     embed: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Option<Tensor>,
-}
-
-fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    let dtype = x.dtype();
-    let x32 = x.to_dtype(DType::F32)?;
-    let var = x32.sqr()?.mean_keepdim(D::Minus1)?;
-    let y = x32.broadcast_div(&(var + eps)?.sqrt()?)?;
-    y.to_dtype(dtype)?.broadcast_mul(w)
-}
-
-/// Softmax over the last dimension, in f32, from differentiable ops.
-pub fn softmax(x: &Tensor) -> candle_core::Result<Tensor> {
-    let dtype = x.dtype();
-    let x32 = x.to_dtype(DType::F32)?;
-    let max = x32.max_keepdim(D::Minus1)?.detach();
-    let e = x32.broadcast_sub(&max)?.exp()?;
-    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-    p.to_dtype(dtype)
 }
 
 fn rotate_half(x: &Tensor) -> candle_core::Result<Tensor> {
@@ -98,31 +64,26 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Ten
     x.broadcast_mul(cos)? + rotate_half(x)?.broadcast_mul(sin)?
 }
 
-/// Additive causal mask (s, total) for queries at positions pos..pos+s.
-fn causal_mask(pos: usize, s: usize, total: usize, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
-    let m: Vec<f32> = (0..s)
-        .flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-        .collect();
-    Tensor::from_vec(m, (s, total), dev)?.to_dtype(dtype)
-}
-
 impl Llama {
-    /// Builds the model from HF-named tensors (consumed). Every tensor of `cfg` must be there.
-    pub fn new(cfg: &Config, mut t: HashMap<String, Tensor>) -> Result<Self> {
+    /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
+    /// Tensors may be variables (training) or plain (inference).
+    pub fn new(cfg: &Config, mut t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
         let mut take = |name: &str| {
             t.remove(name)
                 .ok_or_else(|| anyhow!("weights lack tensor `{name}`"))
         };
         let embed = take("model.embed_tokens.weight")?;
-        let dtype = embed.dtype();
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("model.layers.{i}");
             let mut lin = |m: &str, bias: bool| -> Result<Linear> {
-                Ok(Linear {
-                    w: take(&format!("{p}.{m}.weight"))?,
-                    b: if bias { Some(take(&format!("{p}.{m}.bias"))?) } else { None },
-                })
+                let w = take(&format!("{p}.{m}.weight"))?;
+                let b = if bias {
+                    Some(take(&format!("{p}.{m}.bias"))?)
+                } else {
+                    None
+                };
+                Ok(Linear::new(w, b))
             };
             let q = lin("self_attn.q_proj", cfg.qkv_bias)?;
             let k = lin("self_attn.k_proj", cfg.qkv_bias)?;
@@ -151,7 +112,7 @@ impl Llama {
         };
         Ok(Llama {
             cfg: cfg.clone(),
-            dtype,
+            compute,
             embed,
             layers,
             norm,
@@ -163,56 +124,41 @@ impl Llama {
         &self.cfg
     }
 
+    /// The compute dtype (also the KV cache dtype).
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.compute
     }
 
     pub fn device(&self) -> &Device {
         self.embed.device()
     }
 
-    fn attention(
+    fn block(
         &self,
-        l: &Layer,
+        i: usize,
         x: &Tensor,
-        layer: usize,
         pos: usize,
         rope: &(Tensor, Tensor),
         cache: Option<&mut KvCache>,
     ) -> candle_core::Result<Tensor> {
-        let c = &self.cfg;
-        let (b, s, _) = x.dims3()?;
-        let (h, kvh, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let heads = |t: Tensor, n: usize| t.reshape((b, s, n, hd))?.transpose(1, 2)?.contiguous();
-        let q = apply_rope(&heads(l.q.forward(x)?, h)?, &rope.0, &rope.1)?;
-        let k = apply_rope(&heads(l.k.forward(x)?, kvh)?, &rope.0, &rope.1)?;
-        let v = heads(l.v.forward(x)?, kvh)?;
+        let (c, l) = (&self.cfg, &self.layers[i]);
+        let h = rms_norm(x, &l.input_norm, c.norm_eps)?;
+        let q = apply_rope(&split_heads(&l.q.forward(&h)?, c.num_heads)?, &rope.0, &rope.1)?;
+        let k = apply_rope(&split_heads(&l.k.forward(&h)?, c.num_kv_heads)?, &rope.0, &rope.1)?;
+        let v = split_heads(&l.v.forward(&h)?, c.num_kv_heads)?;
         let (k, v) = match cache {
-            Some(cache) => cache.append(layer, &k, &v)?,
+            Some(cache) => cache.append(i, &k, &v)?,
             None => (k, v),
         };
-        let total = k.dim(2)?;
-        // GQA without copying K/V: the g query heads that share a KV head become rows.
-        let g = h / kvh;
-        let q = q.reshape((b, kvh, g * s, hd))?;
-        let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
-        let scores = if s > 1 {
-            let mask = causal_mask(pos, s, total, scores.dtype(), x.device())?;
-            scores
-                .reshape((b, kvh, g, s, total))?
-                .broadcast_add(&mask)?
-                .reshape((b, kvh, g * s, total))?
-        } else {
-            scores
-        };
-        let probs = softmax(&scores)?;
-        let out = probs.matmul(&v)?; // (b, kvh, g*s, hd)
-        let out = out
-            .reshape((b, h, s, hd))?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, s, h * hd))?;
-        l.o.forward(&out)
+        let x = (x + l.o.forward(&attention(&q, &k, &v, Some(pos))?)?)?;
+        let h = rms_norm(&x, &l.post_norm, c.norm_eps)?;
+        let m = l.down.forward(&(l.gate.forward(&h)?.silu()? * l.up.forward(&h)?)?)?;
+        x + m
+    }
+
+    fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let x = rms_norm(x, &self.norm, self.cfg.norm_eps)?;
+        Linear::new(self.lm_head.as_ref().unwrap_or(&self.embed).clone(), None).forward(&x)
     }
 
     /// Runs the model on token ids (b, s) at positions pos..pos+s, appending to `cache` when
@@ -225,19 +171,11 @@ impl Llama {
         mut cache: Option<&mut KvCache>,
         last_only: bool,
     ) -> candle_core::Result<Tensor> {
-        let (b, s) = ids.dims2()?;
-        let c = &self.cfg;
-        let rope = rope_tables(c, pos, s, self.dtype, ids.device())?;
-        let mut x = self
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, s, c.hidden_size))?;
-        for (i, l) in self.layers.iter().enumerate() {
-            let a = self.attention(l, &rms_norm(&x, &l.input_norm, c.norm_eps)?, i, pos, &rope, cache.as_deref_mut())?;
-            x = (x + a)?;
-            let hn = rms_norm(&x, &l.post_norm, c.norm_eps)?;
-            let m = l.down.forward(&(l.gate.forward(&hn)?.silu()? * l.up.forward(&hn)?)?)?;
-            x = (x + m)?;
+        let s = ids.dim(1)?;
+        let rope = rope_tables(&self.cfg, pos, s, self.compute, ids.device())?;
+        let mut x = self.embed(ids)?;
+        for i in 0..self.layers.len() {
+            x = self.block(i, &x, pos, &rope, cache.as_deref_mut())?;
         }
         if let Some(cache) = cache {
             cache.advance(s);
@@ -247,12 +185,7 @@ impl Llama {
         } else {
             x
         };
-        let x = rms_norm(&x, &self.norm, c.norm_eps)?;
-        let head = Linear {
-            w: self.lm_head.as_ref().unwrap_or(&self.embed).clone(),
-            b: None,
-        };
-        head.forward(&x)
+        self.head(&x)
     }
 
     /// Greedy next token per sequence from logits (b, s, vocab): (b, 1) u32.
@@ -261,3 +194,38 @@ impl Llama {
         logits.narrow(1, s - 1, 1)?.argmax(D::Minus1)
     }
 }
+
+impl Trainable for Llama {
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Gathers rows in the weights' dtype, then casts (so a mixed policy's embedding
+    /// gradient lands on the f32 variable without casting the whole table).
+    fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, s) = ids.dims2()?;
+        let x = self
+            .embed
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, s, self.cfg.hidden_size))?;
+        if x.dtype() == self.compute {
+            Ok(x)
+        } else {
+            x.to_dtype(self.compute)
+        }
+    }
+
+    fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    fn layer(&self, i: usize, x: &Tensor) -> candle_core::Result<Tensor> {
+        let rope = rope_tables(&self.cfg, 0, x.dim(1)?, self.compute, x.device())?;
+        self.block(i, x, 0, &rope, None)
+    }
+
+    fn loss(&self, x: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+        lm_loss(&self.head(x)?, targets)
+    }
+}
+

@@ -3,14 +3,17 @@ pub mod config;
 pub mod gguf;
 pub mod kv;
 pub mod llama;
+pub mod nn;
 pub mod source;
 pub mod synth;
+pub mod trainable;
 pub mod weights;
 
 pub use config::{Architecture, Config};
 pub use kv::{KvCache, KvKind};
 pub use llama::Llama;
 pub use source::Source;
+pub use trainable::Trainable;
 
 use candle_core::DType;
 

@@ -45,8 +45,12 @@ impl View for &Lazy {
         });
         let bytes: Vec<u8> = match self.dtype {
             DType::F32 => vals.flat_map(f32::to_le_bytes).collect(),
-            DType::F16 => vals.flat_map(|v| half::f16::from_f32(v).to_le_bytes()).collect(),
-            _ => vals.flat_map(|v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+            DType::F16 => vals
+                .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
+                .collect(),
+            _ => vals
+                .flat_map(|v| half::bf16::from_f32(v).to_le_bytes())
+                .collect(),
         };
         Cow::Owned(bytes)
     }
@@ -70,12 +74,8 @@ pub fn write(cfg: &Config, dtype: DType, seed: u64, out: &Path) -> Result<()> {
         })
         .collect();
     let tmp = out.join("model.safetensors.part");
-    safetensors::serialize_to_file(
-        tensors.iter().map(|t| (t.name.clone(), t)),
-        None,
-        &tmp,
-    )
-    .with_context(|| format!("writing {}", tmp.display()))?;
+    safetensors::serialize_to_file(tensors.iter().map(|t| (t.name.clone(), t)), None, &tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::write(
         out.join("config.json"),
         serde_json::to_string_pretty(&cfg.to_hf_json())?,

@@ -30,7 +30,10 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
         let mut shards = BTreeSet::new();
         for (tensor, file) in map {
             let f = file.as_str().ok_or_else(|| {
-                bad_file(&index, format!("weight_map entry `{tensor}` is not a file name"))
+                bad_file(
+                    &index,
+                    format!("weight_map entry `{tensor}` is not a file name"),
+                )
             })?;
             shards.insert(f.to_string());
         }
@@ -38,7 +41,10 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
         for s in shards {
             let p = dir.join(&s);
             if !p.exists() {
-                return Err(bad_file(&index, format!("shard `{s}` named by weight_map does not exist")));
+                return Err(bad_file(
+                    &index,
+                    format!("shard `{s}` named by weight_map does not exist"),
+                ));
             }
             files.push(p);
         }
@@ -98,7 +104,11 @@ pub fn load_safetensors(
         let t = st
             .load(name, device)
             .map_err(|e| bad_file(first, format!("reading tensor `{name}`: {e}")))?;
-        let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
+        let t = if t.dtype() == dtype {
+            t
+        } else {
+            t.to_dtype(dtype)?
+        };
         out.insert(name.clone(), t);
         progress(i + 1, shapes.len());
     }
@@ -108,11 +118,16 @@ pub fn load_safetensors(
 /// Rejects a truncated file or a corrupt header length with a message naming the file.
 fn check_header(path: &Path) -> Result<()> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| bad_file(path, format!("cannot open: {e}")))?;
+    let mut f =
+        std::fs::File::open(path).map_err(|e| bad_file(path, format!("cannot open: {e}")))?;
     let len = f.metadata()?.len();
     let mut n = [0u8; 8];
-    f.read_exact(&mut n)
-        .map_err(|_| bad_file(path, "truncated safetensors file: shorter than its 8-byte header length"))?;
+    f.read_exact(&mut n).map_err(|_| {
+        bad_file(
+            path,
+            "truncated safetensors file: shorter than its 8-byte header length",
+        )
+    })?;
     let n = u64::from_le_bytes(n);
     if n > len.saturating_sub(8) {
         return Err(bad_file(

@@ -54,7 +54,14 @@ pub fn run(
     let base = meter.start()?;
     let t0 = Instant::now();
     let ids = prompt_ids(model, p.batch, p.prompt_len, 42)?;
-    let mut cache = KvCache::new(p.kv, model.config(), p.batch, p.context, model.dtype(), &dev)?;
+    let mut cache = KvCache::new(
+        p.kv,
+        model.config(),
+        p.batch,
+        p.context,
+        model.dtype(),
+        &dev,
+    )?;
     let mut next = Llama::argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
     drop(ids);
     let prefill = meter.finish(base)?;
@@ -77,7 +84,7 @@ pub fn run(
         let (base, t0) = window.expect("opened above");
         let pos = cache.len();
         next = Llama::argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
-        if t % p.decode_every == 0 || t == p.decode_steps {
+        if t.is_multiple_of(p.decode_every) || t == p.decode_steps {
             let mem = meter.finish(base)?;
             window = None;
             total = PhaseMemory::span(&total, &[mem]);

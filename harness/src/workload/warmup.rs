@@ -10,7 +10,9 @@ pub fn device(dev: &Device, dtype: DType) -> Result<()> {
     let b = Tensor::randn(0f32, 1.0, (256, 64), dev)?.to_dtype(dtype)?;
     let c = a.matmul(&b)?;
     let c = Tensor::cat(&[&c, &c], 1)?.to_dtype(DType::F32)?;
-    let _ = crate::model::llama::softmax(&c)?.sum_all()?.to_scalar::<f32>()?;
+    let _ = crate::model::nn::softmax(&c)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
     Ok(())
 }
 

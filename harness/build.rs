@@ -27,9 +27,15 @@ fn main() {
         }
         "unknown".to_string()
     };
-    println!("cargo:rustc-env=VRAMLAB_GIT_REV={git}{}", if dirty { "-dirty" } else { "" });
+    println!(
+        "cargo:rustc-env=VRAMLAB_GIT_REV={git}{}",
+        if dirty { "-dirty" } else { "" }
+    );
     println!("cargo:rustc-env=VRAMLAB_RUSTC={rustc}");
-    println!("cargo:rustc-env=VRAMLAB_CANDLE={}", version_of("candle-core"));
+    println!(
+        "cargo:rustc-env=VRAMLAB_CANDLE={}",
+        version_of("candle-core")
+    );
     println!("cargo:rustc-env=VRAMLAB_CUDARC={}", version_of("cudarc"));
     println!("cargo:rerun-if-changed=../Cargo.lock");
     println!("cargo:rerun-if-changed=../.git/HEAD");

@@ -23,4 +23,9 @@ pub enum Command {
     SynthWeights(crate::cmd::synth_weights::Args),
     /// Greedy-decode from token ids (checks a model implementation).
     Generate(crate::cmd::generate::Args),
+    /// Fit per-group constants (NNLS) on calibration CSVs; report held-out error.
+    Fit(crate::cmd::fit::Args),
+    /// Estimate the memory of a configuration, the smallest GPU that fits it, and the largest
+    /// batch and context that fit a given GPU.
+    Estimate(crate::cmd::estimate::Args),
 }

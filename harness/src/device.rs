@@ -1,11 +1,20 @@
 //! `--device` parsing: `cpu` or `cuda:N`, and the meter that goes with it.
 use crate::error::InputError;
+use crate::meter::pool::PoolRelease;
 use crate::meter::{cpu::CpuMeter, Meter};
 use anyhow::Result;
 use candle_core::Device;
+use serde::Serialize;
 
-/// The device and meter for a `--device` string. Created once per process.
+/// The device and meter for a `--device` string, with the pool kept (`pool_release = "keep"`).
+/// Created once per process.
 pub fn open(spec: &str) -> Result<(Device, Box<dyn Meter>)> {
+    open_with(spec, PoolRelease::default())
+}
+
+/// The device and meter for a `--device` string; `release` sets a CUDA pool's release
+/// threshold (ignored on CPU).
+pub fn open_with(spec: &str, release: PoolRelease) -> Result<(Device, Box<dyn Meter>)> {
     match spec {
         "cpu" => Ok((Device::Cpu, Box::new(CpuMeter::new()))),
         s if s.starts_with("cuda") => {
@@ -13,20 +22,145 @@ pub fn open(spec: &str) -> Result<(Device, Box<dyn Meter>)> {
                 .strip_prefix("cuda:")
                 .unwrap_or("0")
                 .parse::<usize>()
-                .map_err(|_| InputError::arg(format!("bad device `{s}` (expected cpu or cuda:N)")))?;
-            Err(InputError::arg(format!(
-                "device cuda:{ordinal}: this vramlab was built without CUDA support (rebuild with `--features cuda`)"
-            ))
-            .into())
+                .map_err(|_| {
+                    InputError::arg(format!("bad device `{s}` (expected cpu or cuda:N)"))
+                })?;
+            open_cuda(ordinal, release)
         }
-        other => Err(InputError::arg(format!("bad device `{other}` (expected cpu or cuda:N)")).into()),
+        other => {
+            Err(InputError::arg(format!("bad device `{other}` (expected cpu or cuda:N)")).into())
+        }
     }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(ordinal: usize, _release: PoolRelease) -> Result<(Device, Box<dyn Meter>)> {
+    Err(InputError::arg(format!(
+        "device cuda:{ordinal}: this vramlab was built without CUDA support (rebuild with `--features cuda`)"
+    ))
+    .into())
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda(ordinal: usize, release: PoolRelease) -> Result<(Device, Box<dyn Meter>)> {
+    let device = cuda_device(ordinal)?;
+    let meter = crate::meter::cuda::cuda_meter(device.as_cuda_device()?, release)
+        .map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot read the memory pool: {e:#}"))?;
+    Ok((device, Box::new(meter)))
+}
+
+/// The candle device for `cuda:N`, created on first use and shared after: `Device::new_cuda`
+/// makes a cuBLAS handle and a cuRAND generator, so it is made once per process.
+#[cfg(feature = "cuda")]
+pub fn cuda_device(ordinal: usize) -> Result<Device> {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+    static DEVICES: OnceLock<Mutex<BTreeMap<usize, Device>>> = OnceLock::new();
+    let mut map = DEVICES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = map.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    // Ask the driver first: its error is a code without candle's backtrace.
+    use candle_core::cuda_backend::cudarc::driver::CudaContext;
+    let no_device = |why: String| anyhow::anyhow!("cuda:{ordinal}: no CUDA device ({why})");
+    let count =
+        CudaContext::device_count().map_err(|e| no_device(crate::meter::cuda::describe(&e)))?;
+    if ordinal as i64 >= count as i64 {
+        return Err(no_device(format!("the driver sees {count} device(s)")));
+    }
+    let dev = Device::new_cuda(ordinal).map_err(|e| {
+        // candle appends a backtrace on further lines when RUST_BACKTRACE is set.
+        let first = e.to_string().lines().next().unwrap_or_default().to_string();
+        no_device(first)
+    })?;
+    map.insert(ordinal, dev.clone());
+    Ok(dev)
 }
 
 /// A human name of the device for the `device_name` column.
 pub fn name(dev: &Device) -> String {
     match dev {
         Device::Cpu => crate::export::manifest::cpu_name(),
-        other => format!("{other:?}"),
+        other => match gpu_facts(other) {
+            Some(f) => f.name,
+            None => format!("{other:?}"),
+        },
+    }
+}
+
+/// What the manifest records about a GPU (issue 5): `versions.cuda_driver`,
+/// `versions.cuda_runtime`, and the rest under a `gpu` object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GpuFacts {
+    pub name: String,
+    pub total_memory: u64,
+    /// The kernel module's version where readable, and the CUDA version the driver supports:
+    /// `580.65.06 (CUDA 13.0)`.
+    pub driver_version: String,
+    /// `cudaRuntimeGetVersion` of the libcudart loaded: `13.0`.
+    pub runtime_version: String,
+    /// `9.0` on an H100/H200.
+    pub compute_capability: String,
+    /// Whether candle allocates through the pool (`cuMemAllocAsync`).
+    pub async_alloc: bool,
+}
+
+/// The GPU facts of a CUDA device; None on CPU (or if the driver will not say).
+pub fn gpu_facts(dev: &Device) -> Option<GpuFacts> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = dev {
+        return crate::meter::cuda::facts(d).ok();
+    }
+    let _ = dev;
+    None
+}
+
+/// Whether an error is a device out-of-memory (`CUDA_ERROR_OUT_OF_MEMORY` from the driver, or
+/// cuBLAS's allocation failure), so that a sweep records `status = oom` and goes on. candle's
+/// errors do not carry the requested size.
+pub fn is_oom(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        let s = e.to_string();
+        s.contains("CUDA_ERROR_OUT_OF_MEMORY") || s.contains("CUBLAS_STATUS_ALLOC_FAILED")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_opens_and_has_no_gpu_facts() {
+        let (dev, meter) = open("cpu").unwrap();
+        assert!(dev.is_cpu());
+        assert_eq!(meter.kind(), "cpu-alloc");
+        assert_eq!(gpu_facts(&dev), None);
+    }
+
+    #[test]
+    fn bad_devices_are_input_errors() {
+        for s in ["gpu", "cuda:x", "cuda:-1"] {
+            let e = open(s).err().unwrap();
+            assert_eq!(crate::error::exit_code(&e), 2, "{s}");
+        }
+    }
+
+    #[test]
+    fn oom_is_recognized_through_the_chain() {
+        let e = anyhow::anyhow!("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")")
+            .context("prefill");
+        assert!(is_oom(&e));
+        assert!(!is_oom(&anyhow::anyhow!("shape mismatch")));
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_says_so() {
+        let e = open_with("cuda:1", PoolRelease::Release).err().unwrap();
+        assert!(e.to_string().contains("built without CUDA support"), "{e}");
+        assert_eq!(crate::error::exit_code(&e), 2);
     }
 }

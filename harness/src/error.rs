@@ -31,7 +31,10 @@ pub fn bad_file(path: impl AsRef<Path>, msg: impl std::fmt::Display) -> anyhow::
 
 /// Exit code for an error: 2 for bad input, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.downcast_ref::<InputError>().is_some()) {
+    if err
+        .chain()
+        .any(|e| e.downcast_ref::<InputError>().is_some())
+    {
         2
     } else {
         1
@@ -42,7 +45,11 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for e in err.chain() {
-        let s = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        let s = e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         if !parts.iter().any(|p| p.contains(&s)) {
             parts.push(s);
         }

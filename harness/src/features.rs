@@ -55,6 +55,51 @@ pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Fe
     }
 }
 
+/// What [`train`] needs to know about a training point.
+#[derive(Clone, Copy, Debug)]
+pub struct TrainShape {
+    pub batch: usize,
+    pub seq: usize,
+    /// Bytes of the variables (weights, gradients, optimizer state).
+    pub weight_bytes: usize,
+    /// Bytes of the compute dtype (activations).
+    pub compute_bytes: usize,
+    pub adamw: bool,
+    pub frozen_embeddings: bool,
+}
+
+/// Parameters the optimizer updates.
+pub fn trainable_params(cfg: &Config, frozen_embeddings: bool) -> u64 {
+    cfg.tensor_shapes()
+        .iter()
+        .filter(|(n, _)| !(frozen_embeddings && crate::model::is_embedding(n)))
+        .map(|(_, s)| s.iter().product::<usize>() as u64)
+        .sum()
+}
+
+/// Features of a training phase (the same for each of a step's phases, except `load`).
+pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
+    let weight_bytes = cfg.param_count() * p.weight_bytes as u64;
+    if phase == Phase::Load {
+        return Features {
+            weight_bytes,
+            ..Default::default()
+        };
+    }
+    let (b, s, c) = (p.batch as u64, p.seq as u64, p.compute_bytes as u64);
+    Features {
+        weight_bytes,
+        kv_bytes: 0,
+        act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * c,
+        logits_bytes: b * s * cfg.vocab_size as u64 * c,
+        optimizer_bytes: if p.adamw {
+            2 * trainable_params(cfg, p.frozen_embeddings) * p.weight_bytes as u64
+        } else {
+            0
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,7 +107,7 @@ mod tests {
     fn cfg() -> Config {
         let v = serde_json::json!({"model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
             "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
-            "num_key_value_heads": 3, "max_position_embeddings": 8192});
+            "num_key_value_heads": 3, "max_position_embeddings": 8192, "tie_word_embeddings": true});
         Config::from_json(std::path::Path::new("c"), &v).unwrap()
     }
 
@@ -81,9 +126,44 @@ mod tests {
         assert_eq!(f.kv_bytes, 46_080 * 128 * 2);
         assert_eq!(f.act_bytes, 2 * 100 * 576 * 30 * 4);
         assert_eq!(f.logits_bytes, 2 * 49_152 * 4);
-        let g = infer(&c, &InferShape { kv: KvKind::Growing, ..shape }, Phase::Decode, 107);
+        let g = infer(
+            &c,
+            &InferShape {
+                kv: KvKind::Growing,
+                ..shape
+            },
+            Phase::Decode,
+            107,
+        );
         assert_eq!(g.kv_bytes, 46_080 * 107 * 2);
         assert_eq!(g.act_bytes, 2 * 576 * 30 * 4);
         assert_eq!(infer(&c, &shape, Phase::Load, 0).kv_bytes, 0);
+    }
+
+    #[test]
+    fn training_features_by_hand() {
+        let c = cfg();
+        let t = TrainShape {
+            batch: 2,
+            seq: 64,
+            weight_bytes: 4,
+            compute_bytes: 2,
+            adamw: true,
+            frozen_embeddings: false,
+        };
+        let f = train(&c, &t, Phase::Backward);
+        assert_eq!(f.optimizer_bytes, 2 * 134_515_008 * 4);
+        assert_eq!(f.logits_bytes, 2 * 64 * 49_152 * 2);
+        let frozen = train(
+            &c,
+            &TrainShape {
+                frozen_embeddings: true,
+                ..t
+            },
+            Phase::Backward,
+        );
+        assert_eq!(frozen.optimizer_bytes, 2 * (134_515_008 - 49_152 * 576) * 4);
+        let sgd = train(&c, &TrainShape { adamw: false, ..t }, Phase::Optimizer);
+        assert_eq!(sgd.optimizer_bytes, 0);
     }
 }

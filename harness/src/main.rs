@@ -4,11 +4,18 @@ use vramlab::cmd;
 use vramlab::error::{exit_code, one_line};
 
 fn main() {
+    // Die quietly on a closed pipe (`vramlab ... | head`) instead of panicking in println!.
+    // SAFETY: resetting a signal disposition to its default at startup, before any threads.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Sweep(a) => cmd::sweep::run(a),
         Command::SynthWeights(a) => cmd::synth_weights::run(a),
         Command::Generate(a) => cmd::generate::run(a),
+        Command::Fit(a) => cmd::fit::run(a),
+        Command::Estimate(a) => cmd::estimate::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

@@ -5,12 +5,16 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
     Load,
     Prefill,
     Decode,
     Total,
+    Forward,
+    Backward,
+    Optimizer,
+    StepTotal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +94,8 @@ impl Record {
 /// The column names, in order, as `vramlab sweep` writes them.
 pub fn columns() -> Vec<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.serialize(Record::default()).expect("serializing a default record");
+    w.serialize(Record::default())
+        .expect("serializing a default record");
     let bytes = w.into_inner().expect("in-memory writer");
     let text = String::from_utf8(bytes).expect("utf-8");
     text.lines()
@@ -118,10 +123,7 @@ phase, step, kv_tokens,
 baseline_allocated, peak_allocated, end_allocated, baseline_reserved, peak_reserved, device_used, non_pool,
 feature_weight_bytes, feature_kv_bytes, feature_act_bytes, feature_logits_bytes, feature_optimizer_bytes,
 elapsed_ms, status, message";
-        let want: Vec<String> = expected
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect();
+        let want: Vec<String> = expected.split(',').map(|s| s.trim().to_string()).collect();
         assert_eq!(columns(), want);
     }
 }

@@ -3,14 +3,15 @@
 use crate::export::Exporter;
 use crate::features::{self, InferShape};
 use crate::meter::{measure, Meter};
-use crate::model::{weights, Config, Llama, Source};
+use crate::model::{build_trainable, is_embedding, weights, Config, Llama, Source, Trainable};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
-use crate::scenario::Point;
-use crate::workload::{inference, warmup};
+use crate::scenario::{Mode, Point};
+use crate::workload::inference::{self, PhaseResult};
+use crate::workload::{training, warmup};
 use anyhow::Result;
-use candle_core::Device;
+use candle_core::{Device, Tensor, Var};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Fields shared by every record of a run.
 #[derive(Clone, Debug, Default)]
@@ -56,6 +57,7 @@ fn progress_bar(len: usize) -> ProgressBar {
 impl Runner<'_> {
     fn base_record(&self, p: &Point, prep: &Prepared) -> Record {
         let c = &self.ctx;
+        let train = p.mode == Mode::Train;
         Record {
             schema_version: SCHEMA_VERSION,
             run_id: c.run_id.clone(),
@@ -76,13 +78,28 @@ impl Runner<'_> {
             precision: p.precision.as_str().into(),
             batch: p.batch as u64,
             context: p.context as u64,
-            prompt_len: Some(p.prompt_len as u64),
-            decode_steps: Some(p.decode_steps as u64),
-            kv_cache: p.kv_cache.as_str().into(),
-            optimizer: "none".into(),
-            checkpointing: String::new(),
-            grad_accum: None,
-            trainable: String::new(),
+            prompt_len: (!train).then_some(p.prompt_len as u64),
+            decode_steps: (!train).then_some(p.decode_steps as u64),
+            kv_cache: if train { "" } else { p.kv_cache.as_str() }.into(),
+            optimizer: if train {
+                p.train.optimizer.as_str()
+            } else {
+                "none"
+            }
+            .into(),
+            checkpointing: if train {
+                p.train.checkpointing.as_str()
+            } else {
+                ""
+            }
+            .into(),
+            grad_accum: train.then_some(p.train.grad_accum as u64),
+            trainable: if train {
+                p.train.trainable.as_str()
+            } else {
+                ""
+            }
+            .into(),
             kernels: "reference".into(),
             pool_release: String::new(),
             scenario_hash: c.scenario_hash.clone(),
@@ -91,8 +108,8 @@ impl Runner<'_> {
         }
     }
 
-    /// Runs `points` (grouped by model and precision, as `scenario::expand` orders them).
-    /// Returns the count of points per status.
+    /// Runs `points` (grouped by model, precision and mode, as `scenario::expand` orders
+    /// them). Returns the count of points per status.
     pub fn run(
         &mut self,
         points: &[Point],
@@ -105,42 +122,66 @@ impl Runner<'_> {
             ["ok", "error"].iter().map(|k| (k.to_string(), 0)).collect();
         let mut i = 0;
         while i < points.len() {
-            let (src, prec) = (&points[i].source, points[i].precision);
+            let first = &points[i];
             let n = points[i..]
                 .iter()
-                .take_while(|p| &p.source == src && p.precision == prec)
+                .take_while(|p| {
+                    p.source == first.source
+                        && p.precision == first.precision
+                        && p.mode == first.mode
+                })
                 .count();
             let group = &points[i..i + n];
             i += n;
-            let prep = &models[src];
-            let dtype = prec.dtype();
-            warmup::device(&self.device, dtype)?;
+            let prep = &models[&first.source];
+            let dtype = first.precision.dtype();
+            warmup::device(&self.device, first.precision.compute_dtype())?;
             if let Source::Synthetic(_) = prep.source {
-                bar.set_message(format!(
-                    "writing synthetic weights for {}",
-                    group[0].model_id
-                ));
+                bar.set_message(format!("writing synthetic weights for {}", first.model_id));
                 crate::model::synth::materialize(&prep.source, &prep.config, dtype)?;
             }
-            bar.set_message(format!("loading {} ({})", group[0].model_id, prec.as_str()));
+            bar.set_message(format!(
+                "loading {} ({})",
+                first.model_id,
+                first.precision.as_str()
+            ));
             let device = self.device.clone();
-            let (model, load_mem, load_ms) = measure(self.meter.as_mut(), || {
+            let train = first.mode == Mode::Train;
+            let (loaded, load_mem, load_ms) = measure(self.meter.as_mut(), || {
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
-                Llama::new(&prep.config, t, dtype)
+                Ok(if train {
+                    Loaded::Vars(to_vars(t)?)
+                } else {
+                    Loaded::Model(Llama::new(
+                        &prep.config,
+                        t,
+                        first.precision.compute_dtype(),
+                    )?)
+                })
             })?;
-            warmup::model(&model, group.iter().map(|p| p.batch).min().unwrap_or(1))?;
+            match &loaded {
+                Loaded::Model(m) => {
+                    warmup::model(m, group.iter().map(|p| p.batch).min().unwrap_or(1))?
+                }
+                Loaded::Vars(v) => warmup::training(
+                    &prep.config,
+                    v,
+                    first.precision.compute_dtype(),
+                    (first.batch / first.train.grad_accum.max(1), first.context),
+                )?,
+            }
             for p in group {
                 bar.set_message(p.id.clone());
-                let shape = InferShape {
-                    batch: p.batch,
-                    context: p.context,
-                    prompt_len: p.prompt_len,
-                    kv: p.kv_cache,
-                    dtype_bytes: dtype.size_in_bytes(),
-                };
                 let base = self.base_record(p, prep);
+                let features = |phase: Phase, kv_tokens: usize| -> features::Features {
+                    if train {
+                        features::train(&prep.config, &train_shape(p), phase)
+                    } else {
+                        features::infer(&prep.config, &infer_shape(p), phase, kv_tokens)
+                    }
+                };
                 let row = |phase: Phase, kv_tokens: usize| {
-                    let f = features::infer(&prep.config, &shape, phase, kv_tokens);
+                    let f = features(phase, kv_tokens);
                     Record {
                         phase: Some(phase),
                         feature_weight_bytes: Some(f.weight_bytes),
@@ -156,30 +197,43 @@ impl Runner<'_> {
                 load.elapsed_ms = Some(load_ms);
                 load.status = Some(Status::Ok);
                 load.message =
-                    "weights loaded once per (model, precision); shared by the group".into();
+                    "weights loaded once per (model, precision, mode); shared by the group".into();
                 self.exporter.write(&load)?;
                 drop(load);
 
-                let spec = inference::InferSpec {
-                    batch: p.batch,
-                    context: p.context,
-                    prompt_len: p.prompt_len,
-                    decode_steps: p.decode_steps,
-                    decode_every: p.decode_every,
-                    kv: p.kv_cache,
-                };
                 let exporter = &mut *self.exporter;
-                let mut last_phase = Phase::Prefill;
-                let res = inference::run(&model, &spec, self.meter.as_mut(), &mut |r| {
+                let mut last_phase = if train {
+                    Phase::Forward
+                } else {
+                    Phase::Prefill
+                };
+                let mut emit = |r: PhaseResult, loss: Option<f32>| {
                     let mut rec = row(r.phase, r.kv_tokens as usize);
                     rec.step = r.step;
-                    rec.kv_tokens = Some(r.kv_tokens);
+                    if !train {
+                        rec.kv_tokens = Some(r.kv_tokens);
+                    }
+                    if let Some(l) = loss {
+                        rec.message = format!("loss={l:.6}");
+                    }
                     rec.set_memory(&r.mem);
                     rec.elapsed_ms = Some(r.elapsed_ms);
                     rec.status = Some(Status::Ok);
                     last_phase = r.phase;
                     exporter.write(&rec)
-                });
+                };
+                let res = match &loaded {
+                    Loaded::Model(model) => {
+                        inference::run(model, &infer_spec(p), self.meter.as_mut(), &mut |r| {
+                            emit(r, None)
+                        })
+                    }
+                    Loaded::Vars(vars) => {
+                        run_training(&prep.config, vars, p, self.meter.as_mut(), &mut |r, l| {
+                            emit(r, Some(l))
+                        })
+                    }
+                };
                 let status = match res {
                     Ok(()) => "ok",
                     Err(e) => {
@@ -194,10 +248,104 @@ impl Runner<'_> {
                 *counts.get_mut(status).expect("pre-filled") += 1;
                 bar.inc(1);
             }
-            drop(model);
+            drop(loaded);
         }
         bar.finish_and_clear();
         counts.retain(|_, n| *n > 0);
         Ok(counts)
+    }
+}
+
+/// What a group loads: a ready inference model, or the weights as training variables.
+enum Loaded {
+    Model(Llama),
+    Vars(Vec<(String, Var)>),
+}
+
+/// Turns loaded tensors into variables (each is copied once; the copy is a load transient).
+pub fn to_vars(t: HashMap<String, Tensor>) -> Result<Vec<(String, Var)>> {
+    let mut names: Vec<String> = t.keys().cloned().collect();
+    names.sort();
+    let mut t = t;
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let tensor = t.remove(&n).expect("listed above");
+        out.push((n, Var::from_tensor(&tensor)?));
+    }
+    Ok(out)
+}
+
+/// The model of one training point: frozen tensors are detached views of their variable
+/// (same storage, no gradient); returns the model and the trainable variables.
+pub fn trainable_model(
+    cfg: &Config,
+    vars: &[(String, Var)],
+    frozen_embeddings: bool,
+    compute: candle_core::DType,
+) -> Result<(Box<dyn Trainable>, Vec<Var>)> {
+    let mut tensors = HashMap::with_capacity(vars.len());
+    let mut trainable = Vec::with_capacity(vars.len());
+    for (n, v) in vars {
+        if frozen_embeddings && is_embedding(n) {
+            tensors.insert(n.clone(), v.as_tensor().detach());
+        } else {
+            tensors.insert(n.clone(), v.as_tensor().clone());
+            trainable.push(v.clone());
+        }
+    }
+    Ok((build_trainable(cfg, tensors, compute)?, trainable))
+}
+
+fn run_training(
+    cfg: &Config,
+    vars: &[(String, Var)],
+    p: &Point,
+    meter: &mut dyn Meter,
+    emit: &mut dyn FnMut(PhaseResult, f32) -> Result<()>,
+) -> Result<()> {
+    let frozen = p.train.trainable == crate::scenario::spec::Trainable::FrozenEmbeddings;
+    let (model, trainable) = trainable_model(cfg, vars, frozen, p.precision.compute_dtype())?;
+    let spec = training::TrainSpec {
+        batch: p.batch,
+        seq: p.context,
+        optimizer: p.train.optimizer,
+        checkpointing: p.train.checkpointing,
+        grad_accum: p.train.grad_accum,
+        steps: p.train.steps,
+        lr: p.train.lr,
+    };
+    training::run(model.as_ref(), &trainable, &spec, meter, emit)?;
+    Ok(())
+}
+
+fn infer_shape(p: &Point) -> InferShape {
+    InferShape {
+        batch: p.batch,
+        context: p.context,
+        prompt_len: p.prompt_len,
+        kv: p.kv_cache,
+        dtype_bytes: p.precision.dtype().size_in_bytes(),
+    }
+}
+
+fn infer_spec(p: &Point) -> inference::InferSpec {
+    inference::InferSpec {
+        batch: p.batch,
+        context: p.context,
+        prompt_len: p.prompt_len,
+        decode_steps: p.decode_steps,
+        decode_every: p.decode_every,
+        kv: p.kv_cache,
+    }
+}
+
+fn train_shape(p: &Point) -> features::TrainShape {
+    features::TrainShape {
+        batch: p.batch,
+        seq: p.context,
+        weight_bytes: p.precision.dtype().size_in_bytes(),
+        compute_bytes: p.precision.compute_dtype().size_in_bytes(),
+        adamw: p.train.optimizer == crate::scenario::spec::Optimizer::Adamw,
+        frozen_embeddings: p.train.trainable == crate::scenario::spec::Trainable::FrozenEmbeddings,
     }
 }

@@ -5,7 +5,11 @@ pub const GIB: f64 = (1u64 << 30) as f64;
 
 /// "26.0 GB (24.2 GiB)".
 pub fn gb_gib(bytes: u64) -> String {
-    format!("{:.1} GB ({:.1} GiB)", bytes as f64 / GB, bytes as f64 / GIB)
+    format!(
+        "{:.1} GB ({:.1} GiB)",
+        bytes as f64 / GB,
+        bytes as f64 / GIB
+    )
 }
 
 /// Decimal gigabytes with three decimals, for tables.

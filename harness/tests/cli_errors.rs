@@ -29,7 +29,10 @@ fn fails_with(text: &str, needle: &str) {
 
 #[test]
 fn unknown_key_names_line_and_key() {
-    fails_with(&GOOD.replace("batch = [1]", "batch = [1]\nbatchsize = 3"), "line 8: unknown field `batchsize`");
+    fails_with(
+        &GOOD.replace("batch = [1]", "batch = [1]\nbatchsize = 3"),
+        "line 8: unknown field `batchsize`",
+    );
 }
 
 #[test]
@@ -39,23 +42,35 @@ fn malformed_toml() {
 
 #[test]
 fn wrong_type() {
-    fails_with(&GOOD.replace("batch = [1]", "batch = \"1\""), "line 7: invalid type");
+    fails_with(
+        &GOOD.replace("batch = [1]", "batch = \"1\""),
+        "line 7: invalid type",
+    );
 }
 
 #[test]
 fn zero_batch() {
-    fails_with(&GOOD.replace("batch = [1]", "batch = [0]"), "`batch` must be positive, got 0");
+    fails_with(
+        &GOOD.replace("batch = [1]", "batch = [0]"),
+        "`batch` must be positive, got 0",
+    );
 }
 
 #[test]
 fn missing_model_path() {
-    fails_with(&GOOD.replace("SmolLM2-135M", "NoSuchModel"), "does not exist");
+    fails_with(
+        &GOOD.replace("SmolLM2-135M", "NoSuchModel"),
+        "does not exist",
+    );
 }
 
 #[test]
 fn context_beyond_max_positions() {
     common::smollm2_gguf();
-    fails_with(&GOOD.replace("[64]", "[9000]"), "context 9000 exceeds max_position_embeddings 8192");
+    fails_with(
+        &GOOD.replace("[64]", "[9000]"),
+        "context 9000 exceeds max_position_embeddings 8192",
+    );
 }
 
 #[test]

@@ -18,8 +18,7 @@ fn check(precision: Precision) {
     // "The capital of France is" in SmolLM2's vocabulary.
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(decode(&vocab, &prompt), "The capital of France is");
-    let model =
-        vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision).unwrap();
+    let model = vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision).unwrap();
     let out = vramlab::workload::inference::generate(&model, &prompt, 6).unwrap();
     let text = decode(&vocab, &out);
     assert_eq!(

@@ -54,8 +54,14 @@ fn phase_rows<'a>(point: &str, phase: Phase) -> Vec<&'a Record> {
         .collect()
 }
 
+/// Inference point ids, in order.
 fn points() -> Vec<String> {
-    let mut ids: Vec<String> = run().rows.iter().map(|r| r.point_id.clone()).collect();
+    let mut ids: Vec<String> = run()
+        .rows
+        .iter()
+        .filter(|r| r.mode == "infer")
+        .map(|r| r.point_id.clone())
+        .collect();
     ids.dedup();
     ids
 }
@@ -112,7 +118,10 @@ fn preallocated_kv_is_exact_and_constant() {
             .iter()
             .map(|r| r.end_allocated.unwrap())
             .collect();
-        assert!(ends.iter().all(|&e| e == pre.end_allocated.unwrap()), "{id}: {ends:?}");
+        assert!(
+            ends.iter().all(|&e| e == pre.end_allocated.unwrap()),
+            "{id}: {ends:?}"
+        );
     }
 }
 
@@ -129,15 +138,19 @@ fn growing_kv_grows_by_exactly_one_token_per_step() {
                 bpt * t * pre.batch,
                 "{id} step {t}"
             );
-            assert_eq!(d.feature_kv_bytes, Some(bpt * d.kv_tokens.unwrap() * d.batch));
+            assert_eq!(
+                d.feature_kv_bytes,
+                Some(bpt * d.kv_tokens.unwrap() * d.batch)
+            );
         }
     }
 }
 
 #[test]
 fn repeated_points_have_identical_peaks() {
-    let mut by: HashMap<(String, Option<Phase>, Option<u64>), Vec<(u64, u64)>> = HashMap::new();
-    for r in &run().rows {
+    type Key = (String, Option<Phase>, Option<u64>);
+    let mut by: HashMap<Key, Vec<(u64, u64)>> = HashMap::new();
+    for r in run().rows.iter().filter(|r| r.mode == "infer") {
         let base = r.point_id.rsplit_once('/').unwrap().0.to_string();
         by.entry((base, r.phase, r.step))
             .or_default()
@@ -161,7 +174,12 @@ fn csv_has_the_full_schema_and_roundtrips() {
         assert_eq!(rec.meter, "cpu-alloc");
         assert_eq!(rec.weight_source, "gguf");
         assert_eq!(rec.architecture, "llama");
-        assert!(rec.grad_accum.is_none() && rec.checkpointing.is_empty());
+        if rec.mode == "infer" {
+            assert!(rec.grad_accum.is_none() && rec.checkpointing.is_empty());
+        } else {
+            assert_eq!(rec.grad_accum, Some(1));
+            assert!(rec.kv_cache.is_empty() && rec.prompt_len.is_none());
+        }
     }
     // Write the records again and read them back: identical.
     let p = r.dir.path().join("again.csv");
@@ -177,10 +195,16 @@ fn csv_has_the_full_schema_and_roundtrips() {
     )
     .unwrap();
     assert_eq!(m["scenario_hash"], r.rows[0].scenario_hash.as_str());
-    assert_eq!(m["status_counts"]["ok"], 16);
+    assert_eq!(m["status_counts"]["ok"], 17);
     assert_eq!(m["weights"][0]["bytes"], 98_362_432);
-    assert!(m["scenario_text"].as_str().unwrap().contains("name = \"smoke\""));
-    assert!(m["versions"]["candle"].as_str().unwrap().starts_with("0.11."));
+    assert!(m["scenario_text"]
+        .as_str()
+        .unwrap()
+        .contains("name = \"smoke\""));
+    assert!(m["versions"]["candle"]
+        .as_str()
+        .unwrap()
+        .starts_with("0.11."));
 }
 
 #[test]
@@ -193,4 +217,34 @@ fn summary_table_in_gb_and_gib() {
             .any(|l| l.contains("/f32/b1/") && l.contains("0.538") && l.contains("0.501")),
         "{out}"
     );
+}
+
+#[test]
+fn real_smollm2_training_step_runs_every_phase_and_the_loss_falls() {
+    let train: Vec<&Record> = run().rows.iter().filter(|r| r.mode == "train").collect();
+    let id = "SmolLM2-135M-Instruct.Q4_1/train/f32/b1/c64/adamw/none/ga1/full";
+    assert!(train
+        .iter()
+        .all(|r| r.point_id == id && r.status == Some(Status::Ok)));
+    let losses: Vec<f32> = train
+        .iter()
+        .filter(|r| r.phase == Some(Phase::StepTotal))
+        .map(|r| r.message.strip_prefix("loss=").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 5);
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "{losses:?}");
+    for ph in [
+        Phase::Load,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::Optimizer,
+    ] {
+        assert!(train.iter().any(|r| r.phase == Some(ph)), "{ph:?}");
+    }
+    // AdamW state in f32: m and v, 8 B per parameter, exactly as the feature says.
+    let opt = train
+        .iter()
+        .find(|r| r.phase == Some(Phase::Optimizer) && r.step == Some(1))
+        .unwrap();
+    assert_eq!(opt.feature_optimizer_bytes, Some(2 * SMOLLM2_PARAMS * 4));
 }

@@ -61,8 +61,9 @@ fn synth_weights_then_sharded_index() {
         .stdout(predicates::str::contains(format!("{PARAMS} parameters")));
 
     // Split the single file into two shards plus an index, as HF publishes large models.
-    let all = candle_core::safetensors::load(single.join("model.safetensors"), &candle_core::Device::Cpu)
-        .unwrap();
+    let all =
+        candle_core::safetensors::load(single.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
     let sharded = dir.path().join("sharded");
     std::fs::create_dir_all(&sharded).unwrap();
     std::fs::copy(single.join("config.json"), sharded.join("config.json")).unwrap();
@@ -78,7 +79,10 @@ fn synth_weights_then_sharded_index() {
         };
         map.insert(name, shard.into());
     }
-    for (v, f) in [(a, "model-00001-of-00002.safetensors"), (b, "model-00002-of-00002.safetensors")] {
+    for (v, f) in [
+        (a, "model-00001-of-00002.safetensors"),
+        (b, "model-00002-of-00002.safetensors"),
+    ] {
         let m: std::collections::HashMap<_, _> = v.into_iter().collect();
         candle_core::safetensors::save(&m, sharded.join(f)).unwrap();
     }

@@ -1,4 +1,6 @@
 //! One file per subcommand.
+pub mod estimate;
+pub mod fit;
 pub mod generate;
 pub mod summary;
 pub mod sweep;

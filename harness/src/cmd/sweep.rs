@@ -43,6 +43,17 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
             let config = source.config()?;
             models.insert(p.source.clone(), Prepared { source, config });
         }
+        let arch = models[&p.source].config.architecture;
+        if p.mode == crate::scenario::Mode::Infer && arch != crate::model::Architecture::Llama {
+            return Err(bad_file(
+                path,
+                format!(
+                    "{} is a {} model: inference sweeps support the llama family; use mode = [\"train\"]",
+                    p.model_id,
+                    arch.as_str()
+                ),
+            ));
+        }
         let max = models[&p.source].config.max_position_embeddings;
         if p.context > max {
             return Err(bad_file(
@@ -146,7 +157,10 @@ pub fn run(args: Args) -> Result<()> {
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     eprintln!("{} -> {}", line.join(", "), out.display());
     if counts.get("error").copied().unwrap_or(0) > 0 {
-        anyhow::bail!("some points failed; see the `message` column of {}", out.display());
+        anyhow::bail!(
+            "some points failed; see the `message` column of {}",
+            out.display()
+        );
     }
     Ok(())
 }

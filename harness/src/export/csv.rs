@@ -41,7 +41,8 @@ impl Exporter for CsvExporter {
 
 /// Reads a vramlab CSV back into records, checking the schema version.
 pub fn read(path: &Path) -> Result<Vec<Record>> {
-    let mut rd = csv::Reader::from_path(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    let mut rd =
+        csv::Reader::from_path(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
     let mut out = Vec::new();
     for (i, row) in rd.deserialize::<Record>().enumerate() {
         let r = row.map_err(|e| bad_file(path, format!("row {}: {e}", i + 2)))?;

@@ -54,7 +54,9 @@ impl Host {
             hostname: read("/proc/sys/kernel/hostname").trim().to_string(),
             os: read("/proc/sys/kernel/osrelease").trim().to_string(),
             cpu: cpu_name(),
-            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             mem_total_bytes,
         }
     }

@@ -83,12 +83,19 @@ mod tests {
     #[test]
     fn recovers_non_negative_coefficients() {
         // y = 3 + 2·x1 + 0·x2, exactly.
-        let a = DMatrix::from_row_slice(5, 3, &[
-            1.0, 1.0, 5.0, 1.0, 2.0, 1.0, 1.0, 3.0, 4.0, 1.0, 4.0, 2.0, 1.0, 5.0, 3.0,
-        ]);
+        let a = DMatrix::from_row_slice(
+            5,
+            3,
+            &[
+                1.0, 1.0, 5.0, 1.0, 2.0, 1.0, 1.0, 3.0, 4.0, 1.0, 4.0, 2.0, 1.0, 5.0, 3.0,
+            ],
+        );
         let b = DVector::from_vec(vec![5.0, 7.0, 9.0, 11.0, 13.0]);
         let x = nnls(&a, &b);
-        assert!((x[0] - 3.0).abs() < 1e-9 && (x[1] - 2.0).abs() < 1e-9 && x[2].abs() < 1e-9, "{x}");
+        assert!(
+            (x[0] - 3.0).abs() < 1e-9 && (x[1] - 2.0).abs() < 1e-9 && x[2].abs() < 1e-9,
+            "{x}"
+        );
     }
 
     #[test]

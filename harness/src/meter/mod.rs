@@ -1,6 +1,9 @@
 //! Meters: how a phase's memory is read. Meters know nothing about models.
 pub mod alloc;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod pool;
 
 use anyhow::Result;
 

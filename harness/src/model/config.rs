@@ -289,7 +289,10 @@ impl Config {
         let (d, f) = (self.hidden_size, self.intermediate_size);
         let mut out = vec![
             ("wte.weight".to_string(), vec![self.vocab_size, d]),
-            ("wpe.weight".to_string(), vec![self.max_position_embeddings, d]),
+            (
+                "wpe.weight".to_string(),
+                vec![self.max_position_embeddings, d],
+            ),
         ];
         for i in 0..self.num_layers {
             for (name, shape) in [
@@ -318,9 +321,18 @@ impl Config {
     fn bert_shapes(&self) -> Vec<(String, Vec<usize>)> {
         let (d, f) = (self.hidden_size, self.intermediate_size);
         let mut out = vec![
-            ("embeddings.word_embeddings.weight".to_string(), vec![self.vocab_size, d]),
-            ("embeddings.position_embeddings.weight".to_string(), vec![self.max_position_embeddings, d]),
-            ("embeddings.token_type_embeddings.weight".to_string(), vec![self.type_vocab_size, d]),
+            (
+                "embeddings.word_embeddings.weight".to_string(),
+                vec![self.vocab_size, d],
+            ),
+            (
+                "embeddings.position_embeddings.weight".to_string(),
+                vec![self.max_position_embeddings, d],
+            ),
+            (
+                "embeddings.token_type_embeddings.weight".to_string(),
+                vec![self.type_vocab_size, d],
+            ),
             ("embeddings.LayerNorm.weight".to_string(), vec![d]),
             ("embeddings.LayerNorm.bias".to_string(), vec![d]),
         ];
@@ -462,7 +474,10 @@ mod tests {
         let g = Config::from_json(Path::new("c.json"), &gpt2).unwrap();
         // GPT-2 small: 124,439,808 parameters.
         assert_eq!(g.param_count(), 124_439_808);
-        assert_eq!(Config::from_json(Path::new("c.json"), &g.to_hf_json()).unwrap(), g);
+        assert_eq!(
+            Config::from_json(Path::new("c.json"), &g.to_hf_json()).unwrap(),
+            g
+        );
     }
 
     #[test]

@@ -143,8 +143,16 @@ impl Llama {
     ) -> candle_core::Result<Tensor> {
         let (c, l) = (&self.cfg, &self.layers[i]);
         let h = rms_norm(x, &l.input_norm, c.norm_eps)?;
-        let q = apply_rope(&split_heads(&l.q.forward(&h)?, c.num_heads)?, &rope.0, &rope.1)?;
-        let k = apply_rope(&split_heads(&l.k.forward(&h)?, c.num_kv_heads)?, &rope.0, &rope.1)?;
+        let q = apply_rope(
+            &split_heads(&l.q.forward(&h)?, c.num_heads)?,
+            &rope.0,
+            &rope.1,
+        )?;
+        let k = apply_rope(
+            &split_heads(&l.k.forward(&h)?, c.num_kv_heads)?,
+            &rope.0,
+            &rope.1,
+        )?;
         let v = split_heads(&l.v.forward(&h)?, c.num_kv_heads)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(i, &k, &v)?,
@@ -152,7 +160,9 @@ impl Llama {
         };
         let x = (x + l.o.forward(&attention(&q, &k, &v, Some(pos))?)?)?;
         let h = rms_norm(&x, &l.post_norm, c.norm_eps)?;
-        let m = l.down.forward(&(l.gate.forward(&h)?.silu()? * l.up.forward(&h)?)?)?;
+        let m = l
+            .down
+            .forward(&(l.gate.forward(&h)?.silu()? * l.up.forward(&h)?)?)?;
         x + m
     }
 
@@ -204,10 +214,11 @@ impl Trainable for Llama {
     /// gradient lands on the f32 variable without casting the whole table).
     fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (b, s) = ids.dims2()?;
-        let x = self
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, s, self.cfg.hidden_size))?;
+        let x = self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((
+            b,
+            s,
+            self.cfg.hidden_size,
+        ))?;
         if x.dtype() == self.compute {
             Ok(x)
         } else {
@@ -228,4 +239,3 @@ impl Trainable for Llama {
         lm_loss(&self.head(x)?, targets)
     }
 }
-

@@ -67,7 +67,9 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor
     let mean = x32.mean_keepdim(D::Minus1)?;
     let xc = x32.broadcast_sub(&mean)?;
     let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    let y = xc.broadcast_div(&(var + eps)?.sqrt()?)?.to_dtype(x.dtype())?;
+    let y = xc
+        .broadcast_div(&(var + eps)?.sqrt()?)?
+        .to_dtype(x.dtype())?;
     y.broadcast_mul(&cast_like(w, &y)?)?
         .broadcast_add(&cast_like(b, &y)?)
 }
@@ -82,7 +84,13 @@ pub fn softmax(x: &Tensor) -> Result<Tensor> {
 }
 
 /// Additive causal mask (s, total) for queries at positions pos..pos+s.
-pub fn causal_mask(pos: usize, s: usize, total: usize, dtype: DType, dev: &candle_core::Device) -> Result<Tensor> {
+pub fn causal_mask(
+    pos: usize,
+    s: usize,
+    total: usize,
+    dtype: DType,
+    dev: &candle_core::Device,
+) -> Result<Tensor> {
     let m: Vec<f32> = (0..s)
         .flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
         .collect();
@@ -126,4 +134,15 @@ pub fn lm_loss(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let (b, s, v) = logits.dims3()?;
     let logits = logits.to_dtype(DType::F32)?.reshape((b * s, v))?;
     candle_nn::loss::cross_entropy(&logits, &targets.flatten_all()?)
+}
+
+/// Rows `ids` (b, s) u32 of an embedding table (V, d) → (b, s, d) in `dtype`. The rows are
+/// gathered in the table's dtype and then cast, so under a mixed policy the gradient lands on
+/// the f32 table without a 16-bit copy of the whole table.
+pub fn embedding(table: &Tensor, ids: &Tensor, dtype: DType) -> Result<Tensor> {
+    let (b, s) = ids.dims2()?;
+    table
+        .index_select(&ids.flatten_all()?, 0)?
+        .reshape((b, s, ()))?
+        .to_dtype(dtype)
 }

@@ -1,12 +1,13 @@
 //! Pure grid expansion: a [`Spec`] → the ordered list of points. Points are ordered model-major,
 //! then precision, so the points that share loaded weights are contiguous.
-use super::spec::{Mode, Precision, Spec};
+use super::spec::{Checkpointing, Mode, Optimizer, Precision, Spec, SweepSpec, Trainable};
 use crate::model::KvKind;
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Point {
-    /// Stable id: `model/mode/precision/bB/cC/kv[/rR]`.
+    /// Stable id: `model/infer/precision/bB/cC/kv[/rR]` or
+    /// `model/train/precision/bB/cC/optimizer/checkpointing/gaN/trainable[/rR]`.
     pub id: String,
     /// The model source string as written in the scenario (before `${VAR}` expansion).
     pub source: String,
@@ -21,6 +22,18 @@ pub struct Point {
     pub decode_every: usize,
     pub kv_cache: KvKind,
     pub repeat: usize,
+    /// Training axes (meaningful when `mode` is train).
+    pub train: TrainAxes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TrainAxes {
+    pub optimizer: Optimizer,
+    pub checkpointing: Checkpointing,
+    pub grad_accum: usize,
+    pub trainable: Trainable,
+    pub steps: usize,
+    pub lr: f64,
 }
 
 /// The model id of a source string, without touching the file system.
@@ -31,22 +44,71 @@ pub fn model_id_of(source: &str) -> String {
 }
 
 pub fn expand(spec: &Spec) -> Vec<Point> {
-    let s = &spec.sweep;
+    spec.sweep
+        .0
+        .iter()
+        .flat_map(|s| expand_one(spec, s))
+        .collect()
+}
+
+fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
+    // The per-mode axes: KV cache kinds for inference; optimizer × checkpointing ×
+    // accumulation × trainable set for training.
+    let infer_axes: Vec<(String, KvKind, Option<TrainAxes>)> = s
+        .kv_cache
+        .iter()
+        .map(|&kv| (kv.as_str().to_string(), kv, None))
+        .collect();
+    let mut train_axes = Vec::new();
+    for &optimizer in &s.optimizer {
+        for &checkpointing in &s.checkpointing {
+            for &n in &s.grad_accum {
+                for &trainable in &s.trainable {
+                    let t = TrainAxes {
+                        optimizer,
+                        checkpointing,
+                        grad_accum: n as usize,
+                        trainable,
+                        steps: s.train_steps,
+                        lr: s.lr,
+                    };
+                    let tag = format!(
+                        "{}/{}/ga{n}/{}",
+                        optimizer.as_str(),
+                        checkpointing.as_str(),
+                        trainable.as_str()
+                    );
+                    train_axes.push((tag, KvKind::Preallocated, Some(t)));
+                }
+            }
+        }
+    }
+    let default_train = TrainAxes {
+        optimizer: Optimizer::Adamw,
+        checkpointing: Checkpointing::None,
+        grad_accum: 1,
+        trainable: Trainable::Full,
+        steps: s.train_steps,
+        lr: s.lr,
+    };
     let mut out = Vec::new();
     for source in spec.model.source.to_vec() {
         let model_id = model_id_of(&source);
         for &precision in &s.precision {
             for &mode in &s.mode {
+                let axes = match mode {
+                    Mode::Infer => &infer_axes,
+                    Mode::Train => &train_axes,
+                };
                 for &batch in &s.batch {
                     for &context in &s.context {
-                        for &kv in &s.kv_cache {
+                        for (tag, kv, train) in axes {
                             for repeat in 0..s.repeats {
                                 let (batch, context) = (batch as usize, context as usize);
                                 let mut id = format!(
-                                    "{model_id}/{}/{}/b{batch}/c{context}/{}",
+                                    "{model_id}/{}/{}/b{batch}/c{context}/{tag}",
                                     mode.as_str(),
                                     precision.as_str(),
-                                    kv.as_str()
                                 );
                                 if s.repeats > 1 {
                                     id.push_str(&format!("/r{repeat}"));
@@ -59,11 +121,14 @@ pub fn expand(spec: &Spec) -> Vec<Point> {
                                     precision,
                                     batch,
                                     context,
-                                    prompt_len: s.prompt_len.unwrap_or(context - s.decode_steps),
+                                    prompt_len: s
+                                        .prompt_len
+                                        .unwrap_or(context.saturating_sub(s.decode_steps)),
                                     decode_steps: s.decode_steps,
                                     decode_every: s.decode_every,
-                                    kv_cache: kv,
+                                    kv_cache: *kv,
                                     repeat,
+                                    train: train.unwrap_or(default_train),
                                 });
                             }
                         }
@@ -112,6 +177,30 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 4);
+    }
+
+    #[test]
+    fn training_axes() {
+        let text = "name = \"t\"\n[model]\nsource = \"hf:/m/M\"\n[sweep]\nmode = [\"infer\", \"train\"]\nprecision = [\"bf16\"]\nbatch = [4]\ncontext = [64]\noptimizer = [\"sgd\", \"adamw\"]\ncheckpointing = [\"none\", \"layer\"]\ngrad_accum = [1, 4]\ntrainable = [\"full\", \"frozen-embeddings\"]\n";
+        let pts = expand(&Spec::parse(Path::new("t.toml"), text).unwrap());
+        assert_eq!(pts.len(), 1 + 16);
+        assert_eq!(pts[0].id, "M/infer/bf16/b4/c64/preallocated");
+        assert_eq!(pts[1].id, "M/train/bf16/b4/c64/sgd/none/ga1/full");
+        assert_eq!(
+            pts[16].id,
+            "M/train/bf16/b4/c64/adamw/layer/ga4/frozen-embeddings"
+        );
+        assert_eq!(pts[16].train.grad_accum, 4);
+        let bad = text.replace("grad_accum = [1, 4]", "grad_accum = [3]");
+        let e = Spec::parse(Path::new("t.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("grad_accum 3 does not divide batch 4"), "{e}");
+        let bad = text.replace("[\"bf16\"]", "[\"mixed-bf16\"]");
+        let e = Spec::parse(Path::new("t.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("training policy"), "{e}");
     }
 
     #[test]

@@ -11,22 +11,28 @@ use std::path::Path;
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Infer,
+    Train,
 }
 
 impl Mode {
     pub fn as_str(&self) -> &'static str {
         match self {
             Mode::Infer => "infer",
+            Mode::Train => "train",
         }
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Precision {
     F32,
     F16,
     Bf16,
+    /// f32 master weights (the variables), bf16 compute (training only).
+    MixedBf16,
+    /// f32 master weights, f16 compute (training only).
+    MixedF16,
 }
 
 impl Precision {
@@ -35,14 +41,76 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
+            Precision::MixedBf16 => "mixed-bf16",
+            Precision::MixedF16 => "mixed-f16",
         }
     }
-    /// The dtype weights are stored in.
+    /// The dtype weights (and, in training, gradients and optimizer state) are stored in.
     pub fn dtype(&self) -> DType {
         match self {
-            Precision::F32 => DType::F32,
+            Precision::F32 | Precision::MixedBf16 | Precision::MixedF16 => DType::F32,
             Precision::F16 => DType::F16,
             Precision::Bf16 => DType::BF16,
+        }
+    }
+    /// The dtype activations are computed in.
+    pub fn compute_dtype(&self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 | Precision::MixedF16 => DType::F16,
+            Precision::Bf16 | Precision::MixedBf16 => DType::BF16,
+        }
+    }
+    pub fn is_mixed(&self) -> bool {
+        matches!(self, Precision::MixedBf16 | Precision::MixedF16)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Sgd,
+    Adamw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpointing {
+    None,
+    /// Keep each layer's input only; recompute the layer in backward.
+    Layer,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trainable {
+    Full,
+    FrozenEmbeddings,
+}
+
+impl Optimizer {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Optimizer::Sgd => "sgd",
+            Optimizer::Adamw => "adamw",
+        }
+    }
+}
+
+impl Checkpointing {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Checkpointing::None => "none",
+            Checkpointing::Layer => "layer",
+        }
+    }
+}
+
+impl Trainable {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Trainable::Full => "full",
+            Trainable::FrozenEmbeddings => "frozen-embeddings",
         }
     }
 }
@@ -83,6 +151,24 @@ fn default_decode_every() -> usize {
 fn default_repeats() -> usize {
     1
 }
+fn default_optimizer() -> Vec<Optimizer> {
+    vec![Optimizer::Adamw]
+}
+fn default_ckpt() -> Vec<Checkpointing> {
+    vec![Checkpointing::None]
+}
+fn default_accum() -> Vec<i64> {
+    vec![1]
+}
+fn default_trainable() -> Vec<Trainable> {
+    vec![Trainable::Full]
+}
+fn default_train_steps() -> usize {
+    1
+}
+fn default_lr() -> f64 {
+    1e-4
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,6 +190,21 @@ pub struct SweepSpec {
     pub decode_every: usize,
     #[serde(default = "default_repeats")]
     pub repeats: usize,
+    // Training axes (mode = "train"); `context` is the training sequence length.
+    #[serde(default = "default_optimizer")]
+    pub optimizer: Vec<Optimizer>,
+    #[serde(default = "default_ckpt")]
+    pub checkpointing: Vec<Checkpointing>,
+    /// Micro-batches per optimizer step; must divide every batch.
+    #[serde(default = "default_accum")]
+    pub grad_accum: Vec<i64>,
+    #[serde(default = "default_trainable")]
+    pub trainable: Vec<Trainable>,
+    /// Optimizer steps per training point (rows for each).
+    #[serde(default = "default_train_steps")]
+    pub train_steps: usize,
+    #[serde(default = "default_lr")]
+    pub lr: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,7 +214,42 @@ pub struct Spec {
     #[serde(default = "default_device")]
     pub device: String,
     pub model: ModelSpec,
-    pub sweep: SweepSpec,
+    /// One `[sweep]` table, or several `[[sweep]]` tables (e.g. one for inference and one for
+    /// training), expanded one after the other.
+    pub sweep: Sweeps,
+}
+
+/// `[sweep]` or `[[sweep]]`: deserialized by hand so that errors inside a table keep their
+/// line and key (serde's untagged enums would replace them with a generic message).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sweeps(pub Vec<SweepSpec>);
+
+impl<'de> Deserialize<'de> for Sweeps {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Sweeps;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a [sweep] table or [[sweep]] tables")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> std::result::Result<Sweeps, A::Error> {
+                let one = SweepSpec::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(Sweeps(vec![one]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                s: A,
+            ) -> std::result::Result<Sweeps, A::Error> {
+                let all =
+                    Vec::<SweepSpec>::deserialize(serde::de::value::SeqAccessDeserializer::new(s))?;
+                Ok(Sweeps(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 fn default_device() -> String {
@@ -146,7 +282,18 @@ impl Spec {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
-        let s = &self.sweep;
+        if self.sweep.0.is_empty() {
+            return Err("no [sweep] table: nothing to run".into());
+        }
+        if self.model.source.to_vec().is_empty() {
+            return Err("[model] `source` is an empty list".into());
+        }
+        self.sweep.0.iter().try_for_each(validate_sweep)
+    }
+}
+
+fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), String> {
+    {
         let nonempty = |key: &str, n: usize| {
             if n == 0 {
                 Err(format!("[sweep] `{key}` is an empty list: nothing to run"))
@@ -159,8 +306,31 @@ impl Spec {
         nonempty("batch", s.batch.len())?;
         nonempty("context", s.context.len())?;
         nonempty("kv_cache", s.kv_cache.len())?;
-        if self.model.source.to_vec().is_empty() {
-            return Err("[model] `source` is an empty list".into());
+        let train = s.mode.contains(&Mode::Train);
+        if train {
+            nonempty("optimizer", s.optimizer.len())?;
+            nonempty("checkpointing", s.checkpointing.len())?;
+            nonempty("grad_accum", s.grad_accum.len())?;
+            nonempty("trainable", s.trainable.len())?;
+            if s.train_steps == 0 {
+                return Err("[sweep] `train_steps` must be at least 1".into());
+            }
+            for &n in &s.grad_accum {
+                if n <= 0 {
+                    return Err(format!("[sweep] `grad_accum` must be positive, got {n}"));
+                }
+                if let Some(b) = s.batch.iter().find(|&&b| b > 0 && b % n != 0) {
+                    return Err(format!("[sweep] grad_accum {n} does not divide batch {b}"));
+                }
+            }
+        }
+        if s.mode.contains(&Mode::Infer) {
+            if let Some(p) = s.precision.iter().find(|p| p.is_mixed()) {
+                return Err(format!(
+                    "[sweep] precision `{}` is a training policy; inference points need f32, f16 or bf16",
+                    p.as_str()
+                ));
+            }
         }
         for &b in &s.batch {
             if b <= 0 {
@@ -171,8 +341,11 @@ impl Spec {
             if c <= 0 {
                 return Err(format!("[sweep] `context` must be positive, got {c}"));
             }
-            let prompt = s.prompt_len.unwrap_or((c as usize).saturating_sub(s.decode_steps));
-            if prompt == 0 || prompt + s.decode_steps > c as usize {
+            let prompt = s
+                .prompt_len
+                .unwrap_or((c as usize).saturating_sub(s.decode_steps));
+            let infer = s.mode.contains(&Mode::Infer);
+            if infer && (prompt == 0 || prompt + s.decode_steps > c as usize) {
                 return Err(format!(
                     "[sweep] context {c} cannot hold prompt_len {prompt} + decode_steps {}",
                     s.decode_steps
@@ -208,15 +381,35 @@ context = [64]
     fn parses_with_defaults() {
         let s = Spec::parse(Path::new("t.toml"), OK).unwrap();
         assert_eq!(s.device, "cpu");
-        assert_eq!(s.sweep.kv_cache, vec![KvKind::Preallocated]);
-        assert_eq!(s.sweep.decode_steps, 16);
+        assert_eq!(s.sweep.0[0].kv_cache, vec![KvKind::Preallocated]);
+        assert_eq!(s.sweep.0[0].decode_steps, 16);
     }
 
     #[test]
     fn unknown_key_names_file_line_key() {
         let bad = OK.replace("context = [64]", "context = [64]\nbogus = 1");
-        let e = Spec::parse(Path::new("s/t.toml"), &bad).unwrap_err().to_string();
-        assert!(e.starts_with("s/t.toml: line 11: unknown field `bogus`"), "{e}");
+        let e = Spec::parse(Path::new("s/t.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("s/t.toml: line 10: unknown field `bogus`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn several_sweep_tables() {
+        let two = OK.replace("[sweep]", "[[sweep]]")
+            + "[[sweep]]\nmode = [\"train\"]\nprecision = [\"mixed-bf16\"]\nbatch = [2]\ncontext = [16]\n";
+        let s = Spec::parse(Path::new("t.toml"), &two).unwrap();
+        assert_eq!(s.sweep.0.len(), 2);
+        assert_eq!(s.sweep.0[1].precision, vec![Precision::MixedBf16]);
+        // Errors inside the second table still name the line and key.
+        let bad = two.replace("context = [16]", "context = [16]\nbogus = 1");
+        let e = Spec::parse(Path::new("t.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 15: unknown field `bogus`"), "{e}");
     }
 
     #[test]

@@ -1,3 +1,4 @@
 //! Workloads: what runs inside measured phases.
 pub mod inference;
+pub mod training;
 pub mod warmup;

@@ -1,0 +1,302 @@
+//! `vramlab estimate`: breakdown, smallest GPU of the catalog, largest batch and context for a
+//! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
+use crate::error::{bad_file, InputError};
+use crate::estimate::{
+    self, gpu_by_name, smallest_gpu, Attention, Breakdown, GpuFit, KvCacheKind, Mode, Optimizer,
+    Precision, Query, Shape, Sharding, CATALOG,
+};
+use crate::fit::Constants;
+use crate::units::{gb, gb_gib, gib};
+use anyhow::Result;
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A preset name (see `harness/presets/`, with or without `presets/`), an HF directory, a
+    /// config.json or a GGUF file.
+    #[arg(long)]
+    pub model: String,
+    #[arg(long, value_enum, default_value = "infer")]
+    pub mode: Mode,
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub precision: Precision,
+    #[arg(long, default_value_t = 1)]
+    pub batch: u64,
+    /// Tokens per sequence (prompt + generated for inference; sequence length for training).
+    #[arg(long, default_value_t = 4096)]
+    pub context: u64,
+    /// Training only.
+    #[arg(long, value_enum, default_value = "adamw")]
+    pub optimizer: Optimizer,
+    /// Training only: activation checkpointing (keep each layer's input, recompute in backward).
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// Fitted constants from `vramlab fit` (default: built-in analytic constants).
+    #[arg(long)]
+    pub constants: Option<PathBuf>,
+    /// A GPU to fit (h100-80, a100-40, l4, h200, mi300x, … or a size such as 48gb).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// GPUs the training job spans.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u64,
+    /// How training state is spread over `--gpus` (ZeRO stages; fsdp = zero3).
+    #[arg(long, value_enum, default_value = "ddp")]
+    pub sharding: Sharding,
+    /// Fraction of GPU memory kept free.
+    #[arg(long, default_value_t = 0.1)]
+    pub headroom: f64,
+    /// Attention kernel: flash never materializes the b·heads·s² scores; eager does.
+    #[arg(long, value_enum, default_value = "flash")]
+    pub attention: Attention,
+    /// Inference KV cache kind (selects the fitted group).
+    #[arg(long, value_enum, default_value = "preallocated")]
+    pub kv_cache: KvCacheKind,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    name: &'static str,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    model: &'a Shape,
+    query: &'a Query,
+    headroom: f64,
+    source: &'a str,
+    breakdown: Vec<Row>,
+    total_bytes: u64,
+    smallest_gpu_gb: Option<u64>,
+    smallest_gpu_examples: Option<&'static str>,
+    gpu: Option<GpuFit>,
+    notes: &'a [String],
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if !(0.0..1.0).contains(&a.headroom) {
+        return Err(
+            InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
+        );
+    }
+    if a.batch == 0 || a.context == 0 || a.gpus == 0 {
+        return Err(InputError::arg("--batch, --context and --gpus must be at least 1").into());
+    }
+    let m = estimate::resolve(&a.model)?;
+    let constants: Option<Constants> = match &a.constants {
+        None => None,
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| bad_file(p, format!("cannot read: {e}")))?;
+            Some(
+                toml::from_str(&text)
+                    .map_err(|e| bad_file(p, format!("not a vramlab constants file: {e}")))?,
+            )
+        }
+    };
+    let q = Query {
+        mode: a.mode,
+        precision: a.precision,
+        batch: a.batch,
+        context: a.context,
+        optimizer: a.optimizer,
+        checkpointing: a.checkpointing,
+        sharding: a.sharding,
+        gpus: a.gpus,
+        attention: a.attention,
+        kv_cache: a.kv_cache,
+    };
+    let gpu = match &a.gpu {
+        None => None,
+        Some(name) => Some(gpu_by_name(name).ok_or_else(|| {
+            let names: Vec<&str> = CATALOG
+                .iter()
+                .flat_map(|c| c.names.iter().copied())
+                .collect();
+            InputError::arg(format!(
+                "unknown --gpu `{name}` (known: {}, or a size like 48gb)",
+                names.join(", ")
+            ))
+        })?),
+    };
+    let e = estimate::estimate(&m, &q, constants.as_ref());
+    let mut notes = Vec::new();
+    if constants.is_some() && e.source == "analytic" {
+        notes.push(match a.mode {
+            Mode::Train => "the constants file has no training groups; analytic training formulas used".to_string(),
+            Mode::Infer => format!(
+                "no fitted `{}/*/{}/infer/{}/total` group in the constants file; analytic constants used",
+                m.architecture,
+                a.precision.as_str(),
+                match a.kv_cache {
+                    KvCacheKind::Preallocated => "preallocated",
+                    KvCacheKind::Growing => "growing",
+                }
+            ),
+        });
+    }
+    if a.context > m.max_position {
+        notes.push(format!(
+            "context {} exceeds the model's max_position_embeddings {}",
+            a.context, m.max_position
+        ));
+    }
+    let total = e.total();
+    let small = smallest_gpu(total, a.headroom);
+    let fit = gpu.map(|(name, bytes)| {
+        estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
+    });
+    if a.json {
+        let report = Report {
+            model: &m,
+            query: &q,
+            headroom: a.headroom,
+            source: &e.source,
+            breakdown: e
+                .rows()
+                .into_iter()
+                .map(|(name, bytes)| Row { name, bytes })
+                .collect(),
+            total_bytes: total,
+            smallest_gpu_gb: small.map(|c| c.gb),
+            smallest_gpu_examples: small.map(|c| c.examples),
+            gpu: fit,
+            notes: &notes,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_text(&m, &q, &e, &a, small, fit.as_ref(), &notes);
+    Ok(())
+}
+
+fn print_text(
+    m: &Shape,
+    q: &Query,
+    e: &Breakdown,
+    a: &Args,
+    small: Option<&estimate::GpuClass>,
+    fit: Option<&GpuFit>,
+    notes: &[String],
+) {
+    let total = e.total();
+    println!(
+        "{} ({}, {} params): {} {}, batch {}, context {}{}",
+        m.name,
+        m.architecture,
+        m.params,
+        if q.mode == Mode::Train {
+            "train"
+        } else {
+            "infer"
+        },
+        q.precision.as_str(),
+        q.batch,
+        q.context,
+        if q.mode == Mode::Train {
+            format!(
+                ", optimizer {:?}, checkpointing {}, {:?} over {} GPU(s)",
+                q.optimizer, q.checkpointing, q.sharding, q.gpus
+            )
+            .to_lowercase()
+        } else {
+            String::new()
+        }
+    );
+    println!("constants: {}", e.source);
+    println!(
+        "{:<24} {:>12} {:>12} {:>10}",
+        "per GPU", "GB", "GiB", "B/param"
+    );
+    for (name, bytes) in e.rows() {
+        if bytes == 0 && !matches!(name, "weights" | "KV cache" | "activations") {
+            continue;
+        }
+        println!(
+            "{:<24} {:>12} {:>12} {:>10.2}",
+            name,
+            gb(bytes),
+            gib(bytes),
+            bytes as f64 / m.params as f64
+        );
+    }
+    println!(
+        "{:<24} {:>12} {:>12} {:>10.2}",
+        "total",
+        gb(total),
+        gib(total),
+        total as f64 / m.params as f64
+    );
+    println!("total: {}", gb_gib(total));
+    if q.mode == Mode::Train {
+        let states = e.weights + e.gradients + e.optimizer;
+        println!(
+            "model states (weights + gradients + optimizer): {} = {:.2} B/param per GPU",
+            gb_gib(states),
+            states as f64 / m.params as f64
+        );
+    }
+    match small {
+        Some(c) => println!(
+            "smallest GPU with {:.0}% headroom: {} GB ({})",
+            100.0 * a.headroom,
+            c.gb,
+            c.examples
+        ),
+        None => println!(
+            "smallest GPU with {:.0}% headroom: none of the catalog (largest is {} GB)",
+            100.0 * a.headroom,
+            CATALOG.last().map(|c| c.gb).unwrap_or(0)
+        ),
+    }
+    if let Some(f) = fit {
+        println!(
+            "{}: {} usable of {}: {}",
+            f.gpu,
+            gb_gib(f.budget_bytes),
+            gb_gib(f.gpu_bytes),
+            if f.fits { "fits" } else { "does NOT fit" }
+        );
+        if q.mode == Mode::Train && !f.fits {
+            match f.min_fsdp_gpus {
+                Some(n) => println!("smallest FSDP (ZeRO-3) degree that fits {}: {n} GPUs", f.gpu),
+                None => println!(
+                    "no FSDP degree up to {} fits {}: activations and logits alone need {}; try --checkpointing or a smaller batch/context",
+                    estimate::MAX_GPUS,
+                    f.gpu,
+                    gb_gib(e.activations + e.logits)
+                ),
+            }
+        }
+        println!(
+            "largest batch at context {}: {}",
+            q.context, f.largest_batch
+        );
+        let beyond = if f.largest_context > m.max_position {
+            format!(
+                " (beyond the model's max_position_embeddings, {})",
+                m.max_position
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "largest context at batch {}: {}{beyond}",
+            q.batch, f.largest_context
+        );
+        if let (Some(t), Some(c)) = (f.kv_capacity_tokens, f.max_concurrency) {
+            println!(
+                "KV cache capacity: {t} tokens; maximum concurrency at {} tokens: {c:.2}x",
+                q.context
+            );
+        }
+    }
+    for n in notes {
+        println!("note: {n}");
+    }
+}

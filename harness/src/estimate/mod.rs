@@ -1,0 +1,641 @@
+//! `estimate`: the memory a configuration needs, category by category (DESIGN.md §9), from
+//! analytic formulas or from constants that `fit` measured.
+//!
+//! Training follows the ZeRO paper's accounting: per parameter, weights + gradients +
+//! optimizer state (mixed precision with AdamW: 4 + 4 + 8 = 16 B here, since our f32 master
+//! weights take the gradients, DESIGN.md §8), divided over `gpus` by the sharding stage.
+//! Activations per GPU follow Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16 bits,
+//! without the 5·a·s/h score term under flash attention.
+pub mod model;
+
+use crate::features::Features;
+use crate::fit::{self, Constants, GroupKey, Target};
+pub use model::{resolve, Shape};
+use serde::Serialize;
+
+/// Runtime overhead the analytic path assumes: CUDA context, kernels and cuBLAS workspace.
+pub const RUNTIME_OVERHEAD: u64 = 512 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Infer,
+    Train,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    F32,
+    F16,
+    Bf16,
+    MixedBf16,
+    MixedF16,
+}
+
+impl Precision {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+            Precision::MixedBf16 => "mixed-bf16",
+            Precision::MixedF16 => "mixed-f16",
+        }
+    }
+    pub fn is_mixed(&self) -> bool {
+        matches!(self, Precision::MixedBf16 | Precision::MixedF16)
+    }
+    /// Bytes per element of stored weights (f32 masters for the mixed policies).
+    pub fn weight_bytes(&self) -> u64 {
+        match self {
+            Precision::F32 | Precision::MixedBf16 | Precision::MixedF16 => 4,
+            Precision::F16 | Precision::Bf16 => 2,
+        }
+    }
+    /// Bytes per element of activations, KV and logits.
+    pub fn act_bytes(&self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            _ => 2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    None,
+    Sgd,
+    Adamw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Sharding {
+    Ddp,
+    Zero1,
+    Zero2,
+    Zero3,
+    Fsdp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Fused attention: scores are never materialized (FlashAttention, SDPA, vLLM).
+    Flash,
+    /// Scores b·heads·s² are materialized (vramlab's own candle models).
+    Eager,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheKind {
+    Preallocated,
+    Growing,
+}
+
+/// One configuration to estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Query {
+    pub mode: Mode,
+    pub precision: Precision,
+    pub batch: u64,
+    pub context: u64,
+    pub optimizer: Optimizer,
+    pub checkpointing: bool,
+    pub sharding: Sharding,
+    pub gpus: u64,
+    pub attention: Attention,
+    pub kv_cache: KvCacheKind,
+}
+
+impl Default for Query {
+    fn default() -> Self {
+        Query {
+            mode: Mode::Infer,
+            precision: Precision::Bf16,
+            batch: 1,
+            context: 4096,
+            optimizer: Optimizer::Adamw,
+            checkpointing: false,
+            sharding: Sharding::Ddp,
+            gpus: 1,
+            attention: Attention::Flash,
+            kv_cache: KvCacheKind::Preallocated,
+        }
+    }
+}
+
+/// Bytes per category, per GPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Breakdown {
+    pub weights: u64,
+    /// Transient 16-bit copies of f32 master weights (mixed precision).
+    pub weight_copies: u64,
+    pub kv: u64,
+    pub activations: u64,
+    pub logits: u64,
+    pub gradients: u64,
+    pub optimizer: u64,
+    pub runtime_overhead: u64,
+    /// Where the figures come from: "analytic" or the fitted group.
+    pub source: String,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> u64 {
+        self.rows().iter().map(|(_, b)| b).sum()
+    }
+    /// The table rows, in display order.
+    pub fn rows(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("weights", self.weights),
+            ("weight copies (16-bit)", self.weight_copies),
+            ("KV cache", self.kv),
+            ("activations", self.activations),
+            ("logits", self.logits),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer),
+            ("runtime overhead", self.runtime_overhead),
+        ]
+    }
+}
+
+/// Inference features of the point, by the same definitions `sweep` writes into the CSV
+/// (`features::infer`), for the `total` phase with the prompt filling the context.
+pub fn infer_features(m: &Shape, q: &Query) -> Features {
+    let w = q.precision.act_bytes();
+    Features {
+        weight_bytes: m.params * w,
+        kv_bytes: m.kv_bytes_per_token(w) * q.context * q.batch,
+        act_bytes: q.batch * q.context * m.hidden * m.layers * w,
+        logits_bytes: q.batch * m.vocab * w,
+        optimizer_bytes: 0,
+    }
+}
+
+fn analytic_infer(m: &Shape, q: &Query) -> Breakdown {
+    let w = q.precision.act_bytes();
+    let f = infer_features(m, q);
+    let (b, s) = (q.batch, q.context);
+    // The largest per-layer transient of the prefill: the MLP intermediates (gate, up and
+    // their product) plus f32 norm copies, or the materialized attention scores with their
+    // f32 softmax copies.
+    let mlp = b * s * (3 * m.ffn * w + 2 * m.hidden * 4);
+    let scores = match q.attention {
+        Attention::Flash => 0,
+        Attention::Eager => b * m.heads * s * s * (w + 8),
+    };
+    Breakdown {
+        weights: f.weight_bytes,
+        kv: f.kv_bytes,
+        activations: mlp.max(scores),
+        logits: b * m.vocab * 4,
+        runtime_overhead: RUNTIME_OVERHEAD,
+        source: "analytic".into(),
+        ..Default::default()
+    }
+}
+
+fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
+    let p = m.params;
+    let n = q.gpus.max(1);
+    let shard = |bytes: u64, sharded: bool| if sharded { bytes.div_ceil(n) } else { bytes };
+    let (s1, s2, s3) = match q.sharding {
+        Sharding::Ddp => (false, false, false),
+        Sharding::Zero1 => (true, false, false),
+        Sharding::Zero2 => (true, true, false),
+        Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
+    };
+    let wb = q.precision.weight_bytes();
+    let opt_per_param = match q.optimizer {
+        Optimizer::None | Optimizer::Sgd => 0,
+        Optimizer::Adamw => 2 * wb,
+    };
+    let grads = if q.optimizer == Optimizer::None {
+        0
+    } else {
+        p * wb
+    };
+    let (b, s, h, l, a) = (q.batch, q.context, m.hidden, m.layers, m.heads);
+    let aw = q.precision.act_bytes();
+    // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit; scaled for f32.
+    let score_term = match q.attention {
+        Attention::Flash => 0,
+        Attention::Eager => 5 * a * s * s * b,
+    };
+    let per_layer = (34 * s * b * h + score_term) * aw / 2;
+    let activations = if q.checkpointing {
+        l * s * b * h * aw + per_layer
+    } else {
+        l * per_layer
+    };
+    Breakdown {
+        weights: shard(p * wb, s3),
+        weight_copies: if q.precision.is_mixed() {
+            shard(p * 2, s3)
+        } else {
+            0
+        },
+        activations,
+        logits: b * s * m.vocab * (aw + 4),
+        gradients: shard(grads, s2),
+        optimizer: shard(p * opt_per_param, s1),
+        runtime_overhead: RUNTIME_OVERHEAD,
+        source: "analytic".into(),
+        ..Default::default()
+    }
+}
+
+/// The fitted group for an inference query: the `total` phase of the same architecture,
+/// precision and cache kind, preferring a CUDA fit over a CPU one.
+pub fn fitted_group<'a>(c: &'a Constants, m: &Shape, q: &Query) -> Option<&'a fit::GroupFit> {
+    if q.mode != Mode::Infer {
+        return None;
+    }
+    let key = |backend: &str| GroupKey {
+        architecture: m.architecture.clone(),
+        backend: backend.into(),
+        precision: q.precision.as_str().into(),
+        mode: "infer".into(),
+        kv_cache: match q.kv_cache {
+            KvCacheKind::Preallocated => "preallocated".into(),
+            KvCacheKind::Growing => "growing".into(),
+        },
+        phase: "total".into(),
+    };
+    ["cuda", "cpu"]
+        .iter()
+        .find_map(|b| c.find(&key(b), Target::PeakAllocated))
+}
+
+/// Estimates a query, with fitted constants where a matching group exists.
+pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdown {
+    if q.mode == Mode::Train {
+        return analytic_train(m, q);
+    }
+    let Some(g) = constants.and_then(|c| fitted_group(c, m, q)) else {
+        return analytic_infer(m, q);
+    };
+    let f = infer_features(m, q);
+    let x = fit::terms(&f, q.batch, q.context, q.context, q.precision.act_bytes());
+    let mut e = Breakdown {
+        source: format!(
+            "fitted {} ({}, {} model)",
+            g.key.label(),
+            g.target.as_str(),
+            g.model.kind()
+        ),
+        ..Default::default()
+    };
+    let parts = [(&g.model.coef, true)]
+        .into_iter()
+        .chain(g.model.active(&x).map(|c| (c, false)));
+    for (coef, resident) in parts {
+        for (j, term) in fit::TERMS.iter().enumerate() {
+            let bytes = (coef.get(*term).copied().unwrap_or(0.0) * x[j])
+                .max(0.0)
+                .round() as u64;
+            let row = match *term {
+                "weight" => &mut e.weights,
+                "kv" => &mut e.kv,
+                "logits" => &mut e.logits,
+                "optimizer" => &mut e.optimizer,
+                "const" if resident => &mut e.runtime_overhead,
+                _ => &mut e.activations,
+            };
+            *row += bytes;
+        }
+    }
+    e
+}
+
+/// A GPU memory class of the catalog, with example products and the `--gpu` names it answers to.
+pub struct GpuClass {
+    pub gb: u64,
+    pub examples: &'static str,
+    pub names: &'static [&'static str],
+}
+
+pub const CATALOG: &[GpuClass] = &[
+    GpuClass {
+        gb: 24,
+        examples: "RTX 4090, RTX 3090, L4, A10",
+        names: &["rtx4090", "rtx3090", "l4", "a10"],
+    },
+    GpuClass {
+        gb: 32,
+        examples: "RTX 5090, V100-32GB",
+        names: &["rtx5090", "v100-32"],
+    },
+    GpuClass {
+        gb: 40,
+        examples: "A100-40GB",
+        names: &["a100-40"],
+    },
+    GpuClass {
+        gb: 48,
+        examples: "L40S, RTX 6000 Ada, A6000",
+        names: &["l40s", "l40", "rtx6000-ada", "a6000"],
+    },
+    GpuClass {
+        gb: 80,
+        examples: "H100-80GB, A100-80GB, H800",
+        names: &["h100-80", "h100", "a100-80", "h800"],
+    },
+    GpuClass {
+        gb: 94,
+        examples: "H100 NVL",
+        names: &["h100-nvl"],
+    },
+    GpuClass {
+        gb: 141,
+        examples: "H200",
+        names: &["h200"],
+    },
+    GpuClass {
+        gb: 180,
+        examples: "B200",
+        names: &["b200"],
+    },
+    GpuClass {
+        gb: 192,
+        examples: "MI300X",
+        names: &["mi300x"],
+    },
+];
+
+/// A `--gpu` name ("h100-80", "l4", …) or a size ("80gb", "80").
+pub fn gpu_by_name(name: &str) -> Option<(String, u64)> {
+    let n = name.to_ascii_lowercase();
+    if let Some(c) = CATALOG.iter().find(|c| c.names.contains(&n.as_str())) {
+        return Some((n, c.gb * 1_000_000_000));
+    }
+    let digits = n.trim_end_matches("gb");
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|&g| g > 0)
+        .map(|g| (format!("{g} GB"), g * 1_000_000_000))
+}
+
+/// Usable bytes of a GPU after the headroom fraction.
+pub fn budget(gpu_bytes: u64, headroom: f64) -> u64 {
+    (gpu_bytes as f64 * (1.0 - headroom)) as u64
+}
+
+/// The smallest catalog class whose budget holds `total`.
+pub fn smallest_gpu(total: u64, headroom: f64) -> Option<&'static GpuClass> {
+    CATALOG
+        .iter()
+        .find(|c| total <= budget(c.gb * 1_000_000_000, headroom))
+}
+
+/// The largest value in 1..=hi for which `fits` holds (monotone), or 0.
+pub fn largest(hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    if !fits(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1u64, hi);
+    if fits(hi) {
+        return hi;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// What the estimate says about one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuFit {
+    pub gpu: String,
+    pub gpu_bytes: u64,
+    pub budget_bytes: u64,
+    pub fits: bool,
+    pub largest_batch: u64,
+    pub largest_context: u64,
+    /// vLLM-style: tokens the KV budget holds (inference only).
+    pub kv_capacity_tokens: Option<u64>,
+    /// Sequences of `context` tokens the KV budget holds at once.
+    pub max_concurrency: Option<f64>,
+    /// Training that does not fit: the smallest FSDP (ZeRO-3) degree that does.
+    pub min_fsdp_gpus: Option<u64>,
+}
+
+/// Largest batch searched.
+pub const MAX_BATCH: u64 = 1 << 20;
+/// Largest context searched.
+pub const MAX_CONTEXT: u64 = 1 << 24;
+/// Largest FSDP degree searched.
+pub const MAX_GPUS: u64 = 4096;
+
+pub fn gpu_fit(
+    m: &Shape,
+    q: &Query,
+    c: Option<&Constants>,
+    gpu: &str,
+    gpu_bytes: u64,
+    headroom: f64,
+) -> GpuFit {
+    let cap = budget(gpu_bytes, headroom);
+    let fits = |q: &Query| estimate(m, q, c).total() <= cap;
+    let (kv_tokens, concurrency) = if q.mode == Mode::Infer {
+        let e = estimate(m, q, c);
+        let per_token = m.kv_bytes_per_token(q.precision.act_bytes());
+        let tokens = cap.saturating_sub(e.total() - e.kv) / per_token.max(1);
+        (Some(tokens), Some(tokens as f64 / q.context as f64))
+    } else {
+        (None, None)
+    };
+    let ok = fits(q);
+    let min_fsdp_gpus = (q.mode == Mode::Train && !ok)
+        .then(|| {
+            let sharded = |n: u64| Query {
+                sharding: Sharding::Fsdp,
+                gpus: n,
+                ..*q
+            };
+            (2..=MAX_GPUS).find(|&n| fits(&sharded(n)))
+        })
+        .flatten();
+    GpuFit {
+        gpu: gpu.to_string(),
+        gpu_bytes,
+        budget_bytes: cap,
+        fits: ok,
+        largest_batch: largest(MAX_BATCH, |b| fits(&Query { batch: b, ..*q })),
+        largest_context: largest(MAX_CONTEXT, |s| fits(&Query { context: s, ..*q })),
+        kv_capacity_tokens: kv_tokens,
+        max_concurrency: concurrency,
+        min_fsdp_gpus,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::gb_gib;
+
+    fn q() -> Query {
+        Query::default()
+    }
+
+    #[test]
+    fn design_guide_example_13b_bf16() {
+        let m = Shape {
+            params: 13_000_000_000,
+            ..resolve("llama-3.1-8b").unwrap()
+        };
+        let e = estimate(&m, &q(), None);
+        assert_eq!(e.weights, 26_000_000_000);
+        assert_eq!(gb_gib(e.weights), "26.0 GB (24.2 GiB)");
+    }
+
+    #[test]
+    fn llama31_8b_kv_per_token_bf16() {
+        let m = resolve("presets/llama-3.1-8b").unwrap();
+        // 2 (K,V) · 32 layers · 8 kv heads · 128 head_dim · 2 B
+        assert_eq!(m.kv_bytes_per_token(2), 2 * 32 * 8 * 128 * 2);
+        assert_eq!(m.kv_bytes_per_token(2), 131_072);
+        let e = estimate(
+            &m,
+            &Query {
+                batch: 2,
+                context: 1000,
+                ..q()
+            },
+            None,
+        );
+        assert_eq!(e.kv, 131_072 * 2 * 1000);
+    }
+
+    #[test]
+    fn inference_features_match_the_sweep_definition() {
+        let json: serde_json::Value = serde_json::from_str(model::PRESETS[7].1).unwrap();
+        let cfg = crate::model::Config::from_json(std::path::Path::new("c"), &json).unwrap();
+        let m = Shape::from_config("smollm2-135m", &cfg);
+        let qq = Query {
+            batch: 3,
+            context: 200,
+            ..q()
+        };
+        let shape = crate::features::InferShape {
+            batch: 3,
+            context: 200,
+            prompt_len: 200,
+            kv: crate::model::KvKind::Preallocated,
+            dtype_bytes: 2,
+        };
+        let want = crate::features::infer(&cfg, &shape, crate::record::Phase::Total, 200);
+        assert_eq!(infer_features(&m, &qq), want);
+    }
+
+    #[test]
+    fn zero_stages_divide_the_right_states() {
+        let m = Shape {
+            params: 1_000_000_000,
+            ..resolve("llama-3.2-1b").unwrap()
+        };
+        let base = Query {
+            mode: Mode::Train,
+            precision: Precision::MixedBf16,
+            gpus: 4,
+            ..q()
+        };
+        let at = |s: Sharding| {
+            estimate(
+                &m,
+                &Query {
+                    sharding: s,
+                    ..base
+                },
+                None,
+            )
+        };
+        let (d, z1, z2, z3) = (
+            at(Sharding::Ddp),
+            at(Sharding::Zero1),
+            at(Sharding::Zero2),
+            at(Sharding::Zero3),
+        );
+        // mixed precision AdamW: 4 (f32 weights) + 4 (grads) + 8 (m, v) = 16 B/param
+        assert_eq!(
+            (d.weights, d.gradients, d.optimizer),
+            (4_000_000_000, 4_000_000_000, 8_000_000_000)
+        );
+        assert_eq!(d.weight_copies, 2_000_000_000);
+        assert_eq!(z1.optimizer, 2_000_000_000);
+        assert_eq!(
+            (z2.gradients, z2.optimizer, z2.weights),
+            (1_000_000_000, 2_000_000_000, 4_000_000_000)
+        );
+        assert_eq!(
+            (z3.weights, z3.gradients, z3.optimizer),
+            (1_000_000_000, 1_000_000_000, 2_000_000_000)
+        );
+        assert_eq!(at(Sharding::Fsdp), z3);
+        assert_eq!(d.activations, z3.activations);
+    }
+
+    #[test]
+    fn korthikanti_activations() {
+        let m = resolve("llama-3.1-8b").unwrap();
+        let t = Query {
+            mode: Mode::Train,
+            batch: 2,
+            context: 1024,
+            ..q()
+        };
+        // 16-bit, flash: L · 34 · s · b · h
+        assert_eq!(
+            estimate(&m, &t, None).activations,
+            32 * 34 * 1024 * 2 * 4096
+        );
+        let eager = Query {
+            attention: Attention::Eager,
+            ..t
+        };
+        let per_layer = 34 * 1024 * 2 * 4096 + 5 * 32 * 1024 * 1024 * 2;
+        assert_eq!(estimate(&m, &eager, None).activations, 32 * per_layer);
+        let ck = Query {
+            checkpointing: true,
+            ..t
+        };
+        assert_eq!(
+            estimate(&m, &ck, None).activations,
+            32 * 1024 * 2 * 4096 * 2 + 34 * 1024 * 2 * 4096
+        );
+    }
+
+    #[test]
+    fn catalog_and_search() {
+        assert_eq!(smallest_gpu(20_000_000_000, 0.1).unwrap().gb, 24);
+        assert_eq!(smallest_gpu(22_000_000_000, 0.1).unwrap().gb, 32);
+        assert!(smallest_gpu(190_000_000_000, 0.1).is_none());
+        assert_eq!(gpu_by_name("H100-80").unwrap().1, 80_000_000_000);
+        assert_eq!(gpu_by_name("48gb").unwrap().1, 48_000_000_000);
+        assert!(gpu_by_name("toaster").is_none());
+        assert_eq!(largest(1000, |x| x * x <= 2000), 44);
+        assert_eq!(largest(1000, |_| false), 0);
+        assert_eq!(largest(1000, |_| true), 1000);
+    }
+
+    #[test]
+    fn largest_batch_is_the_last_that_fits() {
+        let m = resolve("llama-3.1-8b").unwrap();
+        let g = gpu_fit(&m, &q(), None, "h100-80", 80_000_000_000, 0.1);
+        let total = |b: u64| estimate(&m, &Query { batch: b, ..q() }, None).total();
+        assert!(total(g.largest_batch) <= g.budget_bytes);
+        assert!(total(g.largest_batch + 1) > g.budget_bytes);
+        let tokens = g.kv_capacity_tokens.unwrap();
+        assert!(tokens >= g.largest_batch * 4096);
+    }
+}

@@ -1,0 +1,307 @@
+//! `vramlab fit` and `vramlab estimate` through the real binary. Expected figures are computed
+//! here from the published shapes, independently of the formulas in the crate.
+mod common;
+use assert_cmd::Command;
+use common::root;
+use predicates::str::contains;
+use vramlab::export::{csv::CsvExporter, Exporter};
+use vramlab::fit::{record_terms, Constants, GroupKey, Target};
+use vramlab::record::Status;
+
+/// Llama-3.1-8B: 2·128256·4096 (embedding + untied head) + 32 layers ×
+/// (q, o: 4096² each; k, v: 1024·4096 each; MLP 3·14336·4096; 2 norms) + final norm.
+const LLAMA31_8B_PARAMS: u64 = 2 * 128_256 * 4096
+    + 32 * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14_336 * 4096 + 2 * 4096)
+    + 4096;
+
+fn vramlab() -> Command {
+    let mut c = Command::cargo_bin("vramlab").unwrap();
+    c.current_dir(root());
+    c
+}
+
+fn estimate_json(args: &[&str]) -> serde_json::Value {
+    let out = vramlab()
+        .arg("estimate")
+        .args(args)
+        .arg("--json")
+        .assert()
+        .success();
+    serde_json::from_slice(&out.get_output().stdout).unwrap()
+}
+
+fn row(j: &serde_json::Value, name: &str) -> u64 {
+    j["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no row {name} in {j}"))["bytes"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
+    let args = [
+        "--model",
+        "presets/llama-3.1-8b",
+        "--mode",
+        "train",
+        "--optimizer",
+        "adamw",
+        "--precision",
+        "mixed-bf16",
+        "--batch",
+        "1",
+        "--context",
+        "4096",
+        "--gpu",
+        "h100-80",
+    ];
+    let j = estimate_json(&args);
+    let p = LLAMA31_8B_PARAMS;
+    assert_eq!(j["model"]["params"].as_u64().unwrap(), p);
+    assert_eq!(
+        row(&j, "weights") + row(&j, "gradients") + row(&j, "optimizer state"),
+        16 * p
+    );
+    assert_eq!(j["gpu"]["fits"], false);
+
+    // Independently: FSDP over n GPUs shards f32 weights (4), grads (4), AdamW m+v (8) and the
+    // bf16 working copy (2); activations 32 layers · 34 · s · b · h at 16 bits (flash), logits
+    // b·s·V·(2 + 4), 512 MiB runtime overhead; 10% headroom on 80 GB.
+    let fixed = 32 * 34 * 4096 * 4096 + 4096 * 128_256 * 6 + (512 << 20);
+    let per_gpu = |n: u64| {
+        [4, 4, 8, 2]
+            .iter()
+            .map(|b| (b * p).div_ceil(n))
+            .sum::<u64>()
+            + fixed
+    };
+    let want = (2..64).find(|&n| per_gpu(n) <= 72_000_000_000).unwrap();
+    assert_eq!(j["gpu"]["min_fsdp_gpus"].as_u64().unwrap(), want);
+
+    vramlab()
+        .arg("estimate")
+        .args(args)
+        .assert()
+        .success()
+        .stdout(contains("does NOT fit"))
+        .stdout(contains(format!(
+            "smallest FSDP (ZeRO-3) degree that fits h100-80: {want} GPUs"
+        )))
+        .stdout(contains("gradients"))
+        .stdout(contains("GiB"));
+}
+
+#[test]
+fn llama31_8b_kv_per_token_and_13b_weights() {
+    let j = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--precision",
+        "bf16",
+        "--context",
+        "1",
+    ]);
+    assert_eq!(row(&j, "KV cache"), 2 * 32 * 8 * 128 * 2);
+    assert_eq!(row(&j, "KV cache"), 131_072);
+    assert_eq!(row(&j, "weights"), 2 * LLAMA31_8B_PARAMS);
+    // KV line: the tokens an 80 GB budget holds after everything but the KV cache.
+    let j = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--context",
+        "8192",
+        "--gpu",
+        "h100-80",
+    ]);
+    let rest: u64 = j["total_bytes"].as_u64().unwrap() - row(&j, "KV cache");
+    assert_eq!(
+        j["gpu"]["kv_capacity_tokens"].as_u64().unwrap(),
+        (72_000_000_000 - rest) / 131_072
+    );
+}
+
+#[test]
+fn smollm2_preset_weights_match_the_gguf_loader() {
+    let j = estimate_json(&["--model", "presets/smollm2-135m", "--precision", "f32"]);
+    // DESIGN.md §7: the GGUF holds 134,515,008 parameters.
+    assert_eq!(row(&j, "weights"), 134_515_008 * 4);
+    let gguf = common::smollm2_gguf();
+    let src = vramlab::model::Source::Gguf(gguf.clone());
+    let cfg = src.config().unwrap();
+    let dev = candle_core::Device::Cpu;
+    let tensors =
+        vramlab::model::weights::load(&src, &cfg, candle_core::DType::F32, &dev, |_, _| {})
+            .unwrap();
+    let loaded: u64 = tensors.values().map(|t| (t.elem_count() * 4) as u64).sum();
+    assert_eq!(loaded, row(&j, "weights"));
+    let g = estimate_json(&["--model", gguf.to_str().unwrap(), "--precision", "f32"]);
+    assert_eq!(row(&g, "weights"), loaded);
+}
+
+#[test]
+fn gpt2_has_an_analytic_path_and_bad_input_exits_2() {
+    let j = estimate_json(&["--model", "gpt2", "--context", "1024", "--precision", "f32"]);
+    // 50257·768 + 1024·768 + 12·(12·768² + 13·768) + 2·768
+    assert_eq!(j["model"]["params"].as_u64().unwrap(), 124_439_808);
+    assert_eq!(row(&j, "KV cache"), 2 * 12 * 768 * 4 * 1024);
+    vramlab()
+        .args(["estimate", "--model", "no-such-model"])
+        .assert()
+        .code(2)
+        .stderr(contains("presets:"));
+    vramlab()
+        .args(["estimate", "--model", "gpt2", "--gpu", "toaster"])
+        .assert()
+        .code(2)
+        .stderr(contains("unknown --gpu"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("c.toml");
+    std::fs::write(&bad, "schema = 'x'").unwrap();
+    vramlab()
+        .args([
+            "estimate",
+            "--model",
+            "gpt2",
+            "--constants",
+            bad.to_str().unwrap(),
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("c.toml"));
+}
+
+/// Sweep a synthetic llama on CPU, fit on most points, and predict the held-out points' peak
+/// allocated bytes from the written constants: median ≤ 1%, p95 ≤ 3%.
+#[test]
+fn synthetic_sweep_fit_estimate_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("synth.csv");
+    vramlab()
+        .env("VRAMLAB_CACHE", dir.path().join("cache"))
+        .args([
+            "sweep",
+            "scenarios/fit-synth.toml",
+            "--out",
+            csv.to_str().unwrap(),
+        ])
+        .assert()
+        .success();
+    let rows = vramlab::export::csv::read(&csv).unwrap();
+    // Hold out a diagonal of the (batch, context) grid: inside the grid, never a whole axis value.
+    let held = |r: &vramlab::record::Record| (r.batch + r.context / 48) & 3 == 0;
+    let train = dir.path().join("train.csv");
+    let mut w = CsvExporter::create(&train).unwrap();
+    for r in rows.iter().filter(|r| !held(r)) {
+        w.write(r).unwrap();
+    }
+    drop(w);
+    let constants = dir.path().join("constants.toml");
+    vramlab()
+        .args([
+            "fit",
+            train.to_str().unwrap(),
+            "--out",
+            constants.to_str().unwrap(),
+        ])
+        .assert()
+        .success()
+        .stdout(contains("held-out k-fold by point"))
+        .stdout(contains("leave-one-context-out"));
+    let c: Constants = toml::from_str(&std::fs::read_to_string(&constants).unwrap()).unwrap();
+
+    let mut err: Vec<f64> = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| held(r) && r.status == Some(Status::Ok))
+    {
+        let g = c
+            .find(&GroupKey::of(r).unwrap(), Target::PeakAllocated)
+            .expect("a fitted group");
+        let measured = r.peak_allocated.unwrap() as f64;
+        err.push((g.model.predict(&record_terms(r).unwrap()) - measured).abs() / measured);
+    }
+    assert!(err.len() >= 40, "{} held-out rows", err.len());
+    err.sort_by(f64::total_cmp);
+    let q = |p: f64| err[((p * (err.len() - 1) as f64).round()) as usize];
+    eprintln!(
+        "held-out peak_allocated: {} rows, median {:.3}%, p95 {:.3}%, worst {:.3}%",
+        err.len(),
+        100.0 * q(0.5),
+        100.0 * q(0.95),
+        100.0 * err[err.len() - 1]
+    );
+    assert!(
+        q(0.5) <= 0.01 && q(0.95) <= 0.03,
+        "median {} p95 {}",
+        q(0.5),
+        q(0.95)
+    );
+
+    // `estimate` picks the fitted group for the same architecture, precision and cache kind.
+    let j = estimate_json(&[
+        "--model",
+        "scenarios/fit-synth/config.json",
+        "--precision",
+        "f32",
+        "--batch",
+        "2",
+        "--context",
+        "96",
+        "--constants",
+        constants.to_str().unwrap(),
+    ]);
+    assert!(
+        j["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("fitted llama/cpu/f32/infer/preallocated/total"),
+        "{}",
+        j["source"]
+    );
+    // That point was held out; the estimate fills the whole context with prompt (96 tokens,
+    // the sweep's prompt was 88), so it may exceed the measurement, but not by much.
+    let measured = rows
+        .iter()
+        .find(|r| {
+            r.batch == 2
+                && r.context == 96
+                && r.kv_cache == "preallocated"
+                && r.phase == Some(vramlab::record::Phase::Total)
+        })
+        .and_then(|r| r.peak_allocated)
+        .unwrap() as f64;
+    let est = j["total_bytes"].as_u64().unwrap() as f64;
+    assert!(
+        (est - measured).abs() / measured < 0.05,
+        "estimate {est} measured {measured}"
+    );
+}
+
+#[test]
+fn fit_rejects_unusable_input_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c.toml");
+    vramlab()
+        .args(["fit", "/nonexistent/x.csv", "--out", out.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(contains("/nonexistent/x.csv"));
+    // A CSV with the header only has nothing to fit.
+    let empty = dir.path().join("empty.csv");
+    drop(CsvExporter::create(&empty).unwrap());
+    vramlab()
+        .args([
+            "fit",
+            empty.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("no fittable rows"));
+    assert!(!out.exists());
+}

@@ -1,0 +1,351 @@
+//! Every trainable architecture (llama, gpt2, bert) reaches every parameter in backward: each
+//! loaded tensor becomes a `Var`, one forward+loss+backward runs on seeded ids (batch 2, seq 16),
+//! and every variable must get a present, non-zero gradient. Once with compute = f32, once with
+//! the mixed-precision policy (f32 variables, bf16 compute), where gradients must land on the f32
+//! variables as f32. Llama and gpt2 use small synthetic configs; bert uses the real MiniLM.
+mod common;
+use candle_core::{DType, Device, Tensor, Var};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+use vramlab::model::{bert::Bert, gpt2::Gpt2, weights, Config, Llama, Source, Trainable};
+
+const BATCH: usize = 2;
+const SEQ: usize = 16;
+
+type Build = fn(&Config, HashMap<String, Tensor>, DType) -> anyhow::Result<Box<dyn Trainable>>;
+
+fn llama(c: &Config, t: HashMap<String, Tensor>, d: DType) -> anyhow::Result<Box<dyn Trainable>> {
+    Ok(Box::new(Llama::new(c, t, d)?))
+}
+fn gpt2(c: &Config, t: HashMap<String, Tensor>, d: DType) -> anyhow::Result<Box<dyn Trainable>> {
+    Ok(Box::new(Gpt2::new(c, t, d)?))
+}
+fn bert(c: &Config, t: HashMap<String, Tensor>, d: DType) -> anyhow::Result<Box<dyn Trainable>> {
+    Ok(Box::new(Bert::new(c, t, d)?))
+}
+
+/// Seeded token ids (b, s) in 0..vocab.
+fn seeded_ids(seed: u64, vocab: usize) -> Tensor {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let v: Vec<u32> = (0..BATCH * SEQ)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    Tensor::from_vec(v, (BATCH, SEQ), &Device::Cpu).unwrap()
+}
+
+/// Synthetic f32 weights for `cfg` written to a temp dir and loaded by the real loader.
+fn synthetic(cfg: &Config) -> (tempfile::TempDir, HashMap<String, Tensor>) {
+    let dir = tempfile::tempdir().unwrap();
+    vramlab::model::synth::write(cfg, DType::F32, 7, dir.path()).unwrap();
+    let t = weights::load(
+        &Source::Hf(dir.path().into()),
+        cfg,
+        DType::F32,
+        &Device::Cpu,
+        |_, _| {},
+    )
+    .unwrap();
+    (dir, t)
+}
+
+fn minilm() -> (Config, HashMap<String, Tensor>) {
+    let dir = common::models().join("all-minilm-l6-v2");
+    assert!(
+        dir.join("model.safetensors").exists(),
+        "{} is missing: run scripts/fetch-test-models.sh first",
+        dir.display()
+    );
+    let cfg = Config::from_file(&dir.join("config.json")).unwrap();
+    let t = weights::load(&Source::Hf(dir), &cfg, DType::F32, &Device::Cpu, |_, _| {}).unwrap();
+    (cfg, t)
+}
+
+fn small_llama() -> Config {
+    let v = json!({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": true});
+    Config::from_json(Path::new("llama.json"), &v).unwrap()
+}
+
+fn small_gpt2() -> Config {
+    let v = json!({"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2,
+        "n_head": 4, "n_positions": 128});
+    Config::from_json(Path::new("gpt2.json"), &v).unwrap()
+}
+
+/// Makes every tensor a variable, runs forward+loss+backward with activations in `compute`,
+/// and asserts that every variable gets a present, non-zero gradient in the variable's dtype.
+/// Returns (parameter count, loss).
+fn grads_reach_every_var(
+    arch: &str,
+    cfg: &Config,
+    tensors: &HashMap<String, Tensor>,
+    build: Build,
+    compute: DType,
+) -> (usize, f32) {
+    let vars: Vec<(String, Var)> = tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), Var::from_tensor(t).unwrap()))
+        .collect();
+    assert_eq!(vars.len(), cfg.tensor_count(), "{arch}: tensor count");
+    let params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
+    assert_eq!(params as u64, cfg.param_count(), "{arch}: parameter count");
+    let model = build(
+        cfg,
+        vars.iter()
+            .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+            .collect(),
+        compute,
+    )
+    .unwrap();
+    let ids = seeded_ids(1, cfg.vocab_size);
+    let targets = seeded_ids(2, cfg.vocab_size);
+    let loss = model.forward_loss(&ids, &targets).unwrap();
+    assert_eq!(loss.dtype(), DType::F32, "{arch}: loss dtype");
+    let value = loss.to_scalar::<f32>().unwrap();
+    assert!(value.is_finite(), "{arch} {compute:?}: loss {value}");
+    let grads = loss.backward().unwrap();
+    let mut missing = Vec::new();
+    let mut zero = Vec::new();
+    for (name, var) in &vars {
+        match grads.get(var.as_tensor()) {
+            None => missing.push(name.clone()),
+            Some(g) => {
+                assert_eq!(g.dtype(), var.dtype(), "{arch}: gradient dtype of {name}");
+                assert_eq!(g.dims(), var.dims(), "{arch}: gradient shape of {name}");
+                let m = g
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(m.is_finite(), "{arch}: gradient of {name} is not finite");
+                if m <= 0.0 {
+                    zero.push(name.clone());
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty() && zero.is_empty(),
+        "{arch} {compute:?}: {} of {} variables lack a gradient {missing:?}, {} have a zero one {zero:?}",
+        missing.len(),
+        vars.len(),
+        zero.len()
+    );
+    eprintln!(
+        "{arch} compute={compute:?}: {} tensors, {params} parameters, loss {value:.6}",
+        vars.len()
+    );
+    (params, value)
+}
+
+/// The f32 check, then the mixed-precision one (f32 variables, bf16 compute); returns the f32
+/// (parameter count, loss).
+fn both_policies(
+    arch: &str,
+    cfg: &Config,
+    t: &HashMap<String, Tensor>,
+    build: Build,
+) -> (usize, f32) {
+    let (params, l32) = grads_reach_every_var(arch, cfg, t, build, DType::F32);
+    let (_, l16) = grads_reach_every_var(arch, cfg, t, build, DType::BF16);
+    // Same weights, same ids: the mixed policy's loss is the f32 loss up to bf16 rounding.
+    assert!(
+        (l32 - l16).abs() <= 0.05 * l32.abs().max(0.01),
+        "{arch}: f32 loss {l32} vs mixed-bf16 loss {l16}"
+    );
+    (params, l32)
+}
+
+#[test]
+fn llama_every_parameter_gets_a_gradient() {
+    let cfg = small_llama();
+    let (_dir, t) = synthetic(&cfg);
+    both_policies("llama", &cfg, &t, llama);
+}
+
+#[test]
+fn gpt2_every_parameter_gets_a_gradient() {
+    let cfg = small_gpt2();
+    let (_dir, t) = synthetic(&cfg);
+    // Untrained uniform weights: the loss is close to ln(vocab).
+    let (params, loss) = grads_reach_every_var("gpt2", &cfg, &t, gpt2, DType::F32);
+    assert_eq!(
+        params,
+        1000 * 64 + 128 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64
+    );
+    assert!((loss - (1000f32).ln()).abs() < 0.1, "gpt2 loss {loss}");
+    both_policies("gpt2", &cfg, &t, gpt2);
+}
+
+#[test]
+fn minilm_every_parameter_gets_a_gradient() {
+    let (cfg, t) = minilm();
+    assert_eq!(cfg.param_count(), 22_713_216);
+    both_policies("bert", &cfg, &t, bert);
+}
+
+#[test]
+fn minilm_forward_is_sane() {
+    let (cfg, t) = minilm();
+    let model = Bert::new(&cfg, t, DType::F32).unwrap();
+    let ids = seeded_ids(1, cfg.vocab_size);
+    let e1 = model.encode(&ids).unwrap();
+    let e2 = model.encode(&ids).unwrap();
+    assert_eq!(e1.dims(), &[BATCH, cfg.hidden_size]);
+    // Deterministic.
+    let d = (&e1 - &e2).unwrap().abs().unwrap().max_all().unwrap();
+    assert_eq!(d.to_scalar::<f32>().unwrap(), 0.0);
+    // Rows are independent: the same sequence in both rows gives the same embedding.
+    let row = ids.narrow(0, 0, 1).unwrap();
+    let same = model
+        .encode(&Tensor::cat(&[&row, &row], 0).unwrap())
+        .unwrap();
+    let d = (same.get(0).unwrap() - same.get(1).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(d < 1e-5, "batch rows differ by {d}");
+    let d = (same.get(0).unwrap() - e1.get(0).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(d < 1e-5, "embedding depends on the other row: {d}");
+    // Norms of un-normalized MiniLM sentence embeddings are of order one to ten.
+    let norms: Vec<f32> = e1
+        .sqr()
+        .unwrap()
+        .sum(1)
+        .unwrap()
+        .sqrt()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    eprintln!("minilm mean-pooled embedding norms {norms:?}");
+    for n in &norms {
+        assert!(n.is_finite() && *n > 0.5 && *n < 50.0, "norm {n}");
+    }
+    // Positions matter: reversing the sequence changes the embedding.
+    let rev: Vec<u32> = ids
+        .get(0)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap()
+        .into_iter()
+        .rev()
+        .collect();
+    let rev = Tensor::from_vec(rev, (1, SEQ), &Device::Cpu).unwrap();
+    let er = model.encode(&rev).unwrap().get(0).unwrap();
+    let d = (er - e1.get(0).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(d > 1e-3, "reversed sequence gives the same embedding ({d})");
+}
+
+/// MiniLM against an independent reference: a plain-Python implementation of HF's BertModel
+/// (float64 arithmetic on the same safetensors) for "[CLS] the cat sat on the mat . [SEP]"
+/// gave these mean-pooled values, norm, and pooled-regression loss.
+#[test]
+fn minilm_matches_a_reference_implementation() {
+    let (cfg, t) = minilm();
+    let model = Bert::new(&cfg, t, DType::F32).unwrap();
+    let ids: Vec<u32> = vec![101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102];
+    let ids = Tensor::from_vec(ids, (1, 9), &Device::Cpu).unwrap();
+    let e: Vec<f32> = model
+        .encode(&ids)
+        .unwrap()
+        .get(0)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let want = [
+        0.78422f32, -0.094976, -0.221089, 0.349164, -0.360035, 0.199032, 0.181391, 0.174185,
+    ];
+    for (i, (g, w)) in e.iter().zip(want).enumerate() {
+        assert!((g - w).abs() < 1e-4, "dim {i}: {g} vs reference {w}");
+    }
+    let norm = e.iter().map(|v| v * v).sum::<f32>().sqrt();
+    assert!((norm - 6.021478).abs() < 1e-4, "norm {norm}");
+    let loss = model
+        .forward_loss(&ids, &ids)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!((loss - 0.256151).abs() < 1e-5, "loss {loss}");
+}
+
+/// GPT-2 against an independent reference: a plain-Python implementation of HF's
+/// GPT2LMHeadModel (float64 arithmetic) on formula weights: element k of the ti-th tensor of
+/// `tensor_shapes()` is 0.2·sin(0.37·k + 1.3·ti), plus 1 for LayerNorm weights.
+#[test]
+fn gpt2_matches_a_reference_implementation() {
+    let v = json!({"model_type": "gpt2", "vocab_size": 50, "n_embd": 16, "n_layer": 2,
+        "n_head": 4, "n_positions": 16, "n_inner": 64});
+    let cfg = Config::from_json(Path::new("gpt2.json"), &v).unwrap();
+    let t: HashMap<String, Tensor> = cfg
+        .tensor_shapes()
+        .into_iter()
+        .enumerate()
+        .map(|(ti, (name, shape))| {
+            let base = if name.contains("ln_") && name.ends_with(".weight") {
+                1.0
+            } else {
+                0.0
+            };
+            let n: usize = shape.iter().product();
+            let vals: Vec<f32> = (0..n)
+                .map(|k| (base + 0.2 * (0.37 * k as f64 + 1.3 * ti as f64).sin()) as f32)
+                .collect();
+            (name, Tensor::from_vec(vals, shape, &Device::Cpu).unwrap())
+        })
+        .collect();
+    let model = Gpt2::new(&cfg, t, DType::F32).unwrap();
+    let ids = Tensor::new(&[[3u32, 17, 42, 8, 8, 29]], &Device::Cpu).unwrap();
+    let targets = Tensor::new(&[[17u32, 42, 8, 8, 29, 0]], &Device::Cpu).unwrap();
+    let logits: Vec<f32> = model
+        .forward(&ids)
+        .unwrap()
+        .get(0)
+        .unwrap()
+        .get(5)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let want = [
+        -2.265538f32,
+        -1.622588,
+        -0.767956,
+        0.186863,
+        1.117305,
+        1.901983,
+    ];
+    for (i, (g, w)) in logits.iter().zip(want).enumerate() {
+        assert!((g - w).abs() < 1e-4, "logit {i}: {g} vs reference {w}");
+    }
+    let loss = model
+        .forward_loss(&ids, &targets)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!((loss - 4.78292).abs() < 1e-4, "loss {loss}");
+}

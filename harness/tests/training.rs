@@ -1,0 +1,218 @@
+//! Training memory, checked exactly against analytic figures (tiny synthetic llama through the
+//! real binary), gradient equivalence of checkpointing and accumulation (in process), and
+//! real steps on real MiniLM weights.
+mod common;
+use candle_core::{DType, Device, Var};
+use common::{root, vramlab};
+use std::collections::HashMap;
+use vramlab::model::{weights, Config, Source};
+use vramlab::record::{Phase, Record, Status};
+use vramlab::scenario::spec::Checkpointing;
+use vramlab::workload::training;
+
+/// tiny-llama.json by hand: tied embedding 512×64 + 4 layers × (q 64×64, k 32×64, v 32×64,
+/// o 64×64, gate/up/down 3×64×128, 2 norms) + final norm.
+const TINY_PARAMS: u64 = 512 * 64 + 4 * (64 * 64 * 2 + 32 * 64 * 2 + 3 * 64 * 128 + 2 * 64) + 64;
+const TINY_TENSORS: u64 = 1 + 4 * 9 + 1;
+const KIB: u64 = 1024;
+
+fn sweep(scenario: &str, name: &str) -> (tempfile::TempDir, Vec<Record>) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(format!("{name}.csv"));
+    vramlab()
+        .env("VRAMLAB_CACHE", dir.path().join("cache"))
+        .args(["sweep", "--quiet", scenario, "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let rows = vramlab::export::csv::read(&out).unwrap();
+    (dir, rows)
+}
+
+type Rows<'a> = HashMap<(Phase, u64), &'a Record>;
+
+fn by_point(rows: &[Record]) -> Vec<(String, Rows<'_>)> {
+    let mut out: Vec<(String, Rows<'_>)> = Vec::new();
+    for r in rows.iter().filter(|r| r.phase != Some(Phase::Load)) {
+        if out.last().map(|(id, _)| id != &r.point_id).unwrap_or(true) {
+            out.push((r.point_id.clone(), HashMap::new()));
+        }
+        out.last_mut()
+            .unwrap()
+            .1
+            .insert((r.phase.unwrap(), r.step.unwrap()), r);
+    }
+    out
+}
+
+fn loss(r: &Record) -> f32 {
+    r.message.strip_prefix("loss=").unwrap().parse().unwrap()
+}
+
+#[test]
+fn tiny_llama_training_figures_are_exact() {
+    let (_d, rows) = sweep("harness/tests/data/train-tiny.toml", "tiny");
+    assert!(rows.iter().all(|r| r.status == Some(Status::Ok)));
+    let points = by_point(&rows);
+    assert_eq!(points.len(), 3 * 2 * 2 * 2);
+    let peak = |id: &str, ph: Phase| -> u64 {
+        let (_, p) = points.iter().find(|(i, _)| i == id).unwrap();
+        p[&(ph, 1)].peak_allocated.unwrap()
+    };
+    for (id, p) in &points {
+        for step in [1, 2] {
+            for ph in [
+                Phase::Forward,
+                Phase::Backward,
+                Phase::Optimizer,
+                Phase::StepTotal,
+            ] {
+                assert!(
+                    p.contains_key(&(ph, step)),
+                    "{id}: no {ph:?} row for step {step}"
+                );
+            }
+        }
+        let (f1, b1, o1) = (
+            p[&(Phase::Forward, 1)],
+            p[&(Phase::Backward, 1)],
+            p[&(Phase::Optimizer, 1)],
+        );
+        assert_eq!(f1.param_count, TINY_PARAMS);
+        // Variables (weights, gradients, AdamW's m and v) are f32 under f32 and mixed-bf16.
+        let var_bytes = if f1.precision == "bf16" { 2 } else { 4 };
+        let storage = TINY_PARAMS * var_bytes;
+        let before = f1.baseline_allocated.unwrap();
+
+        // Gradients: live at the end of backward minus before the step.
+        let grads = b1.end_allocated.unwrap() - before;
+        assert!(
+            grads >= storage && grads - storage <= KIB * TINY_TENSORS,
+            "{id}: gradients {grads}, storage {storage}"
+        );
+
+        // Optimizer state: live at the end of the optimizer phase minus before the first step.
+        let state = o1.end_allocated.unwrap() as i64 - before as i64;
+        if id.contains("/adamw/") {
+            let expected = 2 * storage;
+            assert_eq!(o1.feature_optimizer_bytes, Some(expected), "{id}");
+            assert!(
+                state >= expected as i64 && state as u64 - expected <= KIB * TINY_TENSORS,
+                "{id}: optimizer state {state}, expected {expected}"
+            );
+            // AdamW lowers the loss on the fixed batch.
+            assert!(
+                loss(p[&(Phase::StepTotal, 2)]) < loss(p[&(Phase::StepTotal, 1)]),
+                "{id}"
+            );
+        } else {
+            assert_eq!(o1.feature_optimizer_bytes, Some(0));
+            assert!(
+                state.unsigned_abs() <= KIB * TINY_TENSORS,
+                "{id}: sgd state {state}"
+            );
+        }
+        // The step's envelope covers its phases.
+        let st = p[&(Phase::StepTotal, 1)];
+        assert_eq!(
+            st.peak_allocated,
+            [f1, b1, o1].iter().map(|r| r.peak_allocated).max().unwrap()
+        );
+
+        // Layer checkpointing lowers the backward peak; accumulation lowers the forward peak.
+        if id.contains("/none/") {
+            let layer = id.replace("/none/", "/layer/");
+            assert!(
+                peak(&layer, Phase::Backward) < peak(id, Phase::Backward),
+                "{id}"
+            );
+        }
+        if id.contains("/ga1/") {
+            let ga4 = id.replace("/ga1/", "/ga4/");
+            assert!(
+                peak(&ga4, Phase::Forward) < peak(id, Phase::Forward),
+                "{id}"
+            );
+        }
+    }
+}
+
+fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+#[test]
+fn checkpointing_and_accumulation_give_the_same_gradients() {
+    let cfg = Config::from_file(&root().join("harness/tests/data/tiny-llama.json")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    vramlab::model::synth::write(&cfg, DType::F32, 3, dir.path()).unwrap();
+    let t = weights::load(
+        &Source::Hf(dir.path().into()),
+        &cfg,
+        DType::F32,
+        &Device::Cpu,
+        |_, _| {},
+    )
+    .unwrap();
+    let vars = vramlab::runner::to_vars(t).unwrap();
+    let (model, trainable) =
+        vramlab::runner::trainable_model(&cfg, &vars, false, DType::F32).unwrap();
+    assert_eq!(trainable.len() as u64, TINY_TENSORS);
+    let (ids, targets) = training::batch_ids(cfg.vocab_size, 4, 32, 11, &Device::Cpu).unwrap();
+    let run =
+        |ckpt, n| training::gradients(model.as_ref(), &trainable, &ids, &targets, ckpt, n).unwrap();
+    let (l0, g0) = run(Checkpointing::None, 1);
+    for (ckpt, n) in [
+        (Checkpointing::Layer, 1),
+        (Checkpointing::None, 4),
+        (Checkpointing::Layer, 4),
+    ] {
+        let (l, g) = run(ckpt, n);
+        assert!((l - l0).abs() <= 1e-5, "{ckpt:?} x{n}: loss {l} vs {l0}");
+        for v in &trainable {
+            let (a, b) = (
+                g0.get(v.as_tensor()).unwrap(),
+                g.get(v.as_tensor()).unwrap(),
+            );
+            let d = max_abs_diff(a, b);
+            assert!(d <= 1e-5, "{ckpt:?} x{n}: gradient differs by {d}");
+        }
+    }
+    // Every variable got a non-zero gradient.
+    for v in &trainable {
+        let g = g0.get(v.as_tensor()).unwrap();
+        assert!(
+            g.abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+                > 0.0
+        );
+    }
+    let _: &Var = &trainable[0];
+}
+
+#[test]
+fn minilm_real_weights_train_and_the_loss_falls() {
+    let minilm = common::models().join("all-minilm-l6-v2/model.safetensors");
+    assert!(minilm.exists(), "run scripts/fetch-test-models.sh first");
+    let (_d, rows) = sweep("harness/tests/data/train-minilm.toml", "minilm");
+    let points = by_point(&rows);
+    assert_eq!(points.len(), 1);
+    let p = &points[0].1;
+    let losses: Vec<f32> = (1..=5).map(|s| loss(p[&(Phase::StepTotal, s)])).collect();
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "{losses:?}");
+    let f1 = p[&(Phase::Forward, 1)];
+    assert_eq!(f1.architecture, "bert");
+    assert_eq!(f1.param_count, 22_713_216);
+    assert_eq!(f1.weight_source, "safetensors");
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the device bundle (DESIGN.md §10.4-5, §11): a stripped release `vramlab` with
+# `--features cuda`, built here without a GPU, plus what scripts/gpu/run.sh needs beside it.
+#
+#   scripts/gpu/build.sh        # -> .cache/gpu-bundle/ (git-ignored, inside the clone)
+#
+# The bundle lives inside the clone so that the device tool can carry it (`carry` takes paths
+# relative to the repository root, 64 MiB in all); VRAMLAB_BUNDLE overrides the place. The build
+# itself uses the CUDA cache's target dir (scripts/cuda-toolchain.sh), never ./target.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CACHE="${VRAMLAB_CUDA_CACHE:-/work/.cache-cuda}"
+export VRAMLAB_CUDA_CACHE="$CACHE"
+TARGET="${VRAMLAB_CUDA_TARGET:-$CACHE/target}"
+BUNDLE="${VRAMLAB_BUNDLE:-$ROOT/.cache/gpu-bundle}"
+LIMIT=$((64 * 1024 * 1024))
+
+"$ROOT/scripts/cuda-toolchain.sh" >/dev/null
+# shellcheck source=/dev/null
+source "$CACHE/env.sh"
+
+cd "$ROOT"
+CARGO_TARGET_DIR="$TARGET" nice -n 19 cargo build --release -p vramlab --features cuda
+
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE"
+strip -o "$BUNDLE/vramlab" "$TARGET/release/vramlab"
+# What the run needs from the tree, so the bundle also works on its own (run.sh prefers the
+# working tree's copies when it runs from a clone).
+mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu"
+cp scenarios/gpu-smoke.toml "$BUNDLE/scenarios/"
+cp scripts/torch_probe.py "$BUNDLE/scripts/"
+cp scripts/gpu/run.sh "$BUNDLE/scripts/gpu/"
+grep -o 'synthetic:[^"]*' scenarios/gpu-smoke.toml | cut -d: -f2- | while read -r cfg; do
+  [ -f "$cfg" ] || { echo "gpu/build.sh: $cfg (from gpu-smoke.toml) is missing" >&2; exit 1; }
+  mkdir -p "$BUNDLE/$(dirname "$cfg")"
+  cp "$cfg" "$BUNDLE/$cfg"
+done
+{
+  echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "git_rev=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  echo "nvcc=$(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
+  echo "cuda_compute_cap=$CUDA_COMPUTE_CAP"
+  echo "glibc_needed=$(objdump -T "$BUNDLE/vramlab" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n1)"
+  echo "needed=$(objdump -p "$BUNDLE/vramlab" | awk '/NEEDED/{printf "%s ", $2}')"
+} >"$BUNDLE/BUILD_INFO"
+
+size=$(du -sb "$BUNDLE" | cut -f1)
+bin=$(stat -c %s "$BUNDLE/vramlab")
+gz=$(gzip -c "$BUNDLE/vramlab" | wc -c)
+printf 'gpu/build.sh: bundle %s: %d bytes (%.1f MiB; binary %.1f MiB, %.1f MiB gzipped)\n' \
+  "$BUNDLE" "$size" "$(echo "$size / 1048576" | bc -l)" "$(echo "$bin / 1048576" | bc -l)" \
+  "$(echo "$gz / 1048576" | bc -l)"
+cat "$BUNDLE/BUILD_INFO"
+if [ "$size" -ge "$LIMIT" ]; then
+  echo "gpu/build.sh: FAIL: the bundle is over 64 MiB" >&2
+  exit 1
+fi

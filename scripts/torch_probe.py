@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""PyTorch reference for a vramlab scenario (issue 5, DESIGN.md §4-§5).
+
+    scripts/torch_probe.py SCENARIO.toml --out FILE.csv [--device cuda:0]
+    scripts/torch_probe.py SCENARIO.toml --dry-run
+
+Reads the same scenario TOML as `vramlab sweep`, expands the same grid (the point ids are
+identical to `vramlab sweep --dry-run`; harness/tests/torch_probe_ids.rs checks it), builds each
+model with Hugging Face transformers from the same config.json (`AutoModelForCausalLM.from_config`
+in the point's dtype), runs the same phases (load, prefill, decode every k steps, total), and
+writes the same CSV schema as harness/src/record.rs, with a manifest beside it whose runtime is
+`torch-X.Y+transformers-Z`.
+
+Figures per phase: torch.cuda.synchronize, baseline = memory_allocated / memory_reserved,
+reset_peak_memory_stats, run, synchronize, peak = max_memory_allocated / max_memory_reserved,
+device_used = total - free from torch.cuda.mem_get_info, non_pool = device_used - reserved.
+
+--dry-run imports neither torch nor transformers.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import socket
+import sys
+import time
+import tomllib
+from pathlib import Path, PurePosixPath
+
+SCHEMA_VERSION = 1
+# The Record columns of harness/src/record.rs, in order.
+COLUMNS = [
+    "schema_version", "run_id", "point_id", "started_at", "vramlab_version", "git_rev",
+    "backend", "device_name", "driver_version", "cuda_version", "candle_version",
+    "model_id", "architecture", "param_count", "weight_source",
+    "mode", "precision", "batch", "context", "prompt_len", "decode_steps",
+    "kv_cache", "optimizer", "checkpointing", "grad_accum",
+    "trainable", "kernels", "pool_release",
+    "scenario_hash", "meter",
+    "phase", "step", "kv_tokens",
+    "baseline_allocated", "peak_allocated", "end_allocated", "baseline_reserved",
+    "peak_reserved", "device_used", "non_pool",
+    "feature_weight_bytes", "feature_kv_bytes", "feature_act_bytes", "feature_logits_bytes",
+    "feature_optimizer_bytes",
+    "elapsed_ms", "status", "message",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class InputError(Exception):
+    """Bad input: exit code 2, like vramlab."""
+
+
+# ---------------------------------------------------------------- grid (mirror of grid.rs) --
+
+def expand_env(s: str) -> str:
+    """`${VAR}` from the environment; VRAMLAB_MODELS defaults to .cache/models (source.rs)."""
+    out, rest = [], s
+    while "${" in rest:
+        i = rest.index("${")
+        out.append(rest[:i])
+        end = rest.find("}", i)
+        if end < 0:
+            raise InputError(f"unclosed `${{` in `{s}`")
+        var = rest[i + 2:end]
+        val = os.environ.get(var)
+        if val is None:
+            if var == "VRAMLAB_MODELS":
+                val = ".cache/models"
+            else:
+                raise InputError(f"environment variable `{var}` is not set")
+        out.append(val)
+        rest = rest[end + 1:]
+    out.append(rest)
+    return "".join(out)
+
+
+def parse_source(s: str) -> tuple[str, str]:
+    if ":" not in s:
+        raise InputError(f"model source `{s}` must be `hf:DIR`, `gguf:FILE` or `synthetic:CONFIG.json`")
+    kind, path = s.split(":", 1)
+    if kind not in ("hf", "gguf", "synthetic"):
+        raise InputError(f"unknown model source kind `{kind}` in `{s}`")
+    return kind, expand_env(path)
+
+
+def _name(p: PurePosixPath) -> str:
+    return p.name or str(p)
+
+
+def model_id(source: str) -> str:
+    """Source::model_id() of harness/src/model/source.rs; the raw string if it does not parse."""
+    try:
+        kind, path = parse_source(source)
+    except InputError:
+        return source
+    p = PurePosixPath(path)
+    if kind == "hf":
+        return _name(p)
+    if kind == "gguf":
+        return p.stem or _name(p)
+    base = _name(p.parent) if p.name == "config.json" else (p.stem or _name(p))
+    return f"synthetic-{base}"
+
+
+def as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
+def load_spec(path: Path) -> tuple[dict, str]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read scenario: {e}") from e
+    try:
+        spec = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: {e}") from e
+    for key in ("name", "model", "sweep"):
+        if key not in spec:
+            raise InputError(f"{path}: missing field `{key}`")
+    return spec, text
+
+
+def expand(spec: dict) -> list[dict]:
+    """grid::expand: model-major, then precision, mode, batch, context, kv_cache, repeat."""
+    s = spec["sweep"]
+    kv_kinds = s.get("kv_cache", ["preallocated"])
+    decode_steps = s.get("decode_steps", 16)
+    decode_every = s.get("decode_every", 8)
+    repeats = s.get("repeats", 1)
+    prompt_len = s.get("prompt_len")
+    points = []
+    for source in as_list(spec["model"]["source"]):
+        mid = model_id(source)
+        for precision in s["precision"]:
+            for mode in s["mode"]:
+                for batch in s["batch"]:
+                    for context in s["context"]:
+                        for kv in kv_kinds:
+                            for repeat in range(repeats):
+                                pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}/{kv}"
+                                if repeats > 1:
+                                    pid += f"/r{repeat}"
+                                points.append(dict(
+                                    id=pid, source=source, model_id=mid, mode=mode,
+                                    precision=precision, batch=batch, context=context,
+                                    prompt_len=prompt_len if prompt_len is not None
+                                    else context - decode_steps,
+                                    decode_steps=decode_steps, decode_every=decode_every,
+                                    kv_cache=kv, repeat=repeat))
+    return points
+
+
+# ------------------------------------------------------------------------ measurement --
+
+def now_rfc3339() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def short_hash(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()[:16]
+
+
+def git_rev() -> str:
+    head = ROOT / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            return (ROOT / ".git" / ref[5:]).read_text().strip()[:12]
+        return ref[:12]
+    except OSError:
+        return ""
+
+
+class Meter:
+    """torch's caching allocator, read the way DESIGN.md §4 reads candle's pool."""
+
+    def __init__(self, torch, device):
+        self.torch, self.device = torch, device
+
+    def start(self):
+        t = self.torch
+        t.cuda.synchronize(self.device)
+        base = (t.cuda.memory_allocated(self.device), t.cuda.memory_reserved(self.device))
+        t.cuda.reset_peak_memory_stats(self.device)
+        return base, time.perf_counter()
+
+    def finish(self, started):
+        (base_alloc, base_res), t0 = started
+        t = self.torch
+        t.cuda.synchronize(self.device)
+        free, total = t.cuda.mem_get_info(self.device)
+        reserved = t.cuda.memory_reserved(self.device)
+        used = total - free
+        return dict(
+            baseline_allocated=base_alloc,
+            peak_allocated=t.cuda.max_memory_allocated(self.device),
+            end_allocated=t.cuda.memory_allocated(self.device),
+            baseline_reserved=base_res,
+            peak_reserved=t.cuda.max_memory_reserved(self.device),
+            device_used=used,
+            non_pool=max(used - reserved, 0),
+        ), (time.perf_counter() - t0) * 1e3
+
+
+def span(first: dict, rest: list[dict]) -> dict:
+    allm = [first] + rest
+    last = rest[-1] if rest else first
+    return dict(
+        baseline_allocated=first["baseline_allocated"],
+        baseline_reserved=first["baseline_reserved"],
+        peak_allocated=max(m["peak_allocated"] for m in allm),
+        peak_reserved=max(m["peak_reserved"] for m in allm),
+        end_allocated=last["end_allocated"],
+        device_used=last["device_used"],
+        non_pool=last["non_pool"],
+    )
+
+
+class Writer:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(path, "w", newline="")
+        self.w = csv.DictWriter(self.f, fieldnames=COLUMNS, lineterminator="\n")
+        self.w.writeheader()
+        self.f.flush()
+
+    def write(self, row: dict):
+        out = {}
+        for c in COLUMNS:
+            v = row.get(c)
+            if v is None:
+                out[c] = ""
+            elif isinstance(v, float):
+                out[c] = f"{v:.3f}"
+            else:
+                out[c] = v
+        self.w.writerow(out)
+        self.f.flush()
+
+
+def make_cache(transformers, kind, config, batch, context, dtype, device):
+    """A KV cache: `preallocated` = StaticCache (capacity `context`), `growing` = DynamicCache.
+    StaticCache's constructor changed across transformers releases; try the known forms."""
+    if kind == "growing":
+        return transformers.DynamicCache()
+    S = transformers.StaticCache
+    attempts = [
+        dict(config=config, max_batch_size=batch, max_cache_len=context, device=device, dtype=dtype),
+        dict(config=config, batch_size=batch, max_cache_len=context, device=device, dtype=dtype),
+        dict(config=config, max_cache_len=context),
+    ]
+    last = None
+    for kw in attempts:
+        try:
+            return S(**kw)
+        except TypeError as e:
+            last = e
+    raise RuntimeError(f"cannot build a StaticCache with this transformers: {last}")
+
+
+def logits_kw(model) -> dict:
+    import inspect
+    params = inspect.signature(model.forward).parameters
+    if "logits_to_keep" in params:
+        return {"logits_to_keep": 1}
+    if "num_logits_to_keep" in params:
+        return {"num_logits_to_keep": 1}
+    return {}
+
+
+def run(args) -> int:
+    spec, text = load_spec(args.scenario)
+    points = expand(spec)
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not torch.cuda.is_available():
+        print("error: torch sees no CUDA device", file=sys.stderr)
+        return 1
+    device = torch.device(args.device)
+    torch.cuda.set_device(device)
+    meter = Meter(torch, device)
+    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    runtime = f"torch-{torch.__version__}+transformers-{transformers.__version__}"
+    props = torch.cuda.get_device_properties(device)
+    drv = ""
+    try:
+        drv = Path("/proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
+    except (OSError, IndexError):
+        pass
+    started_at = now_rfc3339()
+    run_id = f"{re.sub('[:-]', '', started_at)}-torch-{os.getpid():x}"
+    shash = short_hash(text.encode())
+    out = args.out
+    manifest_path = out.with_name(out.stem + ".manifest.json")
+    manifest = dict(
+        schema_version=SCHEMA_VERSION, run_id=run_id, started_at=started_at, finished_at=None,
+        csv=str(out), scenario_path=str(args.scenario), scenario_hash=shash, scenario_text=text,
+        backend="cuda", device=args.device, device_name=props.name,
+        pool={"meter": "torch-caching", "allocator": torch.cuda.get_allocator_backend(),
+              "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
+        runtime=runtime,
+        versions=dict(vramlab="torch_probe", git_rev=git_rev(), python=platform.python_version(),
+                      torch=torch.__version__, transformers=transformers.__version__,
+                      cuda_driver=drv, cuda_runtime=str(torch.version.cuda)),
+        gpu=dict(name=props.name, total_memory=props.total_memory,
+                 compute_capability=f"{props.major}.{props.minor}"),
+        host=dict(hostname=socket.gethostname(), os=platform.release(), cpus=os.cpu_count()),
+        points=len(points), status_counts={},
+    )
+
+    def write_manifest():
+        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+    write_manifest()
+    writer = Writer(out)
+    counts: dict[str, int] = {}
+    print(f"torch_probe {spec['name']}: {len(points)} points -> {out} ({runtime})", file=sys.stderr)
+
+    i = 0
+    while i < len(points):
+        src, prec = points[i]["source"], points[i]["precision"]
+        n = 0
+        while i + n < len(points) and points[i + n]["source"] == src and points[i + n]["precision"] == prec:
+            n += 1
+        group, i = points[i:i + n], i + n
+        kind, path = parse_source(src)
+        base = dict(
+            schema_version=SCHEMA_VERSION, run_id=run_id, vramlab_version="torch_probe",
+            git_rev=git_rev(), backend="cuda", device_name=props.name, driver_version=drv,
+            cuda_version=str(torch.version.cuda), candle_version="",
+            weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind],
+            optimizer="none", kernels="torch", pool_release="", scenario_hash=shash,
+            meter="torch-caching",
+        )
+        if kind == "gguf" or prec not in dtypes:
+            why = "GGUF sources are not probed with torch" if kind == "gguf" else f"precision {prec}"
+            for p in group:
+                writer.write(dict(base, **point_cols(p), phase="load", status="skipped", message=why))
+                counts["skipped"] = counts.get("skipped", 0) + 1
+            continue
+        dtype = dtypes[prec]
+        cfg_path = Path(path) / "config.json" if (kind == "hf" or Path(path).is_dir()) else Path(path)
+        config = AutoConfig.from_pretrained(str(cfg_path))
+        arch = config.model_type
+        model = None
+        try:
+            started = meter.start()
+            with torch.device(device):
+                if kind == "hf":
+                    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, device_map={"": device})
+                else:
+                    model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+            model.eval()
+            load_mem, load_ms = meter.finish(started)
+            load_err = None
+        except torch.cuda.OutOfMemoryError as e:
+            load_err = ("oom", str(e).splitlines()[0])
+        nparams = sum(p.numel() for p in model.parameters()) if model is not None else 0
+        base.update(architecture=arch, param_count=nparams)
+        if load_err:
+            for p in group:
+                writer.write(dict(base, **point_cols(p), phase="load", status=load_err[0], message=load_err[1]))
+                counts[load_err[0]] = counts.get(load_err[0], 0) + 1
+            model = None
+            torch.cuda.empty_cache()
+            continue
+        lkw = logits_kw(model)
+        # Warm-up: cuBLAS handles and workspaces, kernels; outside any measured phase.
+        with torch.no_grad():
+            w = torch.zeros((min(p["batch"] for p in group), 8), dtype=torch.long, device=device)
+            model(w, use_cache=True, past_key_values=transformers.DynamicCache(), **lkw)
+            del w
+        for p in group:
+            cols = dict(base, **point_cols(p), started_at=now_rfc3339())
+            writer.write(dict(cols, phase="load", kv_tokens=0, status="ok", elapsed_ms=load_ms,
+                              message="weights built once per (model, precision); shared by the group",
+                              **load_mem))
+            try:
+                rows = infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw)
+                for r in rows:
+                    writer.write(dict(cols, **r, status="ok"))
+                status = "ok"
+            except torch.cuda.OutOfMemoryError as e:
+                msg = " ".join(str(e).split())[:300]
+                m = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
+                writer.write(dict(cols, phase="prefill", status="oom",
+                                  message=(f"requested {m.group(1)}: " if m else "") + msg))
+                status = "oom"
+            except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+                writer.write(dict(cols, phase="prefill", status="error", message=" ".join(str(e).split())[:300]))
+                status = "error"
+            counts[status] = counts.get(status, 0) + 1
+            torch.cuda.synchronize(device)
+            if status != "ok":
+                torch.cuda.empty_cache()
+            print(f"  {p['id']}: {status}", file=sys.stderr)
+        del model
+        torch.cuda.empty_cache()
+
+    manifest["finished_at"] = now_rfc3339()
+    manifest["status_counts"] = counts
+    write_manifest()
+    print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" -> {out}", file=sys.stderr)
+    return 1 if counts.get("error") else 0
+
+
+def point_cols(p: dict) -> dict:
+    return dict(point_id=p["id"], model_id=p["model_id"], mode=p["mode"], precision=p["precision"],
+                batch=p["batch"], context=p["context"], prompt_len=p["prompt_len"],
+                decode_steps=p["decode_steps"], kv_cache=p["kv_cache"])
+
+
+def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw):
+    """Prefill, then decode steps; rows as harness/src/workload/inference.rs makes them."""
+    rows = []
+    b, plen = p["batch"], p["prompt_len"]
+    g = torch.Generator(device="cpu").manual_seed(42)
+    with torch.no_grad():
+        started = meter.start()
+        ids = torch.randint(0, config.vocab_size, (b, plen), generator=g).to(device)
+        cache = make_cache(transformers, p["kv_cache"], config, b, p["context"], dtype, device)
+        pos = torch.arange(plen, device=device)
+        out = model(ids, past_key_values=cache, use_cache=True, cache_position=pos, **lkw)
+        nxt = out.logits[:, -1:].argmax(-1)
+        del ids, out
+        mem, ms = meter.finish(started)
+        total, total_t0 = mem, time.perf_counter() - ms / 1e3
+        rows.append(dict(phase="prefill", step=0, kv_tokens=plen, elapsed_ms=ms, **mem))
+        window = None
+        for t in range(1, p["decode_steps"] + 1):
+            if window is None:
+                window = meter.start()
+            cur = plen + t - 1
+            out = model(nxt, past_key_values=cache, use_cache=True,
+                        cache_position=torch.tensor([cur], device=device), **lkw)
+            nxt = out.logits[:, -1:].argmax(-1)
+            del out
+            if t % p["decode_every"] == 0 or t == p["decode_steps"]:
+                mem, ms = meter.finish(window)
+                window = None
+                total = span(total, [mem])
+                rows.append(dict(phase="decode", step=t, kv_tokens=cur + 1, elapsed_ms=ms, **mem))
+        kv_tokens = plen + p["decode_steps"]
+        del cache, nxt
+        rows.append(dict(phase="total", step=p["decode_steps"], kv_tokens=kv_tokens,
+                         elapsed_ms=(time.perf_counter() - total_t0) * 1e3, **total))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenario", type=Path)
+    ap.add_argument("--out", type=Path, help="output CSV (manifest beside it)")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")
+    args = ap.parse_args(argv)
+    try:
+        if args.dry_run:
+            spec, _ = load_spec(args.scenario)
+            for p in expand(spec):
+                print(p["id"])
+            return 0
+        if args.out is None:
+            spec, _ = load_spec(args.scenario)
+            args.out = Path("results") / f"{spec['name']}-torch.csv"
+        if args.out.suffix != ".csv":
+            raise InputError(f"--out {args.out}: must end in .csv")
+        return run(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${VRAMLAB_CUDA_CACHE:-/work/.cache-cuda}"
+CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"
 export VRAMLAB_CUDA_CACHE="$CACHE"
 TARGET="${VRAMLAB_CUDA_TARGET:-$CACHE/target}"
 PROFILE="${VRAMLAB_CUDA_PROFILE:-dev}"   # dev or release

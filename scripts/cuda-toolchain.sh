@@ -5,12 +5,12 @@
 #   scripts/cuda-toolchain.sh            # install (idempotent), write $CACHE/env.sh, print exports
 #   source "$CACHE/env.sh"               # PATH, CUDA_HOME, CUDA_COMPUTE_CAP, VRAMLAB_CUDA_STUBS
 #
-# CACHE is ${VRAMLAB_CUDA_CACHE:-/work/.cache-cuda}. LD_LIBRARY_PATH is NOT exported by env.sh
+# CACHE is ${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}. LD_LIBRARY_PATH is NOT exported by env.sh
 # (the stubs must never shadow a real driver); run the CUDA build with
 # LD_LIBRARY_PATH="$VRAMLAB_CUDA_STUBS" when you want the "no CUDA device" path.
 set -euo pipefail
 
-CACHE="${VRAMLAB_CUDA_CACHE:-/work/.cache-cuda}"
+CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"
 PYTHON="${PYTHON:-python3}"
 CUDARC_VERSION="0.19.10"
 # Pin all five: nvcc declares its dependencies unversioned and would pull 13.5, which cudarc

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README line 2; .ci/run calls it). Fetches the real test weights, checks
-# formatting and lints, runs every test.
+# formatting and lints, runs every test, then the CUDA compile-and-link check (CUDA 13.0
+# toolchain from PyPI wheels and generated link stubs, cached in $VRAMLAB_CUDA_CACHE, default
+# ~/.cache/vramlab-cuda; about 8 minutes from cold on 2 cores, seconds when warm).
+# VRAMLAB_SKIP_CUDA_CHECK=1 skips that last step on a workstation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-test-models.sh
@@ -8,3 +11,6 @@ export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
+  scripts/cuda-build-check.sh
+fi

@@ -130,32 +130,53 @@ def load_spec(path: Path) -> tuple[dict, str]:
 
 
 def expand(spec: dict) -> list[dict]:
-    """grid::expand: model-major, then precision, mode, batch, context, kv_cache, repeat."""
-    s = spec["sweep"]
-    kv_kinds = s.get("kv_cache", ["preallocated"])
+    """grid::expand: each `[sweep]` / `[[sweep]]` table in turn; within one, model-major, then
+    precision, mode, batch, context, the mode's axes (KV kind for infer; optimizer ×
+    checkpointing × grad_accum × trainable for train), repeat."""
+    out = []
+    for s in as_list(spec["sweep"]):
+        out.extend(expand_one(spec, s))
+    return out
+
+
+def expand_one(spec: dict, s: dict) -> list[dict]:
     decode_steps = s.get("decode_steps", 16)
     decode_every = s.get("decode_every", 8)
     repeats = s.get("repeats", 1)
     prompt_len = s.get("prompt_len")
+    infer_axes = [(kv, kv, None) for kv in s.get("kv_cache", ["preallocated"])]
+    train_axes = []
+    for opt in s.get("optimizer", ["adamw"]):
+        for ckpt in s.get("checkpointing", ["none"]):
+            for n in s.get("grad_accum", [1]):
+                for tr in s.get("trainable", ["full"]):
+                    train_axes.append((f"{opt}/{ckpt}/ga{n}/{tr}", "preallocated",
+                                       dict(optimizer=opt, checkpointing=ckpt, grad_accum=n,
+                                            trainable=tr, steps=s.get("train_steps", 1),
+                                            lr=s.get("lr", 1e-4))))
+    default_train = dict(optimizer="adamw", checkpointing="none", grad_accum=1, trainable="full",
+                         steps=s.get("train_steps", 1), lr=s.get("lr", 1e-4))
     points = []
-    for source in as_list(spec["model"]["source"]):
+    for source in as_list(s.get("source", spec["model"]["source"])):
         mid = model_id(source)
         for precision in s["precision"]:
             for mode in s["mode"]:
+                axes = train_axes if mode == "train" else infer_axes
                 for batch in s["batch"]:
                     for context in s["context"]:
-                        for kv in kv_kinds:
+                        for tag, kv, train in axes:
                             for repeat in range(repeats):
-                                pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}/{kv}"
+                                pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}/{tag}"
                                 if repeats > 1:
                                     pid += f"/r{repeat}"
                                 points.append(dict(
                                     id=pid, source=source, model_id=mid, mode=mode,
                                     precision=precision, batch=batch, context=context,
                                     prompt_len=prompt_len if prompt_len is not None
-                                    else context - decode_steps,
+                                    else max(context - decode_steps, 0),
                                     decode_steps=decode_steps, decode_every=decode_every,
-                                    kv_cache=kv, repeat=repeat))
+                                    kv_cache=kv, repeat=repeat,
+                                    train=train or default_train))
     return points
 
 
@@ -290,7 +311,9 @@ def run(args) -> int:
     device = torch.device(args.device)
     torch.cuda.set_device(device)
     meter = Meter(torch, device)
-    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    # Weights' dtype per precision; mixed-* keep f32 master weights and autocast to 16 bits.
+    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+              "mixed-bf16": torch.float32, "mixed-f16": torch.float32}
     runtime = f"torch-{torch.__version__}+transformers-{transformers.__version__}"
     props = torch.cuda.get_device_properties(device)
     drv = ""
@@ -302,6 +325,7 @@ def run(args) -> int:
     run_id = f"{re.sub('[:-]', '', started_at)}-torch-{os.getpid():x}"
     shash = short_hash(text.encode())
     out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     manifest_path = out.with_name(out.stem + ".manifest.json")
     manifest = dict(
         schema_version=SCHEMA_VERSION, run_id=run_id, started_at=started_at, finished_at=None,
@@ -340,7 +364,7 @@ def run(args) -> int:
             git_rev=git_rev(), backend="cuda", device_name=props.name, driver_version=drv,
             cuda_version=str(torch.version.cuda), candle_version="",
             weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind],
-            optimizer="none", kernels="torch", pool_release="", scenario_hash=shash,
+            kernels="torch", pool_release="", scenario_hash=shash,
             meter="torch-caching",
         )
         if kind == "gguf" or prec not in dtypes:
@@ -387,18 +411,23 @@ def run(args) -> int:
                               message="weights built once per (model, precision); shared by the group",
                               **load_mem))
             try:
-                rows = infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw)
+                if p["mode"] == "train":
+                    rows = train_point(torch, model, p, device, meter)
+                else:
+                    rows = infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw)
                 for r in rows:
                     writer.write(dict(cols, **r, status="ok"))
                 status = "ok"
             except torch.cuda.OutOfMemoryError as e:
                 msg = " ".join(str(e).split())[:300]
                 m = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
-                writer.write(dict(cols, phase="prefill", status="oom",
+                first = "forward" if p["mode"] == "train" else "prefill"
+                writer.write(dict(cols, phase=first, status="oom",
                                   message=(f"requested {m.group(1)}: " if m else "") + msg))
                 status = "oom"
             except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-                writer.write(dict(cols, phase="prefill", status="error", message=" ".join(str(e).split())[:300]))
+                writer.write(dict(cols, phase="forward" if p["mode"] == "train" else "prefill",
+                                  status="error", message=" ".join(str(e).split())[:300]))
                 status = "error"
             counts[status] = counts.get(status, 0) + 1
             torch.cuda.synchronize(device)
@@ -416,9 +445,15 @@ def run(args) -> int:
 
 
 def point_cols(p: dict) -> dict:
+    if p["mode"] == "train":
+        t = p["train"]
+        return dict(point_id=p["id"], model_id=p["model_id"], mode="train", precision=p["precision"],
+                    batch=p["batch"], context=p["context"], optimizer=t["optimizer"],
+                    checkpointing=t["checkpointing"], grad_accum=t["grad_accum"],
+                    trainable=t["trainable"])
     return dict(point_id=p["id"], model_id=p["model_id"], mode=p["mode"], precision=p["precision"],
                 batch=p["batch"], context=p["context"], prompt_len=p["prompt_len"],
-                decode_steps=p["decode_steps"], kv_cache=p["kv_cache"])
+                decode_steps=p["decode_steps"], kv_cache=p["kv_cache"], optimizer="none")
 
 
 def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw):
@@ -455,6 +490,67 @@ def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw
         del cache, nxt
         rows.append(dict(phase="total", step=p["decode_steps"], kv_tokens=kv_tokens,
                          elapsed_ms=(time.perf_counter() - total_t0) * 1e3, **total))
+    return rows
+
+
+def train_point(torch, model, p, device, meter):
+    """Training steps as harness/src/workload/training.rs measures them: forward, backward,
+    optimizer and step_total rows per step (micro-batches of one step merged into one span)."""
+    t = p["train"]
+    prec = p["precision"]
+    autocast = {"mixed-bf16": torch.bfloat16, "mixed-f16": torch.float16}.get(prec)
+    vocab = model.config.vocab_size
+    g = torch.Generator(device="cpu").manual_seed(42)
+    rows = []
+    model.train()
+    if t["checkpointing"] == "layer":
+        model.gradient_checkpointing_enable()
+    if t["trainable"] == "frozen-embeddings":
+        model.get_input_embeddings().weight.requires_grad_(False)
+    opt = None
+    try:
+        for step in range(1, t["steps"] + 1):
+            fwd, bwd = [], []
+            started_step = time.perf_counter()
+            fwd_ms = bwd_ms = 0.0
+            for _ in range(t["grad_accum"]):
+                started = meter.start()
+                ids = torch.randint(0, vocab, (p["batch"], p["context"]), generator=g).to(device)
+                with torch.autocast("cuda", dtype=autocast, enabled=autocast is not None):
+                    loss = model(ids, labels=ids, use_cache=False).loss / t["grad_accum"]
+                del ids
+                m, ms = meter.finish(started)
+                fwd.append(m)
+                fwd_ms += ms
+                started = meter.start()
+                loss.backward()
+                del loss
+                m, ms = meter.finish(started)
+                bwd.append(m)
+                bwd_ms += ms
+            started = meter.start()
+            if opt is None:
+                params = [q for q in model.parameters() if q.requires_grad]
+                opt = (torch.optim.AdamW(params, lr=t["lr"]) if t["optimizer"] == "adamw"
+                       else torch.optim.SGD(params, lr=t["lr"]))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            opt_mem, opt_ms = meter.finish(started)
+            f, b = span(fwd[0], fwd[1:]), span(bwd[0], bwd[1:])
+            for phase, m, ms in (("forward", f, fwd_ms), ("backward", b, bwd_ms),
+                                 ("optimizer", opt_mem, opt_ms)):
+                rows.append(dict(phase=phase, step=step, elapsed_ms=ms, **m))
+            rows.append(dict(phase="step_total", step=step,
+                             elapsed_ms=(time.perf_counter() - started_step) * 1e3,
+                             **span(fwd[0], fwd[1:] + bwd + [opt_mem])))
+    finally:
+        del opt
+        model.zero_grad(set_to_none=True)
+        for q in model.parameters():
+            q.requires_grad_(True)
+        if t["checkpointing"] == "layer":
+            model.gradient_checkpointing_disable()
+        model.eval()
     return rows
 
 

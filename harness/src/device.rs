@@ -33,6 +33,46 @@ pub fn open_with(spec: &str, release: PoolRelease) -> Result<(Device, Box<dyn Me
     }
 }
 
+/// Checks that `spec` names a device this process could open, without creating it (no CUDA
+/// context, no cuBLAS): a sweep's parent calls it before it starts any worker, so that a bad
+/// or absent device is one line, not one line per worker.
+pub fn probe(spec: &str) -> Result<()> {
+    match spec {
+        "cpu" => Ok(()),
+        s if s.starts_with("cuda") => {
+            let ordinal = s
+                .strip_prefix("cuda:")
+                .unwrap_or("0")
+                .parse::<usize>()
+                .map_err(|_| {
+                    InputError::arg(format!("bad device `{s}` (expected cpu or cuda:N)"))
+                })?;
+            probe_cuda(ordinal)
+        }
+        other => {
+            Err(InputError::arg(format!("bad device `{other}` (expected cpu or cuda:N)")).into())
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn probe_cuda(ordinal: usize) -> Result<()> {
+    open_cuda(ordinal, PoolRelease::default()).map(|_| ())
+}
+
+/// Asks the driver how many devices it sees; its error is a code without candle's backtrace.
+#[cfg(feature = "cuda")]
+fn probe_cuda(ordinal: usize) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::CudaContext;
+    let no_device = |why: String| anyhow::anyhow!("cuda:{ordinal}: no CUDA device ({why})");
+    let count =
+        CudaContext::device_count().map_err(|e| no_device(crate::meter::cuda::describe(&e)))?;
+    if ordinal as i64 >= count as i64 {
+        return Err(no_device(format!("the driver sees {count} device(s)")));
+    }
+    Ok(())
+}
+
 #[cfg(not(feature = "cuda"))]
 fn open_cuda(ordinal: usize, _release: PoolRelease) -> Result<(Device, Box<dyn Meter>)> {
     Err(InputError::arg(format!(
@@ -145,7 +185,10 @@ mod tests {
         for s in ["gpu", "cuda:x", "cuda:-1"] {
             let e = open(s).err().unwrap();
             assert_eq!(crate::error::exit_code(&e), 2, "{s}");
+            let e = probe(s).err().unwrap();
+            assert_eq!(crate::error::exit_code(&e), 2, "{s}");
         }
+        probe("cpu").unwrap();
     }
 
     #[test]
@@ -162,5 +205,7 @@ mod tests {
         let e = open_with("cuda:1", PoolRelease::Release).err().unwrap();
         assert!(e.to_string().contains("built without CUDA support"), "{e}");
         assert_eq!(crate::error::exit_code(&e), 2);
+        let e = probe("cuda:0").err().unwrap();
+        assert!(e.to_string().contains("built without CUDA support"), "{e}");
     }
 }

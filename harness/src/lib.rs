@@ -14,6 +14,7 @@ pub mod model;
 pub mod record;
 pub mod runner;
 pub mod scenario;
+pub mod supervisor;
 pub mod units;
 pub mod workload;
 

@@ -22,6 +22,8 @@ pub struct RunContext {
     pub device_name: String,
     pub driver_version: String,
     pub cuda_version: String,
+    /// The `pool_release` column (empty where no pool is read).
+    pub pool_release: String,
 }
 
 /// A model source resolved before any measuring.
@@ -36,13 +38,17 @@ pub struct Runner<'a> {
     pub meter: Box<dyn Meter>,
     pub exporter: &'a mut dyn Exporter,
     pub ctx: RunContext,
+    /// Show a progress bar (off in workers: the parent draws it).
+    pub progress: bool,
+    /// The `--capacity` budget in bytes (CPU), lifted during warm-ups.
+    pub capacity: Option<u64>,
 }
 
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
-fn progress_bar(len: usize) -> ProgressBar {
+pub fn progress_bar(len: usize) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
     bar.set_style(
         ProgressStyle::with_template(
@@ -54,9 +60,9 @@ fn progress_bar(len: usize) -> ProgressBar {
     bar
 }
 
-impl Runner<'_> {
-    fn base_record(&self, p: &Point, prep: &Prepared) -> Record {
-        let c = &self.ctx;
+/// The fields of a point's rows that do not depend on the phase.
+pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> Record {
+    {
         let train = p.mode == Mode::Train;
         Record {
             schema_version: SCHEMA_VERSION,
@@ -101,25 +107,36 @@ impl Runner<'_> {
             }
             .into(),
             kernels: "reference".into(),
-            pool_release: String::new(),
+            pool_release: c.pool_release.clone(),
             scenario_hash: c.scenario_hash.clone(),
-            meter: self.meter.kind().into(),
+            meter: meter.into(),
             ..Default::default()
         }
     }
+}
 
+impl Runner<'_> {
     /// Runs `points` (grouped by model, precision and mode, as `scenario::expand` orders
     /// them). Returns the count of points per status.
+    /// `group_of(p)` gives every point of the grid that shares `p`'s weights (the warm-up
+    /// covers their largest shapes).
     pub fn run(
         &mut self,
         points: &[Point],
         models: &BTreeMap<String, Prepared>,
+        group_of: &dyn Fn(&Point) -> Vec<Point>,
     ) -> Result<BTreeMap<String, usize>> {
-        let bar = progress_bar(points.len());
+        let bar = if self.progress {
+            progress_bar(points.len())
+        } else {
+            ProgressBar::hidden()
+        };
         // All keys exist before the first measurement: a map node allocated mid-sweep would
         // shift every later baseline.
-        let mut counts: BTreeMap<String, usize> =
-            ["ok", "error"].iter().map(|k| (k.to_string(), 0)).collect();
+        let mut counts: BTreeMap<String, usize> = ["ok", "oom", "error"]
+            .iter()
+            .map(|k| (k.to_string(), 0))
+            .collect();
         let mut i = 0;
         while i < points.len() {
             let first = &points[i];
@@ -147,6 +164,7 @@ impl Runner<'_> {
             ));
             let device = self.device.clone();
             let train = first.mode == Mode::Train;
+            crate::supervisor::mark_phase(Phase::Load);
             let (loaded, load_mem, load_ms) = measure(self.meter.as_mut(), || {
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
                 Ok(if train {
@@ -159,20 +177,31 @@ impl Runner<'_> {
                     )?)
                 })
             })?;
+            // Warm up at the largest shapes of the whole group (`group_of` may be wider than
+            // the points this worker runs), so every run of a point sees the same state.
+            let whole = group_of(first);
+            let max = |f: &dyn Fn(&Point) -> usize| whole.iter().map(f).max().unwrap_or(1);
+            // The warm-up runs outside the `--capacity` budget: it is the harness's own cost,
+            // not a phase, and it must reach the group's largest shapes.
+            crate::meter::alloc::set_capacity(u64::MAX);
             match &loaded {
-                Loaded::Model(m) => {
-                    warmup::model(m, group.iter().map(|p| p.batch).min().unwrap_or(1))?
-                }
+                Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len))?,
                 Loaded::Vars(v) => warmup::training(
                     &prep.config,
                     v,
                     first.precision.compute_dtype(),
-                    (first.batch / first.train.grad_accum.max(1), first.context),
+                    (
+                        max(&|p| p.batch / p.train.grad_accum.max(1)),
+                        max(&|p| p.context),
+                    ),
                 )?,
+            }
+            if let Some(c) = self.capacity {
+                crate::meter::alloc::set_capacity(c);
             }
             for p in group {
                 bar.set_message(p.id.clone());
-                let base = self.base_record(p, prep);
+                let base = base_record(&self.ctx, self.meter.kind(), p, prep);
                 let features = |phase: Phase, kv_tokens: usize| -> features::Features {
                     if train {
                         features::train(&prep.config, &train_shape(p), phase)
@@ -237,15 +266,26 @@ impl Runner<'_> {
                 let status = match res {
                     Ok(()) => "ok",
                     Err(e) => {
+                        let oom = crate::device::is_oom(&e);
                         let mut rec = row(last_phase, 0);
-                        rec.status = Some(Status::Error);
+                        rec.status = Some(if oom { Status::Oom } else { Status::Error });
                         rec.message = crate::error::one_line(&e);
                         self.exporter.write(&rec)?;
-                        bar.println(format!("error at {}: {}", p.id, rec.message));
-                        "error"
+                        bar.println(format!(
+                            "{} at {}: {}",
+                            if oom { "oom" } else { "error" },
+                            p.id,
+                            rec.message
+                        ));
+                        if oom {
+                            "oom"
+                        } else {
+                            "error"
+                        }
                     }
                 };
                 *counts.get_mut(status).expect("pre-filled") += 1;
+                crate::supervisor::point_done(&p.id);
                 bar.inc(1);
             }
             drop(loaded);

@@ -38,6 +38,40 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// Parses a size: plain bytes, or a number with B, KB, MB, GB, TB (powers of 1000) or KiB, MiB,
+/// GiB, TiB (powers of 1024), case-insensitive: "2GiB", "512MiB", "1.5GB", "1000000".
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (expected e.g. 2GiB, 512MiB, 1.5GB or bytes)"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024f64.powi(2),
+        "gib" => 1024f64.powi(3),
+        "tib" => 1024f64.powi(4),
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}` (use B, KB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    let bytes = v * mult;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is not a positive size"));
+    }
+    Ok(bytes as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +80,17 @@ mod tests {
     fn design_guide_example() {
         // 13e9 params x 2 B (DESIGN.md §9).
         assert_eq!(gb_gib(13_000_000_000 * 2), "26.0 GB (24.2 GiB)");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("2 GiBs").is_err());
+        assert!(parse_size("0").is_err());
     }
 
     #[test]

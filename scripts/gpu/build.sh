@@ -4,13 +4,14 @@
 #
 #   scripts/gpu/build.sh        # -> .cache/gpu-bundle/ (git-ignored, inside the clone)
 #
+# The binary ships gzipped (vramlab.gz, ~14 MiB instead of ~57): run.sh unpacks it.
 # The bundle lives inside the clone so that the device tool can carry it (`carry` takes paths
 # relative to the repository root, 64 MiB in all); VRAMLAB_BUNDLE overrides the place. The build
 # itself uses the CUDA cache's target dir (scripts/cuda-toolchain.sh), never ./target.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CACHE="${VRAMLAB_CUDA_CACHE:-/work/.cache-cuda}"
+CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"
 export VRAMLAB_CUDA_CACHE="$CACHE"
 TARGET="${VRAMLAB_CUDA_TARGET:-$CACHE/target}"
 BUNDLE="${VRAMLAB_BUNDLE:-$ROOT/.cache/gpu-bundle}"
@@ -46,9 +47,10 @@ done
   echo "needed=$(objdump -p "$BUNDLE/vramlab" | awk '/NEEDED/{printf "%s ", $2}')"
 } >"$BUNDLE/BUILD_INFO"
 
-size=$(du -sb "$BUNDLE" | cut -f1)
 bin=$(stat -c %s "$BUNDLE/vramlab")
-gz=$(gzip -c "$BUNDLE/vramlab" | wc -c)
+gzip -9 "$BUNDLE/vramlab"
+gz=$(stat -c %s "$BUNDLE/vramlab.gz")
+size=$(du -sb "$BUNDLE" | cut -f1)
 printf 'gpu/build.sh: bundle %s: %d bytes (%.1f MiB; binary %.1f MiB, %.1f MiB gzipped)\n' \
   "$BUNDLE" "$size" "$(echo "$size / 1048576" | bc -l)" "$(echo "$bin / 1048576" | bc -l)" \
   "$(echo "$gz / 1048576" | bc -l)"

@@ -8,8 +8,9 @@
 #
 # 1. finds the driver's libcuda.so.1 and the CUDA 13 cudart/cublas/cublasLt/curand (PyTorch's
 #    nvidia/cu13/lib first), and sets LD_LIBRARY_PATH;
-# 2. runs `vramlab sweep scenarios/gpu-smoke.toml --device cuda:0`;
-# 3. runs the PyTorch reference, scripts/torch_probe.py, on the same scenario;
+# 2. for each scenario (gpu-smoke.toml, and gpu-smoke-train.toml where it exists) runs
+#    `vramlab sweep SCENARIO --device cuda:0`, then the PyTorch reference, scripts/torch_probe.py,
+#    on the same scenario;
 # 4. writes CSVs, manifests, logs and the environment to $OUT.
 # Each step has a time limit, so that the whole run ends in under 6 minutes.
 set -uo pipefail
@@ -18,10 +19,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
 OUT="${OUT:?set OUT to the folder that comes back}"
 mkdir -p "$OUT"
-BIN="${VRAMLAB_BIN:-$ROOT/.cache/gpu-bundle/vramlab}"
-SCENARIO="${VRAMLAB_SCENARIO:-scenarios/gpu-smoke.toml}"
+BUNDLE="${VRAMLAB_BUNDLE:-$ROOT/.cache/gpu-bundle}"
+BIN="${VRAMLAB_BIN:-$BUNDLE/vramlab}"
+# The scenarios, in order; those missing are skipped. gpu-smoke-train.toml (training on the
+# small models) is run when it exists.
+SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-smoke-train.toml}"
 SWEEP_TIMEOUT="${VRAMLAB_SWEEP_TIMEOUT:-200}"
 TORCH_TIMEOUT="${VRAMLAB_TORCH_TIMEOUT:-110}"
+BUDGET="${VRAMLAB_RUN_BUDGET:-330}"   # seconds for the whole script; every step is cut to fit
 PYTHON="${PYTHON:-python3}"
 export VRAMLAB_CACHE="${VRAMLAB_CACHE:-$ROOT/.cache/synthetic}"
 T0=$SECONDS
@@ -42,10 +47,15 @@ find_lib() {
   return 1
 }
 
-say "host $(hostname), $(nproc) cpus, $(uname -r)"
+say "host $(hostname), $(nproc) cpus, $(uname -r), $(ldd --version 2>&1 | head -n1)"
+if [ ! -x "$BIN" ] && [ -f "$BIN.gz" ]; then
+  unpacked="${TMPDIR:-/tmp}/vramlab-gpu/vramlab"
+  mkdir -p "$(dirname "$unpacked")"
+  gunzip -c "$BIN.gz" >"$unpacked" && chmod +x "$unpacked" && BIN="$unpacked"
+fi
 [ -x "$BIN" ] || { say "no vramlab binary at $BIN (build it with scripts/gpu/build.sh and carry .cache/gpu-bundle)"; exit 1; }
 command -v nvidia-smi >/dev/null && nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
-[ -f "$ROOT/.cache/gpu-bundle/BUILD_INFO" ] && cp "$ROOT/.cache/gpu-bundle/BUILD_INFO" "$OUT/"
+[ -f "$BUNDLE/BUILD_INFO" ] && cp "$BUNDLE/BUILD_INFO" "$OUT/"
 
 # PyTorch's CUDA 13 libraries.
 torch_site="$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)"
@@ -73,17 +83,33 @@ if grep -q 'not found' "$OUT/ldd.txt"; then
 fi
 "$BIN" --version >"$OUT/vramlab-version.txt" 2>&1
 
-say "vramlab sweep $SCENARIO (limit ${SWEEP_TIMEOUT}s)"
-timeout -k 10 "$SWEEP_TIMEOUT" "$BIN" sweep "$SCENARIO" --device cuda:0 \
-  --out "$OUT/gpu-smoke-candle.csv"
-sweep_rc=$?
-say "vramlab exit $sweep_rc"
+# min(step limit, what is left of the budget), at least 1.
+limit() {
+  local left=$((BUDGET - (SECONDS - T0)))
+  [ "$left" -lt "$1" ] && set -- "$left"
+  [ "$1" -lt 1 ] && set -- 1
+  printf '%s\n' "$1"
+}
 
-say "torch_probe.py $SCENARIO (limit ${TORCH_TIMEOUT}s)"
-timeout -k 10 "$TORCH_TIMEOUT" "$PYTHON" scripts/torch_probe.py "$SCENARIO" --device cuda:0 \
-  --out "$OUT/gpu-smoke-torch.csv"
-torch_rc=$?
-say "torch_probe exit $torch_rc"
+sweep_rc=0
+torch_rc=0
+for scenario in $SCENARIOS; do
+  [ -f "$scenario" ] || { say "no $scenario, skipped"; continue; }
+  stem="$(basename "$scenario" .toml)"
+  t="$(limit "$SWEEP_TIMEOUT")"
+  say "vramlab sweep $scenario (limit ${t}s)"
+  timeout -k 10 "$t" "$BIN" sweep "$scenario" --device cuda:0 --out "$OUT/$stem-candle.csv"
+  rc=$?
+  say "vramlab $stem exit $rc"
+  [ "$rc" -eq 0 ] || sweep_rc=$rc
+  t="$(limit "$TORCH_TIMEOUT")"
+  say "torch_probe.py $scenario (limit ${t}s)"
+  timeout -k 10 "$t" "$PYTHON" scripts/torch_probe.py "$scenario" --device cuda:0 \
+    --out "$OUT/$stem-torch.csv"
+  rc=$?
+  say "torch_probe $stem exit $rc"
+  [ "$rc" -eq 0 ] || torch_rc=$rc
+done
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version \
   --format=csv >>"$OUT/nvidia-smi.txt" 2>&1

@@ -1,6 +1,6 @@
 //! `vramlab estimate`: breakdown, smallest GPU of the catalog, largest batch and context for a
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
-use crate::error::{bad_file, InputError};
+use crate::error::InputError;
 use crate::estimate::{
     self, gpu_by_name, smallest_gpu, Attention, Breakdown, GpuFit, KvCacheKind, Mode, Optimizer,
     Precision, Query, Shape, Sharding, CATALOG,
@@ -91,12 +91,9 @@ pub fn run(a: Args) -> Result<()> {
     let constants: Option<Constants> = match &a.constants {
         None => None,
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).map_err(|e| bad_file(p, format!("cannot read: {e}")))?;
-            Some(
-                toml::from_str(&text)
-                    .map_err(|e| bad_file(p, format!("not a vramlab constants file: {e}")))?,
-            )
+            let c = Constants::load(p)?;
+            c.check_architecture(p, &m.architecture)?;
+            Some(c)
         }
     };
     let q = Query {

@@ -3,11 +3,15 @@ use crate::error::{bad_file, InputError};
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::{hash_files, Host, Manifest, Versions, WeightInfo};
 use crate::model::{weights, Source};
-use crate::runner::{now_rfc3339, Prepared, RunContext, Runner};
+use crate::record::{Phase, Status};
+use crate::runner::{base_record, now_rfc3339, progress_bar, Prepared, RunContext, Runner};
 use crate::scenario::{expand, short_hash, Point, Spec};
+use anyhow::Context;
 use anyhow::Result;
 use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,6 +30,23 @@ pub struct Args {
     /// Do not print the per-point summary table at the end.
     #[arg(long)]
     pub quiet: bool,
+    /// A memory budget for the CPU device, emulating a smaller GPU: e.g. 2GiB, 512MiB, 1.5GB.
+    /// A point whose phase would pass it is recorded `status=oom` and the sweep goes on.
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
+    /// Resume into an existing --out (the default when it exists and its manifest's scenario
+    /// hash matches): finished points are kept, partly measured points are re-run.
+    #[arg(long, conflicts_with = "fresh")]
+    pub resume: bool,
+    /// Overwrite an existing --out instead of resuming.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Internal: run points START:END of the grid in this process (a worker).
+    #[arg(long, hide = true, value_name = "START:END")]
+    pub worker: Option<String>,
+    /// Internal: the run id a worker writes.
+    #[arg(long, hide = true)]
+    pub run_id: Option<String>,
 }
 
 /// Resolves every model source of the points and checks each point against its config.
@@ -79,13 +100,81 @@ pub fn run(args: Args) -> Result<()> {
     }
     let models = prepare(&args.scenario, &points)?;
     let device_spec = args.device.clone().unwrap_or_else(|| spec.device.clone());
-    let (device, meter) = crate::device::open(&device_spec)?;
+    let capacity = match &args.capacity {
+        Some(c) => Some(
+            crate::units::parse_size(c).map_err(|e| InputError::arg(format!("--capacity: {e}")))?,
+        ),
+        None => None,
+    };
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
     if out.extension().and_then(|e| e.to_str()) != Some("csv") {
         return Err(InputError::arg(format!("--out {}: must end in .csv", out.display())).into());
+    }
+    let scenario_hash = short_hash(text.as_bytes());
+    if let Some(range) = &args.worker {
+        let w = Worker {
+            range,
+            points: &points,
+            models: &models,
+            device_spec: &device_spec,
+            capacity,
+            out: &out,
+            scenario_hash,
+            pool_release: spec.pool_release,
+        };
+        return worker(&args, w);
+    }
+    // One clean line for a missing device, before any worker starts.
+    crate::device::probe(&device_spec)?;
+
+    // Resume or start afresh.
+    let mut done = HashSet::new();
+    if out.exists() && args.fresh {
+        std::fs::remove_file(&out)?;
+    }
+    if args.resume && !out.exists() {
+        return Err(bad_file(
+            &out,
+            "--resume: there is no earlier output to resume",
+        ));
+    }
+    if out.exists() {
+        let mpath = Manifest::path_for(&out);
+        let old: serde_json::Value = std::fs::read_to_string(&mpath)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .ok_or_else(|| {
+                bad_file(
+                    &mpath,
+                    "missing or unreadable: cannot resume; use --fresh to overwrite",
+                )
+            })?;
+        let old_hash = old["scenario_hash"].as_str().unwrap_or("");
+        if old_hash != scenario_hash {
+            return Err(bad_file(
+                &out,
+                format!("was written by scenario hash {old_hash}, this scenario's is {scenario_hash}; use --fresh to overwrite it or another --out"),
+            ));
+        }
+        let rows = crate::export::csv::read(&out)?;
+        done = crate::supervisor::finished(&rows, &points);
+        let redo = crate::supervisor::drop_unfinished(&out, &rows, &done)?;
+        eprintln!(
+            "resuming {}: {} of {} points done{}",
+            out.display(),
+            done.len(),
+            points.len(),
+            if redo.is_empty() {
+                String::new()
+            } else {
+                format!(", re-running {} partial", redo.len())
+            }
+        );
+    } else {
+        CsvExporter::create(&out)?;
     }
 
     let mut weights_info = Vec::new();
@@ -101,39 +190,46 @@ pub fn run(args: Args) -> Result<()> {
         });
     }
     let started_at = now_rfc3339();
+    // Fixed width: workers receive it, and its length must not vary between runs.
     let run_id = format!(
-        "{}-{:x}",
+        "{}-{:08x}",
         started_at.replace([':', '-'], ""),
         std::process::id()
     );
+    let cpu = device_spec == "cpu";
     let ctx = RunContext {
         run_id: run_id.clone(),
-        scenario_hash: short_hash(text.as_bytes()),
-        backend: if device.is_cpu() { "cpu" } else { "cuda" }.into(),
-        device_name: crate::device::name(&device),
+        scenario_hash: scenario_hash.clone(),
+        backend: if cpu { "cpu" } else { "cuda" }.into(),
+        device_name: if cpu {
+            crate::device::name(&candle_core::Device::Cpu)
+        } else {
+            device_spec.clone()
+        },
         ..Default::default()
     };
     let mut manifest = Manifest {
         schema_version: crate::record::SCHEMA_VERSION,
-        run_id,
+        run_id: run_id.clone(),
         started_at,
         finished_at: None,
         csv: out.clone(),
         scenario_path: args.scenario.clone(),
-        scenario_hash: ctx.scenario_hash.clone(),
+        scenario_hash: scenario_hash.clone(),
         scenario_text: text,
         backend: ctx.backend.clone(),
-        device: device_spec,
+        device: device_spec.clone(),
         device_name: ctx.device_name.clone(),
+        gpu: None,
         pool: serde_json::json!(null),
         runtime: format!("candle-{}", env!("VRAMLAB_CANDLE")),
         versions: Versions::current(),
         host: Host::current(),
         weights: weights_info,
         points: points.len(),
+        capacity_bytes: capacity,
         status_counts: BTreeMap::new(),
     };
-    let mut exporter = CsvExporter::create(&out)?;
     manifest.write()?;
     eprintln!(
         "sweep {}: {} points -> {}",
@@ -141,13 +237,81 @@ pub fn run(args: Args) -> Result<()> {
         points.len(),
         out.display()
     );
-    let mut runner = Runner {
-        device,
-        meter,
-        exporter: &mut exporter,
-        ctx,
+
+    let exe = std::env::current_exe().context("locating the vramlab binary")?;
+    let base_cmd = |start: usize, end: usize| {
+        let mut c = Command::new(&exe);
+        // One-line errors from workers: the parent reports them.
+        c.env("RUST_BACKTRACE", "0")
+            .arg("sweep")
+            .arg(&args.scenario)
+            .arg("--out")
+            .arg(&out)
+            .args(["--device", &device_spec, "--quiet", "--run-id", &run_id])
+            .args(["--worker", &format!("{start:06}:{end:06}")]);
+        if let Some(cap) = &args.capacity {
+            c.args(["--capacity", cap]);
+        }
+        c
     };
-    let counts = runner.run(&points, &models)?;
+    let bar = progress_bar(points.len());
+    bar.inc(done.len() as u64);
+    let mut exporter = CsvExporter::append(&out)?;
+    let failed_row = |p: &Point, phase: Phase, status: Status, peak: Option<u64>, msg: String| {
+        let mut r = base_record(
+            &ctx,
+            if cpu { "cpu-alloc" } else { "cuda-pool" },
+            p,
+            &models[&p.source],
+        );
+        r.phase = Some(phase);
+        r.status = Some(status);
+        r.peak_allocated = peak;
+        r.message = msg;
+        bar.println(format!(
+            "{} at {}: {}",
+            if status == Status::Oom {
+                "oom"
+            } else {
+                "error"
+            },
+            p.id,
+            r.message
+        ));
+        r
+    };
+    let mut device_facts: Option<serde_json::Value> = None;
+    crate::supervisor::supervise(
+        &points,
+        &mut done,
+        &base_cmd,
+        &mut exporter,
+        &failed_row,
+        &mut |_| bar.inc(1),
+        &mut |facts| device_facts = Some(facts),
+    )?;
+    if let Some(f) = device_facts {
+        let gpu = &f["gpu"];
+        manifest.device_name = gpu["name"].as_str().unwrap_or_default().to_string();
+        manifest.versions.cuda_driver = gpu["driver_version"].as_str().unwrap_or_default().into();
+        manifest.versions.cuda_runtime = gpu["runtime_version"].as_str().unwrap_or_default().into();
+        manifest.pool = f["pool"].clone();
+        manifest.gpu = Some(gpu.clone());
+    }
+    bar.finish_and_clear();
+
+    let rows = crate::export::csv::read(&out)?;
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &points {
+        let status = rows
+            .iter()
+            .rev()
+            .find(|r| r.point_id == p.id && crate::supervisor::is_final(r, p))
+            .and_then(|r| r.status)
+            .map(|s| format!("{s:?}").to_lowercase())
+            .unwrap_or_else(|| "missing".into());
+        *counts.entry(status).or_insert(0) += 1;
+    }
     manifest.finished_at = Some(now_rfc3339());
     manifest.status_counts = counts.clone();
     manifest.write()?;
@@ -156,11 +320,89 @@ pub fn run(args: Args) -> Result<()> {
     }
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     eprintln!("{} -> {}", line.join(", "), out.display());
-    if counts.get("error").copied().unwrap_or(0) > 0 {
+    if counts.keys().any(|k| k == "error" || k == "missing") {
         anyhow::bail!(
             "some points failed; see the `message` column of {}",
             out.display()
         );
     }
+    Ok(())
+}
+
+/// What a worker needs besides its arguments.
+struct Worker<'a> {
+    range: &'a str,
+    points: &'a [Point],
+    models: &'a BTreeMap<String, Prepared>,
+    device_spec: &'a str,
+    capacity: Option<u64>,
+    out: &'a Path,
+    scenario_hash: String,
+    pool_release: crate::meter::pool::PoolRelease,
+}
+
+/// The worker side: measure `points[START..END]` in this process, appending to `out`.
+fn worker(args: &Args, w: Worker<'_>) -> Result<()> {
+    let Worker {
+        range,
+        points,
+        models,
+        device_spec,
+        capacity,
+        out,
+        scenario_hash,
+        pool_release,
+    } = w;
+    let (start, end) = range
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .filter(|&(a, b)| a < b && b <= points.len())
+        .ok_or_else(|| InputError::arg(format!("--worker {range}: bad range")))?;
+    crate::supervisor::become_worker();
+    if let Some(c) = capacity {
+        crate::meter::alloc::set_capacity(c);
+    }
+    let (device, meter) = crate::device::open_with(device_spec, pool_release)?;
+    let facts = crate::device::gpu_facts(&device);
+    if let Some(f) = &facts {
+        // The parent puts these in the manifest.
+        crate::supervisor::report_device(&serde_json::json!({
+            "gpu": f,
+            "pool": crate::meter::pool::pool_json(meter.kind(), pool_release),
+        }));
+    }
+    let ctx = RunContext {
+        run_id: args.run_id.clone().unwrap_or_default(),
+        scenario_hash,
+        backend: if device.is_cpu() { "cpu" } else { "cuda" }.into(),
+        device_name: crate::device::name(&device),
+        driver_version: facts
+            .as_ref()
+            .map(|f| f.driver_version.clone())
+            .unwrap_or_default(),
+        cuda_version: facts
+            .as_ref()
+            .map(|f| f.runtime_version.clone())
+            .unwrap_or_default(),
+        pool_release: crate::meter::pool::release_column(meter.kind(), pool_release).into(),
+    };
+    let mut exporter = CsvExporter::append(out)?;
+    let mut runner = Runner {
+        device,
+        meter,
+        exporter: &mut exporter,
+        ctx,
+        progress: false,
+        capacity,
+    };
+    let group_of = |p: &Point| -> Vec<Point> {
+        points
+            .iter()
+            .filter(|q| q.source == p.source && q.precision == p.precision && q.mode == p.mode)
+            .cloned()
+            .collect()
+    };
+    crate::meter::alloc::set_floor();
+    runner.run(&points[start..end], models, &group_of)?;
     Ok(())
 }

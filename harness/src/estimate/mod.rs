@@ -16,51 +16,7 @@ use serde::Serialize;
 /// Runtime overhead the analytic path assumes: CUDA context, kernels and cuBLAS workspace.
 pub const RUNTIME_OVERHEAD: u64 = 512 << 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Infer,
-    Train,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Precision {
-    F32,
-    F16,
-    Bf16,
-    MixedBf16,
-    MixedF16,
-}
-
-impl Precision {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::Bf16 => "bf16",
-            Precision::MixedBf16 => "mixed-bf16",
-            Precision::MixedF16 => "mixed-f16",
-        }
-    }
-    pub fn is_mixed(&self) -> bool {
-        matches!(self, Precision::MixedBf16 | Precision::MixedF16)
-    }
-    /// Bytes per element of stored weights (f32 masters for the mixed policies).
-    pub fn weight_bytes(&self) -> u64 {
-        match self {
-            Precision::F32 | Precision::MixedBf16 | Precision::MixedF16 => 4,
-            Precision::F16 | Precision::Bf16 => 2,
-        }
-    }
-    /// Bytes per element of activations, KV and logits.
-    pub fn act_bytes(&self) -> u64 {
-        match self {
-            Precision::F32 => 4,
-            _ => 2,
-        }
-    }
-}
+pub use crate::scenario::spec::{Mode, Precision};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

@@ -28,6 +28,21 @@ impl CsvExporter {
     }
 }
 
+impl CsvExporter {
+    /// Opens an existing vramlab CSV to append rows (no header).
+    pub fn append(path: &Path) -> Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {} to append", path.display()))?;
+        let w = csv::WriterBuilder::new().has_headers(false).from_writer(f);
+        Ok(CsvExporter {
+            path: path.to_path_buf(),
+            w,
+        })
+    }
+}
+
 impl Exporter for CsvExporter {
     fn write(&mut self, r: &Record) -> Result<()> {
         self.w
@@ -41,22 +56,95 @@ impl Exporter for CsvExporter {
 
 /// Reads a vramlab CSV back into records, checking the schema version.
 pub fn read(path: &Path) -> Result<Vec<Record>> {
-    let mut rd =
-        csv::Reader::from_path(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    let f = File::open(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    read_from(path, std::io::BufReader::new(f))
+}
+
+/// [`read`] on any reader; `path` is only used in error messages. Every error is an
+/// [`crate::error::InputError`] naming `path` and the row.
+pub fn read_from<R: std::io::Read>(path: &Path, r: R) -> Result<Vec<Record>> {
+    let mut rd = csv::Reader::from_reader(r);
+    let headers = rd
+        .headers()
+        .map_err(|e| bad_file(path, format!("cannot read the header row: {e}")))?
+        .clone();
+    if headers.get(0) != Some("schema_version") {
+        return Err(bad_file(
+            path,
+            "not a vramlab CSV: the first column must be `schema_version`",
+        ));
+    }
     let mut out = Vec::new();
-    for (i, row) in rd.deserialize::<Record>().enumerate() {
-        let r = row.map_err(|e| bad_file(path, format!("row {}: {e}", i + 2)))?;
-        if r.schema_version != SCHEMA_VERSION {
-            return Err(bad_file(
-                path,
-                format!(
-                    "row {}: schema_version {} is not the supported {SCHEMA_VERSION}",
-                    i + 2,
-                    r.schema_version
-                ),
-            ));
+    for (i, row) in rd.records().enumerate() {
+        let line = i + 2;
+        let row = row.map_err(|e| bad_file(path, format!("row {line}: {e}")))?;
+        // Check the version before the rest, so a CSV of another schema says so rather than
+        // failing on whichever column changed.
+        if let Some(v) = row.get(0) {
+            if v.trim().parse::<u32>().ok() != Some(SCHEMA_VERSION) {
+                return Err(bad_file(
+                    path,
+                    format!(
+                        "row {line}: schema_version `{v}` is not the supported {SCHEMA_VERSION}"
+                    ),
+                ));
+            }
         }
+        let r: Record = row.deserialize(Some(&headers)).map_err(|e| {
+            bad_file(
+                path,
+                format!("row {line}: {}", describe(&e, &headers, &row)),
+            )
+        })?;
         out.push(r);
     }
     Ok(out)
+}
+
+/// A deserialization error with the column name instead of csv's field index.
+fn describe(e: &csv::Error, headers: &csv::StringRecord, row: &csv::StringRecord) -> String {
+    if let csv::ErrorKind::Deserialize { err, .. } = e.kind() {
+        if let Some(i) = err.field() {
+            let col = headers.get(i as usize).unwrap_or("?");
+            let val: String = row.get(i as usize).unwrap_or("").chars().take(40).collect();
+            return format!("column `{col}` = `{val}`: {}", err.kind());
+        }
+        return err.kind().to_string();
+    }
+    e.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reader_errors_name_row_and_column() {
+        let p = Path::new("r.csv");
+        let cols = crate::record::columns().join(",");
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(Record {
+            schema_version: SCHEMA_VERSION,
+            ..Default::default()
+        })
+        .unwrap();
+        let good = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(read_from(p, good.as_bytes()).unwrap().len(), 1);
+        let row: Vec<&str> = good.lines().nth(1).unwrap().split(',').collect();
+        let with = |i: usize, v: &str| {
+            let mut r = row.clone();
+            r[i] = v;
+            format!("{cols}\n{}\n", r.join(","))
+        };
+        let e = read_from(p, with(0, "7").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("row 2: schema_version `7`"), "{e}");
+        let e = read_from(p, with(13, "x").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("row 2: column `param_count` = `x`"), "{e}");
+        let e = read_from(p, &b""[..]).unwrap_err().to_string();
+        assert!(e.contains("not a vramlab CSV"), "{e}");
+    }
 }

@@ -114,12 +114,16 @@ pub struct Manifest {
     pub backend: String,
     pub device: String,
     pub device_name: String,
+    /// GPU facts (name, total memory, driver, runtime, compute capability) on CUDA.
+    pub gpu: Option<serde_json::Value>,
     pub pool: serde_json::Value,
     pub runtime: String,
     pub versions: Versions,
     pub host: Host,
     pub weights: Vec<WeightInfo>,
     pub points: usize,
+    /// `--capacity` in bytes, when the sweep ran under a budget.
+    pub capacity_bytes: Option<u64>,
     pub status_counts: std::collections::BTreeMap<String, usize>,
 }
 

@@ -615,6 +615,69 @@ pub fn fit_all(
 }
 
 impl Constants {
+    /// Reads a constants file written by `vramlab fit`. Every error names `path` on one line
+    /// (with the line and key when TOML has them).
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Constants> {
+        use crate::error::bad_file;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+        Constants::parse(path, &text)
+    }
+
+    /// [`Constants::load`] on text already read; `path` is only used in messages.
+    pub fn parse(path: &std::path::Path, text: &str) -> anyhow::Result<Constants> {
+        use crate::error::bad_file;
+        let c: Constants = toml::from_str(text).map_err(|e| {
+            let msg = e.message().trim().to_string();
+            let at = match e.span() {
+                Some(sp) => format!(
+                    "line {}: ",
+                    text[..sp.start.min(text.len())].matches('\n').count() + 1
+                ),
+                None => String::new(),
+            };
+            bad_file(path, format!("not a vramlab constants file: {at}{msg}"))
+        })?;
+        if c.schema != 1 {
+            return Err(bad_file(
+                path,
+                format!("constants schema {} is not the supported 1", c.schema),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// Errors when the file has no group at all for `architecture` (constants fitted on
+    /// another model family say nothing about this one).
+    pub fn check_architecture(
+        &self,
+        path: &std::path::Path,
+        architecture: &str,
+    ) -> anyhow::Result<()> {
+        if self.group.is_empty()
+            || self
+                .group
+                .iter()
+                .any(|g| g.key.architecture == architecture)
+        {
+            return Ok(());
+        }
+        let mut have: Vec<&str> = self
+            .group
+            .iter()
+            .map(|g| g.key.architecture.as_str())
+            .collect();
+        have.sort();
+        have.dedup();
+        Err(crate::error::bad_file(
+            path,
+            format!(
+                "constants fitted for {} cannot estimate a {architecture} model (refit on {architecture} CSVs, or drop --constants)",
+                have.join(", ")
+            ),
+        ))
+    }
+
     /// The group fitted for this key and target, if any.
     pub fn find(&self, key: &GroupKey, target: Target) -> Option<&GroupFit> {
         self.group
@@ -705,5 +768,56 @@ mod tests {
         assert_eq!(terms(&f, 2, 3, 4, 2), [1.0, 7.0, 5.0, 3.0, 2.0, 48.0, 1.0]);
         assert_eq!(phase_tokens(Phase::Decode, 96, 100), (1, 100));
         assert_eq!(phase_tokens(Phase::Prefill, 96, 96), (96, 96));
+    }
+
+    /// The 16 decode rows of llama/cpu/f32/infer/preallocated/decode in
+    /// results/cpu/cpu-smollm2.csv (peak_allocated): collinear (act ∝ logits ∝ batch,
+    /// kv = capacity · batch · const) and exactly linear.
+    fn smollm2_decode() -> Vec<Sample> {
+        let mut v = Vec::new();
+        for (b, cap, y) in [
+            (1u64, 128u64, 547_433_153.0),
+            (1, 512, 565_127_873.0),
+            (4, 128, 565_731_533.0),
+            (4, 512, 636_510_413.0),
+        ] {
+            for step in [8u64, 16, 24, 32] {
+                let t = cap - 32 + step;
+                let x = [
+                    1.0,
+                    538_060_032.0,
+                    (46_080 * b * cap) as f64,
+                    (69_120 * b) as f64,
+                    (196_608 * b) as f64,
+                    (b * t * 4) as f64,
+                    0.0,
+                ];
+                v.push(Sample {
+                    x,
+                    y,
+                    point: format!("b{b}/c{cap}"),
+                    context: cap,
+                    row: format!("b{b}/c{cap} step {step}"),
+                });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn collinear_exactly_linear_decode_group_is_fitted_exactly() {
+        let pts = smollm2_decode();
+        let m = fit_linear(&pts);
+        // Exact solution: weights·1 (held, constant) + kv·1 + const + c·act (act ∝ logits).
+        assert_eq!(m.fixed, vec!["weight".to_string()]);
+        assert!((m.get("kv") - 1.0).abs() < 1e-6, "{m:?}");
+        for s in &pts {
+            assert!((m.predict(&s.x) - s.y).abs() < 1e-6 * s.y, "{m:?}");
+        }
+        assert!((r2(&m, &pts) - 1.0).abs() < 1e-9);
+        // Each held-out point is still identified by the other three.
+        let (_, hk, _) = select("g", &pts, 5);
+        assert_eq!(hk.len(), 16);
+        assert!(ErrStats::of(&hk).unwrap().worst < 1e-6, "{hk:?}");
     }
 }

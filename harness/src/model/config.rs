@@ -169,7 +169,7 @@ impl Config {
             model_type: "gpt2".into(),
             vocab_size: usize_key(path, v, "vocab_size")?,
             hidden_size: d,
-            intermediate_size: opt_usize(path, v, "n_inner")?.unwrap_or(4 * d),
+            intermediate_size: opt_usize(path, v, "n_inner")?.unwrap_or(d.saturating_mul(4)),
             num_layers: usize_key(path, v, "n_layer")?,
             num_heads: heads,
             num_kv_heads: heads,
@@ -211,18 +211,85 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Shape invariants the implementation relies on.
+    /// Shape invariants the implementation relies on, and bounds that keep every size
+    /// computation (shapes, parameter and byte counts) far from overflow: values beyond them
+    /// come from a corrupt file, not a real model.
     pub fn validate(&self) -> std::result::Result<(), String> {
+        for (key, v, max) in [
+            ("vocab_size", self.vocab_size, 1usize << 24),
+            ("hidden_size", self.hidden_size, 1 << 20),
+            ("intermediate_size", self.intermediate_size, 1 << 22),
+            ("num_hidden_layers", self.num_layers, 10_000),
+            ("num_attention_heads", self.num_heads, 1 << 16),
+            ("num_key_value_heads", self.num_kv_heads, 1 << 16),
+            ("head_dim", self.head_dim, 1 << 16),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                1 << 27,
+            ),
+            ("type_vocab_size", self.type_vocab_size, 1 << 16),
+        ] {
+            if v > max {
+                return Err(format!("{key} = {v} is implausibly large (at most {max})"));
+            }
+        }
+        for (key, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_layers),
+            ("num_attention_heads", self.num_heads),
+            ("num_key_value_heads", self.num_kv_heads),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be positive, got 0"));
+            }
+        }
+        if self.head_dim == 0 {
+            return Err(format!(
+                "head_dim is 0: hidden_size ({}) is smaller than num_attention_heads ({})",
+                self.hidden_size, self.num_heads
+            ));
+        }
+        if self.architecture != Architecture::Llama
+            && self.num_heads * self.head_dim != self.hidden_size
+        {
+            return Err(format!(
+                "hidden_size ({}) is not a multiple of the number of attention heads ({})",
+                self.hidden_size, self.num_heads
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return Err("rope_theta and the norm epsilon must be finite, the epsilon >= 0".into());
+        }
+        if self.architecture == Architecture::Llama && self.rope_theta <= 0.0 {
+            return Err(format!(
+                "rope_theta must be positive, got {}",
+                self.rope_theta
+            ));
+        }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(format!(
                 "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if !self.head_dim.is_multiple_of(2) {
+        if self.architecture == Architecture::Llama && !self.head_dim.is_multiple_of(2) {
             return Err(format!(
                 "head_dim ({}) must be even for RoPE",
                 self.head_dim
+            ));
+        }
+        let params: u128 = self
+            .tensor_shapes()
+            .iter()
+            .map(|(_, s)| s.iter().map(|&d| d as u128).product::<u128>())
+            .sum();
+        if params > 1_000_000_000_000_000 {
+            return Err(format!(
+                "the shapes add up to {params} parameters: implausibly large"
             ));
         }
         Ok(())

@@ -9,16 +9,163 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// Opens and parses a GGUF header (metadata and tensor index; no tensor data).
 pub fn open(path: &Path) -> Result<(Content, BufReader<File>)> {
     let f = File::open(path).map_err(|e| bad_file(path, format!("cannot open: {e}")))?;
     let mut r = BufReader::new(f);
-    let c =
-        Content::read(&mut r).map_err(|e| bad_file(path, format!("not a valid GGUF file: {e}")))?;
+    let c = read_content(path, &mut r)?;
     Ok((c, r))
+}
+
+/// `Content::read` for an untrusted file: errors name `path`, and a `general.alignment` of 0
+/// (on which candle 0.11.1 divides by zero) is an error rather than a panic.
+pub fn read_content<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Content> {
+    let start = r
+        .stream_position()
+        .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    if let Ok(Some(0)) = alignment(r) {
+        return Err(bad_file(
+            path,
+            "not a valid GGUF file: metadata `general.alignment` is 0",
+        ));
+    }
+    r.seek(SeekFrom::Start(start))
+        .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    Content::read(r)
+        .map_err(|e| bad_file(path, format!("not a valid GGUF file: {}", candle_msg(&e))))
+}
+
+/// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set.
+pub fn candle_msg(e: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } => candle_msg(inner),
+        E::Context { inner, context } => format!("{context}: {}", candle_msg(inner)),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_msg(inner)),
+        other => other.to_string(),
+    }
+}
+
+/// Walks the GGUF metadata (without keeping it) to find an integer `general.alignment`.
+/// Errors mean "malformed"; `Content::read` then reports the problem in its own words.
+fn alignment<R: Read + Seek>(r: &mut R) -> std::io::Result<Option<i64>> {
+    use std::io::{Error, ErrorKind};
+    fn u32_of<R: Read>(r: &mut R) -> std::io::Result<u32> {
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u64_of<R: Read>(r: &mut R) -> std::io::Result<u64> {
+        let mut b = [0u8; 8];
+        r.read_exact(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    let bad = || Error::new(ErrorKind::InvalidData, "malformed");
+    let magic = u32_of(r)?;
+    if magic != 0x4655_4747 {
+        return Err(bad());
+    }
+    let v1 = u32_of(r)? == 1;
+    let len = |r: &mut R| {
+        if v1 {
+            u32_of(r).map(u64::from)
+        } else {
+            u64_of(r)
+        }
+    };
+    let _tensors = len(r)?;
+    let kvs = len(r)?;
+    let file_len = {
+        let here = r.stream_position()?;
+        let end = r.seek(SeekFrom::End(0))?;
+        r.seek(SeekFrom::Start(here))?;
+        end
+    };
+    // Skips one value of type `t`; returns an integer value when it is one.
+    fn skip<R: Read + Seek>(
+        r: &mut R,
+        t: u32,
+        depth: u32,
+        len: &dyn Fn(&mut R) -> std::io::Result<u64>,
+        file_len: u64,
+    ) -> std::io::Result<Option<i64>> {
+        let bad = || Error::new(ErrorKind::InvalidData, "malformed");
+        let mut int = |n: usize, signed: bool| -> std::io::Result<Option<i64>> {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b[..n])?;
+            let u = u64::from_le_bytes(b);
+            let v = if signed && n < 8 && (u >> (8 * n - 1)) & 1 == 1 {
+                (u | (!0u64 << (8 * n))) as i64
+            } else {
+                u as i64
+            };
+            Ok(Some(v))
+        };
+        match t {
+            0 => int(1, false),
+            1 => int(1, true),
+            2 => int(2, false),
+            3 => int(2, true),
+            4 => int(4, false),
+            5 => int(4, true),
+            10 => int(8, false),
+            11 => int(8, true),
+            6 | 7 | 12 => {
+                let n = match t {
+                    7 => 1,
+                    12 => 8,
+                    _ => 4,
+                };
+                if r.seek(SeekFrom::Current(n))? > file_len {
+                    return Err(bad());
+                }
+                Ok(None)
+            }
+            8 => {
+                let n = len(r)?;
+                let here = r.stream_position()?;
+                if n > file_len.saturating_sub(here) {
+                    return Err(bad());
+                }
+                r.seek(SeekFrom::Current(n as i64)).map(|_| None)
+            }
+            9 => {
+                if depth > 2 {
+                    return Err(bad());
+                }
+                let et = u32_of(r)?;
+                let n = len(r)?;
+                if n > file_len {
+                    return Err(bad());
+                }
+                for _ in 0..n {
+                    skip(r, et, depth + 1, len, file_len)?;
+                }
+                Ok(None)
+            }
+            _ => Err(bad()),
+        }
+    }
+    if kvs > file_len {
+        return Err(bad());
+    }
+    for _ in 0..kvs {
+        let n = len(r)?;
+        if n > 4096 {
+            return Err(bad());
+        }
+        let mut key = vec![0u8; n as usize];
+        r.read_exact(&mut key)?;
+        let t = u32_of(r)?;
+        let v = skip(r, t, 0, &len, file_len)?;
+        if key == b"general.alignment" {
+            return Ok(v);
+        }
+    }
+    Ok(None)
 }
 
 fn meta_usize(path: &Path, c: &Content, key: &str) -> Result<usize> {
@@ -26,11 +173,32 @@ fn meta_usize(path: &Path, c: &Content, key: &str) -> Result<usize> {
         .metadata
         .get(key)
         .ok_or_else(|| bad_file(path, format!("missing GGUF metadata key `{key}`")))?;
-    v.to_u64()
-        .map(|x| x as usize)
-        .or_else(|_| v.to_u32().map(|x| x as usize))
-        .or_else(|_| v.to_i32().map(|x| x as usize))
-        .map_err(|e| bad_file(path, format!("GGUF metadata key `{key}`: {e}")))
+    let n: i128 = match v {
+        Value::U8(x) => (*x).into(),
+        Value::I8(x) => (*x).into(),
+        Value::U16(x) => (*x).into(),
+        Value::I16(x) => (*x).into(),
+        Value::U32(x) => (*x).into(),
+        Value::I32(x) => (*x).into(),
+        Value::U64(x) => (*x).into(),
+        Value::I64(x) => (*x).into(),
+        other => {
+            return Err(bad_file(
+                path,
+                format!(
+                    "GGUF metadata key `{key}` must be an integer, got {:?}",
+                    other.value_type()
+                ),
+            ))
+        }
+    };
+    match usize::try_from(n) {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(bad_file(
+            path,
+            format!("GGUF metadata key `{key}` must be a positive integer, got {n}"),
+        )),
+    }
 }
 
 fn meta_f64(c: &Content, key: &str, default: f64) -> f64 {
@@ -71,8 +239,14 @@ pub fn config_of(path: &Path, c: &Content) -> Result<Config> {
         intermediate_size: meta_usize(path, c, &k("feed_forward_length"))?,
         num_layers: meta_usize(path, c, &k("block_count"))?,
         num_heads: heads,
-        num_kv_heads: meta_usize(path, c, &k("attention.head_count_kv")).unwrap_or(heads),
-        head_dim: meta_usize(path, c, &k("rope.dimension_count")).unwrap_or(hidden / heads),
+        num_kv_heads: match c.metadata.get(&k("attention.head_count_kv")) {
+            None => heads,
+            Some(_) => meta_usize(path, c, &k("attention.head_count_kv"))?,
+        },
+        head_dim: match c.metadata.get(&k("rope.dimension_count")) {
+            None => hidden / heads,
+            Some(_) => meta_usize(path, c, &k("rope.dimension_count"))?,
+        },
         max_position_embeddings: meta_usize(path, c, &k("context_length"))?,
         rope_theta: meta_f64(c, &k("rope.freq_base"), 10_000.0),
         norm_eps: meta_f64(c, &k("attention.layer_norm_rms_epsilon"), 1e-6),
@@ -149,6 +323,63 @@ pub fn unpermute(t: &Tensor, n_head: usize) -> candle_core::Result<Tensor> {
         .reshape(dims)
 }
 
+/// Checks that the GGUF holds every tensor of `cfg` with its shape, and that each tensor's
+/// bytes lie within the file (a truncated download fails here, not halfway through a load).
+pub fn preflight(path: &Path, cfg: &Config) -> Result<()> {
+    let (content, reader) = open(path)?;
+    let len = reader
+        .get_ref()
+        .metadata()
+        .map_err(|e| bad_file(path, format!("cannot read: {e}")))?
+        .len();
+    for (hf, shape) in cfg.tensor_shapes() {
+        let Some(g) = gguf_name(&hf) else {
+            return Err(bad_file(path, format!("no GGUF name for tensor `{hf}`")));
+        };
+        let info = content
+            .tensor_infos
+            .get(&g)
+            .ok_or_else(|| bad_file(path, format!("tensor `{g}` (for `{hf}`) is missing")))?;
+        if info.shape.dims() != shape.as_slice() {
+            return Err(bad_file(
+                path,
+                format!(
+                    "tensor `{g}` has shape {:?}, the config expects {shape:?}",
+                    info.shape.dims()
+                ),
+            ));
+        }
+        let elems = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+        let (bs, ts) = (
+            info.ggml_dtype.block_size() as u64,
+            info.ggml_dtype.type_size() as u64,
+        );
+        let end = elems
+            .filter(|e| bs > 0 && e % bs == 0)
+            .and_then(|e| (e / bs).checked_mul(ts))
+            .and_then(|b| b.checked_add(info.offset))
+            .and_then(|b| b.checked_add(content.tensor_data_offset));
+        match end {
+            None => {
+                return Err(bad_file(
+                    path,
+                    format!("tensor `{g}`: its size or offset is corrupt"),
+                ))
+            }
+            Some(end) if end > len => {
+                return Err(bad_file(
+                    path,
+                    format!(
+                        "truncated GGUF file: tensor `{g}` ends at byte {end}, the file has {len}"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Loads every tensor of `cfg` from the GGUF, dequantized and cast to `dtype`, under HF names.
 /// Transients: the quantized bytes of one tensor and its f32 dequantization.
 pub fn load(
@@ -178,7 +409,7 @@ pub fn load(
         }
         let q = content
             .tensor(&mut reader, &g, device)
-            .map_err(|e| bad_file(path, format!("reading tensor `{g}`: {e}")))?;
+            .map_err(|e| bad_file(path, format!("reading tensor `{g}`: {}", candle_msg(&e))))?;
         let mut t = q.dequantize(device)?;
         drop(q);
         if g.contains(".attn_q.") {

@@ -4,7 +4,7 @@
 //! No fused op without a backward is used (candle-nn's `rms_norm`, `softmax_last_dim` and
 //! `rope` record none), so the same code serves inference and training. Like HF's eager
 //! implementation, RMSNorm and softmax run in f32 and cast back.
-use super::nn::{attention, lm_loss, rms_norm, split_heads, Linear};
+use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Linear};
 use super::{Config, KvCache, Trainable};
 use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -213,17 +213,7 @@ impl Trainable for Llama {
     /// Gathers rows in the weights' dtype, then casts (so a mixed policy's embedding
     /// gradient lands on the f32 variable without casting the whole table).
     fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, s) = ids.dims2()?;
-        let x = self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((
-            b,
-            s,
-            self.cfg.hidden_size,
-        ))?;
-        if x.dtype() == self.compute {
-            Ok(x)
-        } else {
-            x.to_dtype(self.compute)
-        }
+        embedding(&self.embed, ids, self.compute)
     }
 
     fn num_layers(&self) -> usize {

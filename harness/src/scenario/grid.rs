@@ -92,7 +92,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
         lr: s.lr,
     };
     let mut out = Vec::new();
-    for source in spec.model.source.to_vec() {
+    for source in s.source.as_ref().unwrap_or(&spec.model.source).to_vec() {
         let model_id = model_id_of(&source);
         for &precision in &s.precision {
             for &mode in &s.mode {

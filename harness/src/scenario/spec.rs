@@ -7,7 +7,7 @@ use candle_core::DType;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Infer,
@@ -23,7 +23,19 @@ impl Mode {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Precision {
     F32,
@@ -63,6 +75,14 @@ impl Precision {
     }
     pub fn is_mixed(&self) -> bool {
         matches!(self, Precision::MixedBf16 | Precision::MixedF16)
+    }
+    /// Bytes per element of stored weights, gradients and optimizer state.
+    pub fn weight_bytes(&self) -> u64 {
+        self.dtype().size_in_bytes() as u64
+    }
+    /// Bytes per element of activations, KV and logits.
+    pub fn act_bytes(&self) -> u64 {
+        self.compute_dtype().size_in_bytes() as u64
     }
 }
 
@@ -173,6 +193,9 @@ fn default_lr() -> f64 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepSpec {
+    /// Model sources for this table only (default: `[model] source`).
+    #[serde(default)]
+    pub source: Option<OneOrMany>,
     pub mode: Vec<Mode>,
     pub precision: Vec<Precision>,
     pub batch: Vec<i64>,
@@ -214,6 +237,10 @@ pub struct Spec {
     #[serde(default = "default_device")]
     pub device: String,
     pub model: ModelSpec,
+    /// CUDA pool option: `keep` (release threshold u64::MAX, like PyTorch's caching
+    /// allocator; the default) or `release` (threshold 0). Ignored on CPU.
+    #[serde(default)]
+    pub pool_release: crate::meter::pool::PoolRelease,
     /// One `[sweep]` table, or several `[[sweep]]` tables (e.g. one for inference and one for
     /// training), expanded one after the other.
     pub sweep: Sweeps,
@@ -271,7 +298,11 @@ impl Spec {
                 None => bad_file(path, msg),
             }
         })?;
-        spec.validate().map_err(|e| bad_file(path, e))?;
+        spec.validate()
+            .map_err(|(at, e)| match at.and_then(|(i, k)| key_line(text, i, k)) {
+                Some(line) => bad_file(path, format!("line {line}: {e}")),
+                None => bad_file(path, e),
+            })?;
         Ok(spec)
     }
 
@@ -281,22 +312,68 @@ impl Spec {
         Ok((Spec::parse(path, &text)?, text))
     }
 
-    fn validate(&self) -> std::result::Result<(), String> {
+    /// On error: the message, and where it is (the index of the sweep table and the key).
+    fn validate(&self) -> std::result::Result<(), Invalid> {
         if self.sweep.0.is_empty() {
-            return Err("no [sweep] table: nothing to run".into());
+            return Err((None, "no [sweep] table: nothing to run".into()));
+        }
+        let n = &self.name;
+        if n.is_empty() || n == "." || n == ".." || n.contains(['/', '\\', '\0']) {
+            return Err((
+                None,
+                format!(
+                    "`name` must be a plain file name (it names results/<name>.csv), got {n:?}"
+                ),
+            ));
         }
         if self.model.source.to_vec().is_empty() {
-            return Err("[model] `source` is an empty list".into());
+            return Err((None, "[model] `source` is an empty list".into()));
         }
-        self.sweep.0.iter().try_for_each(validate_sweep)
+        for (i, s) in self.sweep.0.iter().enumerate() {
+            validate_sweep(s).map_err(|(k, e)| (Some((i, k)), e))?;
+        }
+        Ok(())
     }
 }
 
-fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), String> {
+/// A validation failure: where (sweep table index and key), and the message.
+type Invalid = (Option<(usize, &'static str)>, String);
+
+/// The 1-based line of `key = ...` in the `table`-th `[sweep]`/`[[sweep]]` table of `text`.
+fn key_line(text: &str, table: usize, key: &str) -> Option<usize> {
+    let (mut cur, mut count) = (None, 0usize);
+    for (n, line) in text.lines().enumerate() {
+        let t = line.split('#').next().unwrap_or("").trim();
+        if t.starts_with('[') {
+            let name: String = t
+                .chars()
+                .filter(|c| !matches!(c, '[' | ']' | ' '))
+                .collect();
+            cur = (name == "sweep").then_some(count);
+            count += usize::from(name == "sweep");
+        } else if cur == Some(table) {
+            let rest = t.strip_prefix(key).map(str::trim_start);
+            if rest.is_some_and(|r| r.starts_with('=')) {
+                return Some(n + 1);
+            }
+        }
+    }
+    None
+}
+
+const MAX_BATCH: i64 = 1 << 20;
+const MAX_CONTEXT: i64 = 1 << 27;
+const MAX_REPEATS: i64 = 10_000;
+const MAX_STEPS: i64 = 1 << 20;
+
+fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
     {
-        let nonempty = |key: &str, n: usize| {
+        let nonempty = |key: &'static str, n: usize| {
             if n == 0 {
-                Err(format!("[sweep] `{key}` is an empty list: nothing to run"))
+                Err((
+                    key,
+                    format!("[sweep] `{key}` is an empty list: nothing to run"),
+                ))
             } else {
                 Ok(())
             }
@@ -313,50 +390,111 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), String> {
             nonempty("grad_accum", s.grad_accum.len())?;
             nonempty("trainable", s.trainable.len())?;
             if s.train_steps == 0 {
-                return Err("[sweep] `train_steps` must be at least 1".into());
+                return Err((
+                    "train_steps",
+                    "[sweep] `train_steps` must be at least 1".into(),
+                ));
             }
             for &n in &s.grad_accum {
                 if n <= 0 {
-                    return Err(format!("[sweep] `grad_accum` must be positive, got {n}"));
+                    return Err((
+                        "grad_accum",
+                        format!("[sweep] `grad_accum` must be positive, got {n}"),
+                    ));
                 }
                 if let Some(b) = s.batch.iter().find(|&&b| b > 0 && b % n != 0) {
-                    return Err(format!("[sweep] grad_accum {n} does not divide batch {b}"));
+                    return Err((
+                        "grad_accum",
+                        format!("[sweep] grad_accum {n} does not divide batch {b}"),
+                    ));
                 }
             }
         }
         if s.mode.contains(&Mode::Infer) {
             if let Some(p) = s.precision.iter().find(|p| p.is_mixed()) {
-                return Err(format!(
-                    "[sweep] precision `{}` is a training policy; inference points need f32, f16 or bf16",
-                    p.as_str()
+                return Err((
+                    "precision",
+                    format!(
+                        "[sweep] precision `{}` is a training policy; inference points need f32, f16 or bf16",
+                        p.as_str()
+                    ),
                 ));
             }
         }
+        // Upper bounds far beyond any real run: they keep the size arithmetic downstream
+        // (bytes = batch · context · ...) from overflowing on a typo.
+        for (key, v, max) in [
+            (
+                "batch",
+                s.batch.iter().copied().max().unwrap_or(0),
+                MAX_BATCH,
+            ),
+            (
+                "context",
+                s.context.iter().copied().max().unwrap_or(0),
+                MAX_CONTEXT,
+            ),
+            ("decode_steps", s.decode_steps as i64, MAX_CONTEXT),
+            ("prompt_len", s.prompt_len.unwrap_or(0) as i64, MAX_CONTEXT),
+            ("repeats", s.repeats as i64, MAX_REPEATS),
+            ("train_steps", s.train_steps as i64, MAX_STEPS),
+        ] {
+            // (TOML integers are i64, so the usize ones convert back exactly.)
+            if v > max {
+                return Err((
+                    key,
+                    format!("[sweep] `{key}` = {v} is too large (at most {max})"),
+                ));
+            }
+        }
+        if !(s.lr.is_finite() && s.lr > 0.0) {
+            return Err((
+                "lr",
+                format!("[sweep] `lr` must be a positive number, got {}", s.lr),
+            ));
+        }
         for &b in &s.batch {
             if b <= 0 {
-                return Err(format!("[sweep] `batch` must be positive, got {b}"));
+                return Err((
+                    "batch",
+                    format!("[sweep] `batch` must be positive, got {b}"),
+                ));
             }
         }
         for &c in &s.context {
             if c <= 0 {
-                return Err(format!("[sweep] `context` must be positive, got {c}"));
+                return Err((
+                    "context",
+                    format!("[sweep] `context` must be positive, got {c}"),
+                ));
             }
             let prompt = s
                 .prompt_len
                 .unwrap_or((c as usize).saturating_sub(s.decode_steps));
             let infer = s.mode.contains(&Mode::Infer);
             if infer && (prompt == 0 || prompt + s.decode_steps > c as usize) {
-                return Err(format!(
-                    "[sweep] context {c} cannot hold prompt_len {prompt} + decode_steps {}",
-                    s.decode_steps
+                let key = if s.prompt_len.is_some() {
+                    "prompt_len"
+                } else {
+                    "context"
+                };
+                return Err((
+                    key,
+                    format!(
+                        "[sweep] context {c} cannot hold prompt_len {prompt} + decode_steps {}",
+                        s.decode_steps
+                    ),
                 ));
             }
         }
         if s.decode_every == 0 {
-            return Err("[sweep] `decode_every` must be at least 1".into());
+            return Err((
+                "decode_every",
+                "[sweep] `decode_every` must be at least 1".into(),
+            ));
         }
         if s.repeats == 0 {
-            return Err("[sweep] `repeats` must be at least 1".into());
+            return Err(("repeats", "[sweep] `repeats` must be at least 1".into()));
         }
         Ok(())
     }
@@ -410,6 +548,28 @@ context = [64]
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 15: unknown field `bogus`"), "{e}");
+    }
+
+    #[test]
+    fn value_errors_name_the_line_of_their_key() {
+        let two = OK.replace("[sweep]", "[[sweep]]")
+            + "[[sweep]]  # second\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [0]\ncontext = [16]\n";
+        let e = Spec::parse(Path::new("t.toml"), &two)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 13: [sweep] `batch` must be positive"),
+            "{e}"
+        );
+        assert_eq!(key_line(&two, 0, "batch"), Some(8));
+        assert_eq!(key_line(&two, 2, "batch"), None);
+        let e = Spec::parse(Path::new("t.toml"), &OK.replace("[64]", "[64]\nlr = nan"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 10: [sweep] `lr` must be a positive number"),
+            "{e}"
+        );
     }
 
     #[test]

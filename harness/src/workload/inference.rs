@@ -7,6 +7,7 @@
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::{KvCache, KvKind, Llama};
 use crate::record::Phase;
+use crate::supervisor::mark_phase;
 use anyhow::Result;
 use candle_core::{DType, Tensor};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -51,6 +52,7 @@ pub fn run(
 
     // Prefill: the prompt batch and the cache (all of it, for `preallocated`) are created
     // inside the phase; the prompt is freed before its end.
+    mark_phase(Phase::Prefill);
     let base = meter.start()?;
     let t0 = Instant::now();
     let ids = prompt_ids(model, p.batch, p.prompt_len, 42)?;
@@ -79,6 +81,7 @@ pub fn run(
     let mut window = None;
     for t in 1..=p.decode_steps {
         if window.is_none() {
+            mark_phase(Phase::Decode);
             window = Some((meter.start()?, Instant::now()));
         }
         let (base, t0) = window.expect("opened above");

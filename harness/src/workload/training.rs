@@ -13,6 +13,7 @@ use crate::meter::{Meter, PhaseMemory};
 use crate::model::Trainable;
 use crate::record::Phase;
 use crate::scenario::spec::{Checkpointing, Optimizer as Opt};
+use crate::supervisor::mark_phase;
 use crate::workload::inference::PhaseResult;
 use anyhow::{anyhow, Result};
 use candle_core::backprop::GradStore;
@@ -201,6 +202,32 @@ pub fn gradients(
     Ok((loss, acc))
 }
 
+/// The envelope and summed time of one phase kind over a step (micro-batches interleave
+/// forward and backward, so each kind is measured several times).
+#[derive(Default)]
+struct Span {
+    mem: Option<PhaseMemory>,
+    ms: f64,
+}
+
+impl Span {
+    fn measure<T>(
+        &mut self,
+        meter: &mut dyn Meter,
+        phase: Phase,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        mark_phase(phase);
+        let base = meter.start()?;
+        let t0 = Instant::now();
+        let out = f()?;
+        let mem = meter.finish(base)?;
+        self.ms += t0.elapsed().as_secs_f64() * 1e3;
+        self.mem = Some(self.mem.map_or(mem, |m| PhaseMemory::span(&m, &[mem])));
+        Ok(out)
+    }
+}
+
 /// Runs `spec.steps` optimizer steps of `model` on a fixed seeded batch, handing each phase
 /// to `emit` with the step's loss. `vars` are the trainable variables.
 pub fn run(
@@ -221,35 +248,32 @@ pub fn run(
     let mut losses = Vec::with_capacity(spec.steps);
     for step in 1..=spec.steps as u64 {
         let mut acc = GradStore::default();
-        let (mut fwd, mut bwd): (Option<PhaseMemory>, Option<PhaseMemory>) = (None, None);
-        let (mut fwd_ms, mut bwd_ms, mut loss) = (0.0, 0.0, 0.0f32);
+        let (mut fwd, mut bwd, mut opt_span) = (Span::default(), Span::default(), Span::default());
+        let mut loss = 0.0f32;
         let t_step = Instant::now();
         for k in 0..n {
             let (i, t) = (ids.narrow(0, k * mb, mb)?, targets.narrow(0, k * mb, mb)?);
-            let base = meter.start()?;
-            let t0 = Instant::now();
-            let saved = forward(model, &i, &t, spec.checkpointing, 1.0 / n as f64)?;
-            let mem = meter.finish(base)?;
-            fwd_ms += t0.elapsed().as_secs_f64() * 1e3;
-            fwd = Some(fwd.map_or(mem, |f| PhaseMemory::span(&f, &[mem])));
-
-            let base = meter.start()?;
-            let t0 = Instant::now();
-            loss += backward(model, saved, &i, vars, &mut acc)?;
-            let mem = meter.finish(base)?;
-            bwd_ms += t0.elapsed().as_secs_f64() * 1e3;
-            bwd = Some(bwd.map_or(mem, |b| PhaseMemory::span(&b, &[mem])));
+            let saved = fwd.measure(meter, Phase::Forward, || {
+                forward(model, &i, &t, spec.checkpointing, 1.0 / n as f64)
+            })?;
+            loss += bwd.measure(meter, Phase::Backward, || {
+                backward(model, saved, &i, vars, &mut acc)
+            })?;
         }
-        let base = meter.start()?;
-        let t0 = Instant::now();
-        if opt.is_none() {
-            opt = Some(AnyOpt::new(spec.optimizer, vars.to_vec(), spec.lr)?);
-        }
-        opt.as_mut().expect("created above").step(&acc)?;
-        drop(acc);
-        let opt_mem = meter.finish(base)?;
-        let opt_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let (fwd, bwd) = (fwd.expect("n >= 1"), bwd.expect("n >= 1"));
+        opt_span.measure(meter, Phase::Optimizer, || {
+            if opt.is_none() {
+                opt = Some(AnyOpt::new(spec.optimizer, vars.to_vec(), spec.lr)?);
+            }
+            opt.as_mut().expect("created above").step(&acc)?;
+            drop(std::mem::take(&mut acc));
+            Ok(())
+        })?;
+        let (fwd_ms, bwd_ms, opt_ms) = (fwd.ms, bwd.ms, opt_span.ms);
+        let (fwd, bwd, opt_mem) = (
+            fwd.mem.expect("n >= 1"),
+            bwd.mem.expect("n >= 1"),
+            opt_span.mem.expect("measured"),
+        );
         let total = PhaseMemory::span(&fwd, &[bwd, opt_mem]);
         for (phase, mem, ms) in [
             (Phase::Forward, fwd, fwd_ms),

@@ -4,27 +4,34 @@ use crate::model::{KvCache, KvKind, Llama};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 
-/// Device-level warm-up with no model: matmul, casts, reductions, cat in `dtype`.
+/// Device-level warm-up with no model: matmul, casts, reductions, cat in `dtype`, repeated
+/// and large enough that every thread of the pool takes part (each keeps its own gemm
+/// buffers; a thread first used inside a measured phase would shift that phase's baseline).
 pub fn device(dev: &Device, dtype: DType) -> Result<()> {
-    let a = Tensor::randn(0f32, 1.0, (64, 256), dev)?.to_dtype(dtype)?;
-    let b = Tensor::randn(0f32, 1.0, (256, 64), dev)?.to_dtype(dtype)?;
-    let c = a.matmul(&b)?;
-    let c = Tensor::cat(&[&c, &c], 1)?.to_dtype(DType::F32)?;
-    let _ = crate::model::nn::softmax(&c)?
-        .sum_all()?
-        .to_scalar::<f32>()?;
+    for _ in 0..4 {
+        let a = Tensor::randn(0f32, 1.0, (512, 1024), dev)?.to_dtype(dtype)?;
+        let b = Tensor::randn(0f32, 1.0, (1024, 512), dev)?.to_dtype(dtype)?;
+        let c = a.matmul(&b)?;
+        let c = Tensor::cat(&[&c, &c], 1)?.to_dtype(DType::F32)?;
+        let _ = crate::model::nn::softmax(&c)?
+            .sum_all()?
+            .to_scalar::<f32>()?;
+    }
     Ok(())
 }
 
-/// Model-level warm-up: a short prefill and decode with each cache kind.
-pub fn model(m: &Llama, batch: usize) -> Result<()> {
+/// Model-level warm-up: a prefill of the group's largest (batch, prompt) and a few decode
+/// steps with each cache kind. Lazily sized per-thread buffers (gemm's packing memory) grow
+/// to their size for the group here, not inside the first measured point, so a point's
+/// figures do not depend on which points ran before it in the process.
+pub fn model(m: &Llama, batch: usize, prompt: usize) -> Result<()> {
     let dev = m.device().clone();
     for kind in [KvKind::Preallocated, KvKind::Growing] {
-        let mut cache = KvCache::new(kind, m.config(), batch, 24, m.dtype(), &dev)?;
-        let ids = Tensor::zeros((batch, 16), DType::U32, &dev)?;
+        let mut cache = KvCache::new(kind, m.config(), batch, prompt + 4, m.dtype(), &dev)?;
+        let ids = Tensor::zeros((batch, prompt), DType::U32, &dev)?;
         let mut next = Llama::argmax_last(&m.forward(&ids, 0, Some(&mut cache), true)?)?;
         for t in 0..4 {
-            next = Llama::argmax_last(&m.forward(&next, 16 + t, Some(&mut cache), true)?)?;
+            next = Llama::argmax_last(&m.forward(&next, prompt + t, Some(&mut cache), true)?)?;
         }
         let _ = next.to_vec2::<u32>()?;
     }

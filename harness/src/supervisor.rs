@@ -1,0 +1,264 @@
+//! Process isolation for sweeps (a memory harness must survive running out of memory).
+//!
+//! The parent `vramlab sweep` never measures: for each group of points that share weights it
+//! re-executes itself as a worker (`--worker START:END`) that loads the weights once and runs
+//! the points in order, appending each row to the CSV (flushed and synced). The worker reports
+//! on stdout (`vramlab-phase NAME`, `vramlab-point-done ID`). When a worker dies (an allocation
+//! refused by `--capacity` aborts it, or a signal, or a panic) the parent records the point it
+//! was on as `oom` or `error`, with the phase, and starts a fresh worker after it.
+//!
+//! Resume: rows already in the CSV are kept; a point is finished when its last phase row or an
+//! `oom`/`error` row is there. A point with only part of its rows is removed and re-run, so no
+//! row is ever duplicated.
+use crate::export::Exporter;
+use crate::meter::alloc::OOM_MARKER;
+use crate::record::{Phase, Record, Status};
+use crate::scenario::{Mode, Point};
+use anyhow::{Context, Result};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static WORKER: AtomicBool = AtomicBool::new(false);
+
+/// Marks this process as a worker: phase and point reports go to stdout.
+pub fn become_worker() {
+    WORKER.store(true, Ordering::Relaxed);
+    // Touch stdout now, so its buffer is not first allocated inside a measured phase.
+    println!("vramlab-worker ready");
+    #[cfg(target_os = "linux")]
+    // SAFETY: asks the kernel to kill this worker if its parent dies (no orphaned sweeps).
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+}
+
+fn report(kind: &str, what: &str) {
+    if WORKER.load(Ordering::Relaxed) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "vramlab-{kind} {what}");
+        let _ = out.flush();
+    }
+}
+
+/// Reports that a phase is starting (called between phases, never inside one).
+pub fn mark_phase(p: Phase) {
+    report("phase", phase_name(p));
+}
+
+/// Reports the device's facts (one JSON line) for the parent's manifest.
+pub fn report_device(facts: &serde_json::Value) {
+    report("device", &facts.to_string());
+}
+
+/// Reports a finished point.
+pub fn point_done(id: &str) {
+    report("point-done", id);
+}
+
+pub fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Load => "load",
+        Phase::Prefill => "prefill",
+        Phase::Decode => "decode",
+        Phase::Total => "total",
+        Phase::Forward => "forward",
+        Phase::Backward => "backward",
+        Phase::Optimizer => "optimizer",
+        Phase::StepTotal => "step_total",
+    }
+}
+
+fn parse_phase(s: &str) -> Option<Phase> {
+    [
+        Phase::Load,
+        Phase::Prefill,
+        Phase::Decode,
+        Phase::Total,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::Optimizer,
+        Phase::StepTotal,
+    ]
+    .into_iter()
+    .find(|p| phase_name(*p) == s)
+}
+
+/// True when `r` is the last row `p` writes (or records its failure).
+pub fn is_final(r: &Record, p: &Point) -> bool {
+    matches!(r.status, Some(Status::Oom) | Some(Status::Error))
+        || match p.mode {
+            Mode::Infer => r.phase == Some(Phase::Total),
+            Mode::Train => {
+                r.phase == Some(Phase::StepTotal) && r.step == Some(p.train.steps as u64)
+            }
+        }
+}
+
+/// Ids of the points of `points` that `rows` finish.
+pub fn finished(rows: &[Record], points: &[Point]) -> HashSet<String> {
+    let by_id: std::collections::HashMap<&str, &Point> =
+        points.iter().map(|p| (p.id.as_str(), p)).collect();
+    rows.iter()
+        .filter(|r| {
+            by_id
+                .get(r.point_id.as_str())
+                .is_some_and(|p| is_final(r, p))
+        })
+        .map(|r| r.point_id.clone())
+        .collect()
+}
+
+/// Rewrites `csv` without the rows of unfinished points (atomically: temp file + rename).
+/// Returns the ids of the points whose rows were removed.
+pub fn drop_unfinished(csv: &Path, rows: &[Record], done: &HashSet<String>) -> Result<Vec<String>> {
+    let mut removed: Vec<String> = rows
+        .iter()
+        .filter(|r| !done.contains(&r.point_id))
+        .map(|r| r.point_id.clone())
+        .collect();
+    removed.dedup();
+    if removed.is_empty() {
+        return Ok(removed);
+    }
+    let tmp = csv.with_extension("csv.part");
+    {
+        let mut w = crate::export::csv::CsvExporter::create(&tmp)?;
+        for r in rows.iter().filter(|r| done.contains(&r.point_id)) {
+            w.write(r)?;
+        }
+    }
+    std::fs::rename(&tmp, csv).with_context(|| format!("replacing {}", csv.display()))?;
+    Ok(removed)
+}
+
+/// How a worker ended, as the parent saw it.
+struct Death {
+    phase: Option<Phase>,
+    oom: Option<(u64, u64, u64)>,
+    tail: String,
+}
+
+/// Runs one worker over `points[start..end]`; returns None when it finished them all.
+fn run_worker(
+    base_cmd: &dyn Fn(usize, usize) -> Command,
+    start: usize,
+    end: usize,
+    on_done: &mut dyn FnMut(&str),
+    on_device: &mut dyn FnMut(serde_json::Value),
+) -> Result<Option<Death>> {
+    let mut child = base_cmd(start, end)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting a sweep worker")?;
+    let stderr = child.stderr.take().expect("piped");
+    let err_thread = std::thread::spawn(move || {
+        let mut oom = None;
+        let mut tail = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if let Some(rest) = line.strip_prefix(OOM_MARKER) {
+                let num = |k: &str| {
+                    rest.split_whitespace()
+                        .find_map(|kv| kv.strip_prefix(k)?.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                oom = Some((num("requested="), num("live="), num("capacity=")));
+            } else if !line.starts_with("memory allocation of")
+                && !line.starts_with("note: run with `RUST_BACKTRACE")
+            {
+                eprintln!("{line}");
+                tail.push(line);
+                if tail.len() > 5 {
+                    tail.remove(0);
+                }
+            }
+        }
+        (oom, tail.join(" | "))
+    });
+    let mut phase = None;
+    for line in BufReader::new(child.stdout.take().expect("piped"))
+        .lines()
+        .map_while(|l| l.ok())
+    {
+        if let Some(p) = line.strip_prefix("vramlab-phase ") {
+            phase = parse_phase(p);
+        } else if let Some(json) = line.strip_prefix("vramlab-device ") {
+            if let Ok(v) = serde_json::from_str(json) {
+                on_device(v);
+            }
+        } else if let Some(id) = line.strip_prefix("vramlab-point-done ") {
+            on_done(id);
+            phase = None;
+        }
+    }
+    let status = child.wait()?;
+    let (oom, tail) = err_thread.join().unwrap_or((None, String::new()));
+    if status.success() {
+        return Ok(None);
+    }
+    let tail = if tail.is_empty() {
+        format!("worker exited with {status}")
+    } else {
+        tail
+    };
+    Ok(Some(Death { phase, oom, tail }))
+}
+
+/// Runs every unfinished point of `points` in workers. `failed_row(point, phase, status,
+/// peak, message)` builds the row recorded for a point whose worker died.
+#[allow(clippy::type_complexity)]
+pub fn supervise(
+    points: &[Point],
+    done: &mut HashSet<String>,
+    base_cmd: &dyn Fn(usize, usize) -> Command,
+    exporter: &mut dyn Exporter,
+    failed_row: &dyn Fn(&Point, Phase, Status, Option<u64>, String) -> Record,
+    on_done: &mut dyn FnMut(&str),
+    on_device: &mut dyn FnMut(serde_json::Value),
+) -> Result<()> {
+    let mut i = 0;
+    while i < points.len() {
+        let first = &points[i];
+        let end = i + points[i..]
+            .iter()
+            .take_while(|p| {
+                p.source == first.source && p.precision == first.precision && p.mode == first.mode
+            })
+            .count();
+        while let Some(start) = (i..end).find(|&k| !done.contains(&points[k].id)) {
+            let mut mark = |id: &str| {
+                done.insert(id.to_string());
+                on_done(id);
+            };
+            let Some(death) = run_worker(base_cmd, start, end, &mut mark, on_device)? else {
+                continue;
+            };
+            let Some(k) = (start..end).find(|&k| !done.contains(&points[k].id)) else {
+                break;
+            };
+            let p = &points[k];
+            let phase = death.phase.unwrap_or(Phase::Load);
+            let row = match death.oom {
+                Some((req, live, cap)) => failed_row(
+                    p,
+                    phase,
+                    Status::Oom,
+                    Some(live),
+                    format!(
+                        "out of memory in {}: {req} B requested with {live} B live, capacity {cap} B",
+                        phase_name(phase)
+                    ),
+                ),
+                None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),
+            };
+            exporter.write(&row)?;
+            done.insert(p.id.clone());
+            on_done(&p.id);
+        }
+        i = end;
+    }
+    Ok(())
+}

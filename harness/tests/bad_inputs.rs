@@ -1,0 +1,574 @@
+//! The bad-input corpus (`tests/bad-inputs/`, README there): every case runs the real binary
+//! and must exit 2 with exactly one line on stderr that names the file and says what is wrong
+//! (with the line and key where there is one), and must not panic.
+mod common;
+use common::{models, root, smollm2_gguf, vramlab};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+const DIR: &str = "harness/tests/bad-inputs";
+
+/// Runs `vramlab args...` and checks the one-line error: exit 2, names `names`, says `needle`.
+fn fails(args: &[OsString], names: &str, needle: &str) {
+    let out = vramlab().args(args).output().expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "args {args:?}\nstderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line on stderr, got:\n{err}");
+    let line = lines[0];
+    assert!(line.starts_with("error: "), "{line}");
+    assert!(line.contains(names), "does not name `{names}`: {line}");
+    assert!(line.contains(needle), "expected `{needle}` in: {line}");
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// `vramlab sweep --out TMP/o.csv FILE`, FILE relative to the repo root (as the message shows it).
+fn sweep(file: &str, needle: &str) {
+    sweep_names(file, file, needle);
+}
+
+/// As [`sweep`], where the message names `names` (a file the scenario points at).
+fn sweep_names(file: &str, names: &str, needle: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = os(&["sweep", "--out"]);
+    args.push(tmp.path().join("o.csv").into());
+    args.push(file.into());
+    fails(&args, names, needle);
+}
+
+fn scenario(name: &str, needle: &str) {
+    sweep(&format!("{DIR}/{name}"), needle);
+}
+
+/// `vramlab generate --model SOURCE`: loads the weights (the weight checks run before any row).
+fn generate(source: &str, names: &str, needle: &str) {
+    fails(
+        &os(&[
+            "generate",
+            "--model",
+            source,
+            "--prompt-ids",
+            "1",
+            "--steps",
+            "1",
+        ]),
+        names,
+        needle,
+    );
+}
+
+fn minilm() -> PathBuf {
+    let d = models().join("all-minilm-l6-v2");
+    assert!(
+        d.join("model.safetensors").exists(),
+        "{} is missing: run scripts/fetch-test-models.sh first",
+        d.display()
+    );
+    d
+}
+
+/// An HF directory in a temp dir: MiniLM's config.json (edited by `config`) and `weights`.
+fn hf_dir(config: impl Fn(String) -> String, weights: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("m");
+    std::fs::create_dir(&d).unwrap();
+    let cfg = std::fs::read_to_string(minilm().join("config.json")).unwrap();
+    std::fs::write(d.join("config.json"), config(cfg)).unwrap();
+    std::fs::write(d.join("model.safetensors"), weights).unwrap();
+    (tmp, d)
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}
+
+// ---- scenarios ----
+
+#[test]
+fn malformed_toml() {
+    scenario("malformed.toml", "line 4: invalid table header");
+}
+
+#[test]
+fn unknown_key() {
+    scenario("unknown-key.toml", "line 8: unknown field `batchsize`");
+}
+
+#[test]
+fn wrong_type() {
+    scenario(
+        "wrong-type.toml",
+        "line 7: invalid type: string \"1\", expected a sequence",
+    );
+}
+
+#[test]
+fn empty_grid() {
+    scenario(
+        "empty-grid.toml",
+        "line 7: [sweep] `batch` is an empty list",
+    );
+}
+
+/// Inverted: a point whose prompt and decode steps do not fit in its context.
+#[test]
+fn inverted_grid() {
+    scenario(
+        "inverted-grid.toml",
+        "line 9: [sweep] context 64 cannot hold prompt_len 60 + decode_steps 16",
+    );
+}
+
+#[test]
+fn missing_model_path() {
+    scenario("missing-model.toml", "NoSuchModel.gguf` does not exist");
+}
+
+#[test]
+fn context_beyond_max_positions() {
+    smollm2_gguf();
+    scenario(
+        "context-too-long.toml",
+        "context 9000 exceeds max_position_embeddings 8192",
+    );
+}
+
+#[test]
+fn negative_batch() {
+    scenario(
+        "negative-batch.toml",
+        "line 7: [sweep] `batch` must be positive, got -1",
+    );
+}
+
+#[test]
+fn zero_batch() {
+    scenario(
+        "zero-batch.toml",
+        "line 7: [sweep] `batch` must be positive, got 0",
+    );
+}
+
+#[test]
+fn huge_batch() {
+    scenario(
+        "huge-batch.toml",
+        "line 7: [sweep] `batch` = 4000000000 is too large",
+    );
+}
+
+#[test]
+fn zero_repeats() {
+    scenario(
+        "zero-repeats.toml",
+        "line 9: [sweep] `repeats` must be at least 1",
+    );
+}
+
+#[test]
+fn unknown_precision() {
+    scenario("unknown-precision.toml", "line 6: unknown variant `f8`");
+}
+
+#[test]
+fn duplicate_key() {
+    scenario("duplicate-key.toml", "line 8: duplicate key `batch`");
+}
+
+#[test]
+fn missing_required_key() {
+    scenario("missing-context.toml", "missing field `context`");
+}
+
+#[test]
+fn no_sweep_table() {
+    scenario("no-sweep.toml", "missing field `sweep`");
+}
+
+#[test]
+fn unknown_source_kind() {
+    scenario(
+        "unknown-source-kind.toml",
+        "unknown model source kind `zip`",
+    );
+}
+
+#[test]
+fn mixed_precision_for_inference() {
+    scenario(
+        "mixed-precision-inference.toml",
+        "line 6: [sweep] precision `mixed-bf16` is a training policy",
+    );
+}
+
+#[test]
+fn scenario_file_missing() {
+    sweep(
+        &format!("{DIR}/no-such-scenario.toml"),
+        "cannot read scenario",
+    );
+}
+
+#[test]
+fn scenario_not_utf8() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("latin1.toml");
+    std::fs::write(&p, b"name = \"caf\xe9\"\n").unwrap();
+    sweep(&show(&p), "valid UTF-8");
+}
+
+// ---- model configs (through `synthetic:` sources) ----
+
+#[test]
+fn config_missing_num_hidden_layers() {
+    sweep_names(
+        &format!("{DIR}/config-missing-layers.toml"),
+        &format!("{DIR}/config-missing-layers.json"),
+        "missing config key `num_hidden_layers`",
+    );
+}
+
+#[test]
+fn config_unknown_architecture() {
+    sweep_names(
+        &format!("{DIR}/config-unknown-arch.toml"),
+        &format!("{DIR}/config-unknown-arch.json"),
+        "unknown architecture `model_type = \"mamba\"`",
+    );
+}
+
+#[test]
+fn config_not_json() {
+    sweep_names(
+        &format!("{DIR}/config-not-json.toml"),
+        &format!("{DIR}/config-not-json.json"),
+        "not valid JSON: trailing comma at line 5",
+    );
+}
+
+#[test]
+fn config_implausible_size() {
+    sweep_names(
+        &format!("{DIR}/config-huge-layers.toml"),
+        &format!("{DIR}/config-huge-layers.json"),
+        "num_hidden_layers = 1000000000000 is implausibly large",
+    );
+}
+
+#[test]
+fn config_heads_not_a_multiple_of_kv_heads() {
+    sweep_names(
+        &format!("{DIR}/config-heads-not-multiple.toml"),
+        &format!("{DIR}/config-heads-not-multiple.json"),
+        "num_attention_heads (4) is not a multiple of num_key_value_heads (3)",
+    );
+}
+
+// ---- safetensors ----
+
+#[test]
+fn truncated_safetensors() {
+    let bytes = std::fs::read(minilm().join("model.safetensors")).unwrap();
+    let (_tmp, d) = hf_dir(|c| c, &bytes[..bytes.len() / 3]);
+    generate(
+        &format!("hf:{}", show(&d)),
+        &show(&d.join("model.safetensors")),
+        "truncated safetensors file: its tensors need",
+    );
+}
+
+#[test]
+fn safetensors_shorter_than_its_header_length() {
+    let (_tmp, d) = hf_dir(|c| c, &[1, 2, 3]);
+    generate(
+        &format!("hf:{}", show(&d)),
+        &show(&d.join("model.safetensors")),
+        "shorter than its 8-byte header length",
+    );
+}
+
+#[test]
+fn corrupt_safetensors_header_length() {
+    let mut bytes = std::fs::read(minilm().join("model.safetensors")).unwrap();
+    bytes.truncate(1 << 16);
+    bytes[..8].copy_from_slice(&(1u64 << 62).to_le_bytes());
+    let (_tmp, d) = hf_dir(|c| c, &bytes);
+    generate(
+        &format!("hf:{}", show(&d)),
+        &show(&d.join("model.safetensors")),
+        "corrupt safetensors header length 4611686018427387904 for a file of 65536 bytes",
+    );
+}
+
+#[test]
+fn corrupt_safetensors_header_json() {
+    let mut bytes = 16u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{\"a\": not json }");
+    let (_tmp, d) = hf_dir(|c| c, &bytes);
+    generate(
+        &format!("hf:{}", show(&d)),
+        &show(&d.join("model.safetensors")),
+        "safetensors header is not valid JSON",
+    );
+}
+
+#[test]
+fn tensor_shapes_do_not_match_the_config() {
+    let bytes = std::fs::read(minilm().join("model.safetensors")).unwrap();
+    let (_tmp, d) = hf_dir(
+        |c| c.replace("\"intermediate_size\": 1536", "\"intermediate_size\": 1000"),
+        &bytes,
+    );
+    generate(
+        &format!("hf:{}", show(&d)),
+        &show(&d.join("model.safetensors")),
+        "tensor `encoder.layer.0.intermediate.dense.weight` has shape [1536, 384], config.json expects [1000, 384]",
+    );
+}
+
+#[test]
+fn sharded_index_names_a_missing_shard() {
+    let d = format!("{DIR}/sharded-missing-shard");
+    generate(
+        &format!("hf:{d}"),
+        &format!("{d}/model.safetensors.index.json"),
+        "shard `model-00001-of-00002.safetensors` named by weight_map does not exist",
+    );
+}
+
+// ---- GGUF ----
+
+#[test]
+fn truncated_gguf_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("t.gguf");
+    let bytes = std::fs::read(smollm2_gguf()).unwrap();
+    std::fs::write(&p, &bytes[..300_000]).unwrap();
+    fails(
+        &os(&["estimate", "--model", &show(&p)]),
+        &show(&p),
+        "not a valid GGUF file: gguf: array of 49152 elements needs",
+    );
+}
+
+#[test]
+fn truncated_gguf_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("t.gguf");
+    let bytes = std::fs::read(smollm2_gguf()).unwrap();
+    std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+    generate(
+        &format!("gguf:{}", show(&p)),
+        &show(&p),
+        "truncated GGUF file: tensor `",
+    );
+}
+
+#[test]
+fn not_a_gguf_file() {
+    sweep_names(
+        &format!("{DIR}/not-gguf.toml"),
+        &format!("{DIR}/not-gguf.gguf"),
+        "not a valid GGUF file",
+    );
+}
+
+/// A minimal GGUF v3 header with no tensors and these metadata entries.
+fn gguf_bytes(kvs: &[(&str, GgufValue)]) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
+    let string = |b: &mut Vec<u8>, s: &str| {
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    };
+    for (k, v) in kvs {
+        string(&mut b, k);
+        match v {
+            GgufValue::U32(x) => {
+                b.extend_from_slice(&4u32.to_le_bytes());
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+            GgufValue::Str(s) => {
+                b.extend_from_slice(&8u32.to_le_bytes());
+                string(&mut b, s);
+            }
+        }
+    }
+    b
+}
+
+enum GgufValue {
+    U32(u32),
+    Str(&'static str),
+}
+
+fn gguf_case(kvs: &[(&str, GgufValue)], needle: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("h.gguf");
+    std::fs::write(&p, gguf_bytes(kvs)).unwrap();
+    fails(&os(&["estimate", "--model", &show(&p)]), &show(&p), needle);
+}
+
+/// candle 0.11.1 divides by `general.alignment`: 0 used to panic.
+#[test]
+fn gguf_alignment_zero() {
+    gguf_case(
+        &[("general.alignment", GgufValue::U32(0))],
+        "metadata `general.alignment` is 0",
+    );
+}
+
+/// A head count of 0 used to panic (hidden / heads).
+#[test]
+fn gguf_zero_heads() {
+    use GgufValue::*;
+    gguf_case(
+        &[
+            ("general.architecture", Str("llama")),
+            ("llama.embedding_length", U32(64)),
+            ("llama.attention.head_count", U32(0)),
+            ("llama.vocab_size", U32(100)),
+            ("llama.feed_forward_length", U32(128)),
+            ("llama.block_count", U32(2)),
+            ("llama.context_length", U32(256)),
+        ],
+        "GGUF metadata key `llama.attention.head_count` must be a positive integer, got 0",
+    );
+}
+
+#[test]
+fn gguf_unknown_architecture() {
+    gguf_case(
+        &[("general.architecture", GgufValue::Str("mamba"))],
+        "unknown architecture `mamba`",
+    );
+}
+
+// ---- CSV ----
+
+fn fit(name: &str, needle: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = format!("{DIR}/{name}");
+    let mut args = os(&["fit", &file, "--out"]);
+    args.push(tmp.path().join("c.toml").into());
+    fails(&args, &file, needle);
+}
+
+#[test]
+fn csv_wrong_schema_version() {
+    fit(
+        "csv-wrong-schema-version.csv",
+        "row 2: schema_version `2` is not the supported 1",
+    );
+}
+
+#[test]
+fn csv_non_numeric_byte_column() {
+    fit(
+        "csv-non-numeric-bytes.csv",
+        "row 2: column `peak_allocated` = `12abc`: invalid digit found in string",
+    );
+}
+
+#[test]
+fn csv_negative_byte_column() {
+    fit(
+        "csv-negative-bytes.csv",
+        "row 2: column `end_allocated` = `-5`: invalid digit",
+    );
+}
+
+#[test]
+fn csv_not_a_vramlab_csv() {
+    fit("csv-not-vramlab.csv", "not a vramlab CSV");
+}
+
+// ---- constants ----
+
+fn estimate(name: &str, needle: &str) {
+    let file = format!("{DIR}/{name}");
+    fails(
+        &os(&["estimate", "--model", "smollm2-135m", "--constants", &file]),
+        &file,
+        needle,
+    );
+}
+
+#[test]
+fn constants_for_another_architecture() {
+    estimate(
+        "constants-gpt2.toml",
+        "constants fitted for gpt2 cannot estimate a llama model",
+    );
+}
+
+#[test]
+fn constants_malformed() {
+    estimate(
+        "constants-malformed.toml",
+        "not a vramlab constants file: line 4:",
+    );
+}
+
+#[test]
+fn constants_wrong_type() {
+    estimate(
+        "constants-wrong-type.toml",
+        "not a vramlab constants file: line 14: invalid type: string \"eight\"",
+    );
+}
+
+// ---- command-line values ----
+
+#[test]
+fn capacity_that_does_not_parse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = os(&[
+        "sweep",
+        "scenarios/smoke.toml",
+        "--capacity",
+        "2XB",
+        "--out",
+    ]);
+    args.push(tmp.path().join("o.csv").into());
+    let out = vramlab().args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: --capacity"), "{err}");
+    assert!(err.contains("2XB"), "{err}");
+}
+
+#[test]
+fn out_that_is_not_csv() {
+    let _ = root();
+    fails(
+        &os(&["sweep", "scenarios/smoke.toml", "--out", "results/x.txt"]),
+        "results/x.txt",
+        "must end in .csv",
+    );
+}
+
+#[test]
+fn name_that_is_a_path() {
+    scenario("name-is-a-path.toml", "`name` must be a plain file name");
+}
+
+#[test]
+fn csv_missing_column() {
+    fit("csv-missing-column.csv", "row 2: missing field `message`");
+}
+
+#[test]
+fn empty_source_list() {
+    scenario(
+        "empty-source-list.toml",
+        "[model] `source` is an empty list",
+    );
+}

@@ -15,21 +15,23 @@ pub fn open(spec: &str) -> Result<(Device, Box<dyn Meter>)> {
 /// The device and meter for a `--device` string; `release` sets a CUDA pool's release
 /// threshold (ignored on CPU).
 pub fn open_with(spec: &str, release: PoolRelease) -> Result<(Device, Box<dyn Meter>)> {
+    match parse(spec)? {
+        None => Ok((Device::Cpu, Box::new(CpuMeter::new()))),
+        Some(ordinal) => open_cuda(ordinal, release),
+    }
+}
+
+/// `cpu` → None, `cuda` or `cuda:N` → Some(N); anything else is a one-line error.
+fn parse(spec: &str) -> Result<Option<usize>> {
+    let bad = || InputError::arg(format!("bad device `{spec}` (expected cpu or cuda:N)"));
     match spec {
-        "cpu" => Ok((Device::Cpu, Box::new(CpuMeter::new()))),
-        s if s.starts_with("cuda") => {
-            let ordinal = s
-                .strip_prefix("cuda:")
-                .unwrap_or("0")
-                .parse::<usize>()
-                .map_err(|_| {
-                    InputError::arg(format!("bad device `{s}` (expected cpu or cuda:N)"))
-                })?;
-            open_cuda(ordinal, release)
-        }
-        other => {
-            Err(InputError::arg(format!("bad device `{other}` (expected cpu or cuda:N)")).into())
-        }
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        s => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse::<usize>().ok())
+            .map(Some)
+            .ok_or_else(|| bad().into()),
     }
 }
 
@@ -37,21 +39,9 @@ pub fn open_with(spec: &str, release: PoolRelease) -> Result<(Device, Box<dyn Me
 /// context, no cuBLAS): a sweep's parent calls it before it starts any worker, so that a bad
 /// or absent device is one line, not one line per worker.
 pub fn probe(spec: &str) -> Result<()> {
-    match spec {
-        "cpu" => Ok(()),
-        s if s.starts_with("cuda") => {
-            let ordinal = s
-                .strip_prefix("cuda:")
-                .unwrap_or("0")
-                .parse::<usize>()
-                .map_err(|_| {
-                    InputError::arg(format!("bad device `{s}` (expected cpu or cuda:N)"))
-                })?;
-            probe_cuda(ordinal)
-        }
-        other => {
-            Err(InputError::arg(format!("bad device `{other}` (expected cpu or cuda:N)")).into())
-        }
+    match parse(spec)? {
+        None => Ok(()),
+        Some(ordinal) => probe_cuda(ordinal),
     }
 }
 

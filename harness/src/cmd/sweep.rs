@@ -62,6 +62,9 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
                 ));
             }
             let config = source.config()?;
+            // Names, shapes and file extents from the headers: a bad weights file is one
+            // line and exit 2 here, before any worker starts.
+            crate::model::weights::preflight(&source, &config)?;
             models.insert(p.source.clone(), Prepared { source, config });
         }
         let arch = models[&p.source].config.architecture;

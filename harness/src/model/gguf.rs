@@ -392,21 +392,9 @@ pub fn load(
     let (content, mut reader) = open(path)?;
     let shapes = cfg.tensor_shapes();
     let mut out = HashMap::with_capacity(shapes.len());
-    for (i, (hf, shape)) in shapes.iter().enumerate() {
+    // Names, shapes and extents were checked by `preflight` (weights::load calls it first).
+    for (i, (hf, _)) in shapes.iter().enumerate() {
         let g = gguf_name(hf).expect("every llama tensor has a GGUF name");
-        let info = content
-            .tensor_infos
-            .get(&g)
-            .ok_or_else(|| bad_file(path, format!("tensor `{g}` (for `{hf}`) is missing")))?;
-        if info.shape.dims() != shape.as_slice() {
-            return Err(bad_file(
-                path,
-                format!(
-                    "tensor `{g}` has shape {:?}, the config expects {shape:?}",
-                    info.shape.dims()
-                ),
-            ));
-        }
         let q = content
             .tensor(&mut reader, &g, device)
             .map_err(|e| bad_file(path, format!("reading tensor `{g}`: {}", candle_msg(&e))))?;

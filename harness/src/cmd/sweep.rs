@@ -241,7 +241,12 @@ pub fn run(args: Args) -> Result<()> {
         out.display()
     );
 
-    let exe = std::env::current_exe().context("locating the vramlab binary")?;
+    // Workers run this very executable: on Linux through /proc/self/exe, which stays valid
+    // even when the file is rebuilt or replaced during a long sweep.
+    let exe = match Path::new("/proc/self/exe") {
+        p if p.exists() => p.to_path_buf(),
+        _ => std::env::current_exe().context("locating the vramlab binary")?,
+    };
     let base_cmd = |start: usize, end: usize| {
         let mut c = Command::new(&exe);
         // One-line errors from workers: the parent reports them.

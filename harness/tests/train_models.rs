@@ -208,23 +208,9 @@ fn minilm_forward_is_sane() {
     let same = model
         .encode(&Tensor::cat(&[&row, &row], 0).unwrap())
         .unwrap();
-    let d = (same.get(0).unwrap() - same.get(1).unwrap())
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let d = common::max_abs_diff(&same.get(0).unwrap(), &same.get(1).unwrap());
     assert!(d < 1e-5, "batch rows differ by {d}");
-    let d = (same.get(0).unwrap() - e1.get(0).unwrap())
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let d = common::max_abs_diff(&same.get(0).unwrap(), &e1.get(0).unwrap());
     assert!(d < 1e-5, "embedding depends on the other row: {d}");
     // Norms of un-normalized MiniLM sentence embeddings are of order one to ten.
     let norms: Vec<f32> = e1
@@ -251,14 +237,7 @@ fn minilm_forward_is_sane() {
         .collect();
     let rev = Tensor::from_vec(rev, (1, SEQ), &Device::Cpu).unwrap();
     let er = model.encode(&rev).unwrap().get(0).unwrap();
-    let d = (er - e1.get(0).unwrap())
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let d = common::max_abs_diff(&er, &e1.get(0).unwrap());
     assert!(d > 1e-3, "reversed sequence gives the same embedding ({d})");
 }
 

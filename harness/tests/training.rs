@@ -137,17 +137,6 @@ fn tiny_llama_training_figures_are_exact() {
     }
 }
 
-fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
 #[test]
 fn checkpointing_and_accumulation_give_the_same_gradients() {
     let cfg = Config::from_file(&root().join("harness/tests/data/tiny-llama.json")).unwrap();
@@ -181,7 +170,7 @@ fn checkpointing_and_accumulation_give_the_same_gradients() {
                 g0.get(v.as_tensor()).unwrap(),
                 g.get(v.as_tensor()).unwrap(),
             );
-            let d = max_abs_diff(a, b);
+            let d = common::max_abs_diff(a, b);
             assert!(d <= 1e-5, "{ckpt:?} x{n}: gradient differs by {d}");
         }
     }

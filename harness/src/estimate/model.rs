@@ -1,6 +1,6 @@
 //! What `estimate` needs to know about a model: its shape, from a preset, an HF directory, a
 //! `config.json` or a GGUF file. The llama family goes through the normalized [`Config`];
-//! `gpt2` (which `Config` does not normalize) has a small analytic path of its own.
+//! Every architecture goes through the normalized `Config` (llama family, gpt2, bert).
 use crate::error::{bad_file, InputError};
 use crate::model::{gguf, Config};
 use anyhow::Result;
@@ -49,7 +49,7 @@ pub const PRESETS: &[(&str, &str)] = &[
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Shape {
     pub name: String,
-    /// `llama` (llama, mistral, qwen2) or `gpt2`.
+    /// `llama` (llama, mistral, qwen2), `gpt2` or `bert`.
     pub architecture: String,
     pub params: u64,
     pub layers: u64,
@@ -79,50 +79,8 @@ impl Shape {
         }
     }
 
-    /// GPT-2: token and learned position embeddings, per layer LayerNorm ×2, Conv1D c_attn
-    /// (d → 3d) and c_proj, MLP d → n_inner → d (all with bias), final LayerNorm; tied head.
-    fn gpt2(name: &str, path: &Path, v: &Value) -> Result<Shape> {
-        let key = |k: &str| -> Result<u64> {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    bad_file(
-                        path,
-                        format!("gpt2 config key `{k}` must be a positive integer"),
-                    )
-                })
-        };
-        let (d, l, h, p, vocab) = (
-            key("n_embd")?,
-            key("n_layer")?,
-            key("n_head")?,
-            key("n_positions")?,
-            key("vocab_size")?,
-        );
-        let ffn = v.get("n_inner").and_then(Value::as_u64).unwrap_or(4 * d);
-        let per_layer =
-            2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * d + (d * ffn + ffn) + (ffn * d + d);
-        Ok(Shape {
-            name: name.to_string(),
-            architecture: "gpt2".into(),
-            params: vocab * d + p * d + l * per_layer + 2 * d,
-            layers: l,
-            hidden: d,
-            heads: h,
-            kv_heads: h,
-            head_dim: d / h,
-            ffn,
-            vocab,
-            max_position: p,
-        })
-    }
-
     /// Parses a `config.json` value.
     pub fn from_json(name: &str, path: &Path, v: &Value) -> Result<Shape> {
-        if v.get("model_type").and_then(Value::as_str) == Some("gpt2") {
-            return Self::gpt2(name, path, v);
-        }
         Ok(Self::from_config(name, &Config::from_json(path, v)?))
     }
 

@@ -96,16 +96,5 @@ mod tests {
         assert!(host_used().unwrap() > 0);
     }
 
-    #[test]
-    fn phase_sees_a_transient() {
-        let mut m = CpuMeter::new();
-        let (_, mem, _) = super::super::measure(&mut m, || {
-            let v = vec![7u8; 32 << 20];
-            Ok(v.iter().map(|&x| x as u64).sum::<u64>())
-        })
-        .unwrap();
-        assert!(mem.peak_allocated >= mem.baseline_allocated + (32 << 20));
-        // The touched 32 MiB show in the resident high-water mark too.
-        assert!(mem.peak_reserved >= mem.baseline_reserved + (30 << 20));
-    }
+    // The exact allocated-figure tests of the meter are in `harness/tests/meter_exact.rs`.
 }

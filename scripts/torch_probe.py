@@ -493,6 +493,47 @@ def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw
     return rows
 
 
+LORA_ALPHA = 8.0  # PEFT's default, as in harness/src/model/nn.rs
+LORA_TARGETS = {"gpt2": ("c_attn",), "bert": ("query", "value")}  # others: q_proj, v_proj
+
+
+def add_lora(torch, model, rank: int) -> list:
+    """Rank-`rank` LoRA on the attention's query and value projections, as vramlab's
+    `lora-rN` (PEFT's defaults without PEFT): every base weight frozen, A (r, in) Kaiming-
+    uniform, B (out, r) zero, y += alpha/r · x Aᵀ Bᵀ through a forward hook. Returns what
+    remove_lora undoes."""
+    targets = LORA_TARGETS.get(model.config.model_type, ("q_proj", "v_proj"))
+    for q in model.parameters():
+        q.requires_grad_(False)
+    added = []
+    for name, mod in model.named_modules():
+        if not name.split(".")[-1] in targets:
+            continue
+        w = mod.weight
+        # transformers' GPT-2 Conv1D stores (in, out); nn.Linear (out, in).
+        fan_in, fan_out = (w.shape[0], w.shape[1]) if type(mod).__name__ == "Conv1D" \
+            else (w.shape[1], w.shape[0])
+        bound = 1.0 / fan_in ** 0.5
+        a = torch.nn.Parameter(torch.empty(rank, fan_in, dtype=w.dtype, device=w.device)
+                               .uniform_(-bound, bound))
+        b = torch.nn.Parameter(torch.zeros(fan_out, rank, dtype=w.dtype, device=w.device))
+        mod.register_parameter("lora_A", a)
+        mod.register_parameter("lora_B", b)
+        scale = LORA_ALPHA / rank
+
+        def hook(m, inp, out):
+            return out + (inp[0] @ m.lora_A.t().to(inp[0].dtype)
+                          @ m.lora_B.t().to(inp[0].dtype)) * scale
+        added.append((mod, mod.register_forward_hook(hook)))
+    return added
+
+
+def remove_lora(added: list):
+    for mod, handle in added:
+        handle.remove()
+        del mod.lora_A, mod.lora_B
+
+
 def train_point(torch, model, p, device, meter):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step (micro-batches of one step merged into one span)."""
@@ -507,6 +548,9 @@ def train_point(torch, model, p, device, meter):
         model.gradient_checkpointing_enable()
     if t["trainable"] == "frozen-embeddings":
         model.get_input_embeddings().weight.requires_grad_(False)
+    lora = []
+    if t["trainable"].startswith("lora-r"):
+        lora = add_lora(torch, model, int(t["trainable"][len("lora-r"):]))
     opt = None
     try:
         for step in range(1, t["steps"] + 1):
@@ -546,6 +590,7 @@ def train_point(torch, model, p, device, meter):
     finally:
         del opt
         model.zero_grad(set_to_none=True)
+        remove_lora(lora)
         for q in model.parameters():
             q.requires_grad_(True)
         if t["checkpointing"] == "layer":

@@ -2,6 +2,7 @@
 //! (DESIGN.md §9). They fill the `feature_*` CSV columns; `fit` regresses on them.
 use crate::model::{Config, KvKind};
 use crate::record::Phase;
+use crate::scenario::spec::Trainable;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Features {
@@ -65,21 +66,42 @@ pub struct TrainShape {
     /// Bytes of the compute dtype (activations).
     pub compute_bytes: usize,
     pub adamw: bool,
-    pub frozen_embeddings: bool,
+    pub trainable: Trainable,
 }
 
-/// Parameters the optimizer updates.
-pub fn trainable_params(cfg: &Config, frozen_embeddings: bool) -> u64 {
+/// Parameters of the LoRA adapters a trainable set adds: rank · (in + out) per target module
+/// (zero unless `lora-rN`).
+pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
+    let Trainable::Lora(r) = trainable else {
+        return 0;
+    };
     cfg.tensor_shapes()
         .iter()
-        .filter(|(n, _)| !(frozen_embeddings && crate::model::is_embedding(n)))
-        .map(|(_, s)| s.iter().product::<usize>() as u64)
+        .filter_map(|(n, s)| crate::model::lora_target(cfg.architecture, n, s))
+        .map(|(_, i, o)| r as u64 * (i + o) as u64)
         .sum()
 }
 
+/// Parameters the optimizer updates.
+pub fn trainable_params(cfg: &Config, trainable: Trainable) -> u64 {
+    let frozen = |n: &str| match trainable {
+        Trainable::Full => false,
+        Trainable::FrozenEmbeddings => crate::model::is_embedding(n),
+        Trainable::Lora(_) => true,
+    };
+    cfg.tensor_shapes()
+        .iter()
+        .filter(|(n, _)| !frozen(n))
+        .map(|(_, s)| s.iter().product::<usize>() as u64)
+        .sum::<u64>()
+        + adapter_params(cfg, trainable)
+}
+
 /// Features of a training phase (the same for each of a step's phases, except `load`).
+/// `weight_bytes` counts LoRA adapters with the base weights.
 pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
-    let weight_bytes = cfg.param_count() * p.weight_bytes as u64;
+    let weight_bytes =
+        (cfg.param_count() + adapter_params(cfg, p.trainable)) * p.weight_bytes as u64;
     if phase == Phase::Load {
         return Features {
             weight_bytes,
@@ -93,7 +115,7 @@ pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
         act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * c,
         logits_bytes: b * s * cfg.vocab_size as u64 * c,
         optimizer_bytes: if p.adamw {
-            2 * trainable_params(cfg, p.frozen_embeddings) * p.weight_bytes as u64
+            2 * trainable_params(cfg, p.trainable) * p.weight_bytes as u64
         } else {
             0
         },
@@ -149,7 +171,7 @@ mod tests {
             weight_bytes: 4,
             compute_bytes: 2,
             adamw: true,
-            frozen_embeddings: false,
+            trainable: Trainable::Full,
         };
         let f = train(&c, &t, Phase::Backward);
         assert_eq!(f.optimizer_bytes, 2 * 134_515_008 * 4);
@@ -157,7 +179,7 @@ mod tests {
         let frozen = train(
             &c,
             &TrainShape {
-                frozen_embeddings: true,
+                trainable: Trainable::FrozenEmbeddings,
                 ..t
             },
             Phase::Backward,
@@ -165,5 +187,15 @@ mod tests {
         assert_eq!(frozen.optimizer_bytes, 2 * (134_515_008 - 49_152 * 576) * 4);
         let sgd = train(&c, &TrainShape { adamw: false, ..t }, Phase::Optimizer);
         assert_eq!(sgd.optimizer_bytes, 0);
+        // LoRA r8 on q (576→576) and v (576→192) of 30 layers: 8·(576+576 + 576+192) each.
+        let lora = TrainShape {
+            trainable: Trainable::Lora(8),
+            ..t
+        };
+        let adapters = 30 * 8 * (576 + 576 + 576 + 192);
+        assert_eq!(adapter_params(&c, lora.trainable), adapters);
+        let f = train(&c, &lora, Phase::Optimizer);
+        assert_eq!(f.optimizer_bytes, 2 * adapters * 4);
+        assert_eq!(f.weight_bytes, (134_515_008 + adapters) * 4);
     }
 }

@@ -3,8 +3,11 @@
 use crate::export::Exporter;
 use crate::features::{self, InferShape};
 use crate::meter::{measure, Meter};
-use crate::model::{build_trainable, is_embedding, weights, Config, Llama, Source, Trainable};
+use crate::model::{
+    build_trainable, is_embedding, weights, Config, Llama, Source, Trainable as TrainableModel,
+};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
+use crate::scenario::spec::Trainable;
 use crate::scenario::{Mode, Point};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
@@ -101,11 +104,10 @@ pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> R
             .into(),
             grad_accum: train.then_some(p.train.grad_accum as u64),
             trainable: if train {
-                p.train.trainable.as_str()
+                p.train.trainable.label()
             } else {
-                ""
-            }
-            .into(),
+                String::new()
+            },
             kernels: "reference".into(),
             pool_release: c.pool_release.clone(),
             scenario_hash: c.scenario_hash.clone(),
@@ -315,18 +317,56 @@ pub fn to_vars(t: HashMap<String, Tensor>) -> Result<Vec<(String, Var)>> {
     Ok(out)
 }
 
+/// The seed of LoRA's A matrices (B starts at zero, as in PEFT, so the adapted model starts
+/// equal to the base model).
+const LORA_SEED: u64 = 0x10_4a;
+
+/// Rank-`rank` LoRA adapters for the target modules among `vars` (sorted by name): A (r, in)
+/// uniform in ±1/√in (PEFT's Kaiming-uniform bound), B (out, r) zero, both in the variable's
+/// dtype and on its device. Named `{module}.lora_A.weight` / `.lora_B.weight`.
+fn lora_adapters(cfg: &Config, vars: &[(String, Var)], rank: u32) -> Result<Vec<(String, Var)>> {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(LORA_SEED);
+    let r = rank as usize;
+    let mut out = Vec::new();
+    for (n, v) in vars {
+        let Some((module, i, o)) = crate::model::lora_target(cfg.architecture, n, v.dims()) else {
+            continue;
+        };
+        let bound = 1.0 / (i as f32).sqrt();
+        let a: Vec<f32> = (0..r * i)
+            .map(|_| rng.random_range(-bound..bound))
+            .collect();
+        let a = Tensor::from_vec(a, (r, i), v.device())?.to_dtype(v.dtype())?;
+        out.push((format!("{module}.lora_A.weight"), Var::from_tensor(&a)?));
+        let b = Var::zeros((o, r), v.dtype(), v.device())?;
+        out.push((format!("{module}.lora_B.weight"), b));
+    }
+    Ok(out)
+}
+
 /// The model of one training point: frozen tensors are detached views of their variable
-/// (same storage, no gradient); returns the model and the trainable variables.
+/// (same storage, no gradient); `lora-rN` adds fresh adapter variables, the only trainable
+/// ones. Returns the model and the trainable variables.
 pub fn trainable_model(
     cfg: &Config,
     vars: &[(String, Var)],
-    frozen_embeddings: bool,
+    set: Trainable,
     compute: candle_core::DType,
-) -> Result<(Box<dyn Trainable>, Vec<Var>)> {
-    let mut tensors = HashMap::with_capacity(vars.len());
+) -> Result<(Box<dyn TrainableModel>, Vec<Var>)> {
+    let adapters = match set {
+        Trainable::Lora(r) => lora_adapters(cfg, vars, r)?,
+        _ => Vec::new(),
+    };
+    let mut tensors = HashMap::with_capacity(vars.len() + adapters.len());
     let mut trainable = Vec::with_capacity(vars.len());
-    for (n, v) in vars {
-        if frozen_embeddings && is_embedding(n) {
+    for (n, v) in vars.iter().chain(&adapters) {
+        let frozen = match set {
+            Trainable::Full => false,
+            Trainable::FrozenEmbeddings => is_embedding(n),
+            Trainable::Lora(_) => !n.contains(".lora_"),
+        };
+        if frozen {
             tensors.insert(n.clone(), v.as_tensor().detach());
         } else {
             tensors.insert(n.clone(), v.as_tensor().clone());
@@ -343,8 +383,8 @@ fn run_training(
     meter: &mut dyn Meter,
     emit: &mut dyn FnMut(PhaseResult, f32) -> Result<()>,
 ) -> Result<()> {
-    let frozen = p.train.trainable == crate::scenario::spec::Trainable::FrozenEmbeddings;
-    let (model, trainable) = trainable_model(cfg, vars, frozen, p.precision.compute_dtype())?;
+    let (model, trainable) =
+        trainable_model(cfg, vars, p.train.trainable, p.precision.compute_dtype())?;
     let spec = training::TrainSpec {
         batch: p.batch,
         seq: p.context,
@@ -386,6 +426,6 @@ fn train_shape(p: &Point) -> features::TrainShape {
         weight_bytes: p.precision.dtype().size_in_bytes(),
         compute_bytes: p.precision.compute_dtype().size_in_bytes(),
         adamw: p.train.optimizer == crate::scenario::spec::Optimizer::Adamw,
-        frozen_embeddings: p.train.trainable == crate::scenario::spec::Trainable::FrozenEmbeddings,
+        trainable: p.train.trainable,
     }
 }

@@ -175,6 +175,22 @@ fn unknown_precision() {
 }
 
 #[test]
+fn lora_rank_zero() {
+    scenario(
+        "lora-rank-zero.toml",
+        "line 9: LoRA rank in `lora-r0` must be an integer from 1 to 4096",
+    );
+}
+
+#[test]
+fn unknown_trainable_set() {
+    scenario(
+        "unknown-trainable.toml",
+        "line 9: unknown trainable set `lora`, expected `full`, `frozen-embeddings` or `lora-rN`",
+    );
+}
+
+#[test]
 fn duplicate_key() {
     scenario("duplicate-key.toml", "line 8: duplicate key `batch`");
 }

@@ -328,3 +328,66 @@ fn gpt2_matches_a_reference_implementation() {
         .unwrap();
     assert!((loss - 4.78292).abs() < 1e-4, "loss {loss}");
 }
+
+/// `lora-r4` on each architecture: the adapters are the only trainable variables, they add
+/// exactly `features::adapter_params`, the adapted model starts equal to the base model (B is
+/// zero), and backward reaches every B (A's gradient is B-weighted, so zero at the start).
+fn lora_attaches(arch: &str, cfg: &Config, tensors: HashMap<String, Tensor>) {
+    use vramlab::scenario::spec::Trainable as Set;
+    let vars = vramlab::runner::to_vars(tensors).unwrap();
+    let ids = seeded_ids(1, cfg.vocab_size);
+    let targets = seeded_ids(2, cfg.vocab_size);
+    let (base, _) = vramlab::runner::trainable_model(cfg, &vars, Set::Full, DType::F32).unwrap();
+    let base_loss = base.forward_loss(&ids, &targets).unwrap();
+    let (model, adapters) =
+        vramlab::runner::trainable_model(cfg, &vars, Set::Lora(4), DType::F32).unwrap();
+    let targets_per_layer = vramlab::model::lora_targets(cfg.architecture).len();
+    assert_eq!(
+        adapters.len(),
+        2 * targets_per_layer * cfg.num_layers,
+        "{arch}"
+    );
+    let params: usize = adapters.iter().map(|v| v.elem_count()).sum();
+    assert_eq!(
+        params as u64,
+        vramlab::features::adapter_params(cfg, Set::Lora(4)),
+        "{arch}"
+    );
+    let loss = model.forward_loss(&ids, &targets).unwrap();
+    let diff = (loss.to_scalar::<f32>().unwrap() - base_loss.to_scalar::<f32>().unwrap()).abs();
+    assert!(
+        diff < 1e-6,
+        "{arch}: LoRA with B = 0 changed the loss by {diff}"
+    );
+    let grads = loss.backward().unwrap();
+    let max_abs = |v: &Var| -> f32 {
+        let g = grads
+            .get(v.as_tensor())
+            .expect("every adapter has a gradient");
+        g.abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    };
+    // Adapters come as (A, B) pairs per module.
+    for pair in adapters.chunks(2) {
+        assert_eq!(max_abs(&pair[0]), 0.0, "{arch}: A's gradient while B = 0");
+        assert!(max_abs(&pair[1]) > 0.0, "{arch}: B gets no gradient");
+    }
+    // The frozen base weights get none.
+    assert!(vars.iter().all(|(_, v)| grads.get(v.as_tensor()).is_none()));
+}
+
+#[test]
+fn lora_attaches_to_every_architecture() {
+    let cfg = small_llama();
+    let (_d1, t) = synthetic(&cfg);
+    lora_attaches("llama", &cfg, t);
+    let cfg = small_gpt2();
+    let (_d2, t) = synthetic(&cfg);
+    lora_attaches("gpt2", &cfg, t);
+    let (cfg, t) = minilm();
+    lora_attaches("bert", &cfg, t);
+}

@@ -7,7 +7,7 @@ use common::{root, vramlab};
 use std::collections::HashMap;
 use vramlab::model::{weights, Config, Source};
 use vramlab::record::{Phase, Record, Status};
-use vramlab::scenario::spec::Checkpointing;
+use vramlab::scenario::spec::{Checkpointing, Trainable};
 use vramlab::workload::training;
 
 /// tiny-llama.json by hand: tied embedding 512×64 + 4 layers × (q 64×64, k 32×64, v 32×64,
@@ -137,6 +137,78 @@ fn tiny_llama_training_figures_are_exact() {
     }
 }
 
+/// LoRA r4 on q (64→64) and v (64→32) of 4 layers: A (4, in) and B (out, 4) each.
+const TINY_LORA_PARAMS: u64 = 4 * 4 * ((64 + 64) + (64 + 32));
+const TINY_LORA_TENSORS: u64 = 4 * 2 * 2;
+
+#[test]
+fn lora_adapters_alone_carry_gradients_and_optimizer_state() {
+    let (_d, rows) = sweep("harness/tests/data/train-tiny-lora.toml", "lora");
+    assert!(rows.iter().all(|r| r.status == Some(Status::Ok)));
+    let points = by_point(&rows);
+    assert_eq!(points.len(), 3 * 2 * 2);
+    let row = |id: &str, ph: Phase| -> &Record {
+        let (_, p) = points.iter().find(|(i, _)| i == id).unwrap();
+        p[&(ph, 1)]
+    };
+    let mut checked = 0;
+    for (id, p) in points.iter().filter(|(id, _)| id.ends_with("/lora-r4")) {
+        let (f1, b1, o1) = (
+            p[&(Phase::Forward, 1)],
+            p[&(Phase::Backward, 1)],
+            p[&(Phase::Optimizer, 1)],
+        );
+        assert_eq!(f1.trainable, "lora-r4");
+        let var_bytes = if f1.precision == "bf16" { 2 } else { 4 };
+        let adapters = TINY_LORA_PARAMS * var_bytes;
+        assert_eq!(
+            f1.feature_weight_bytes,
+            Some((TINY_PARAMS + TINY_LORA_PARAMS) * var_bytes),
+            "{id}"
+        );
+        let before = f1.baseline_allocated.unwrap();
+        // Only the adapters get gradients: the frozen base weights' would be 100× larger.
+        let grads = b1.end_allocated.unwrap() - before;
+        assert!(
+            grads >= adapters && grads - adapters <= KIB * TINY_LORA_TENSORS,
+            "{id}: gradients {grads}, adapter storage {adapters}"
+        );
+        let state = o1.end_allocated.unwrap() as i64 - before as i64;
+        if id.contains("/adamw/") {
+            assert_eq!(o1.feature_optimizer_bytes, Some(2 * adapters), "{id}");
+            assert!(
+                state >= 2 * adapters as i64
+                    && state as u64 - 2 * adapters <= KIB * TINY_LORA_TENSORS,
+                "{id}: optimizer state {state}, expected {}",
+                2 * adapters
+            );
+            // B starts at zero, so step 1 moves B only; the loss still falls.
+            assert!(
+                loss(p[&(Phase::StepTotal, 2)]) < loss(p[&(Phase::StepTotal, 1)]),
+                "{id}"
+            );
+        } else {
+            assert_eq!(o1.feature_optimizer_bytes, Some(0));
+            assert!(
+                state.unsigned_abs() <= KIB * TINY_LORA_TENSORS,
+                "{id}: {state}"
+            );
+        }
+        // Against full training of the same point: lower backward end and optimizer peak.
+        let full = id.replace("/lora-r4", "/full");
+        assert!(
+            b1.end_allocated < row(&full, Phase::Backward).end_allocated,
+            "{id}"
+        );
+        assert!(
+            o1.peak_allocated < row(&full, Phase::Optimizer).peak_allocated,
+            "{id}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3 * 2);
+}
+
 #[test]
 fn checkpointing_and_accumulation_give_the_same_gradients() {
     let cfg = Config::from_file(&root().join("harness/tests/data/tiny-llama.json")).unwrap();
@@ -152,7 +224,7 @@ fn checkpointing_and_accumulation_give_the_same_gradients() {
     .unwrap();
     let vars = vramlab::runner::to_vars(t).unwrap();
     let (model, trainable) =
-        vramlab::runner::trainable_model(&cfg, &vars, false, DType::F32).unwrap();
+        vramlab::runner::trainable_model(&cfg, &vars, Trainable::Full, DType::F32).unwrap();
     assert_eq!(trainable.len() as u64, TINY_TENSORS);
     let (ids, targets) = training::batch_ids(cfg.vocab_size, 4, 32, 11, &Device::Cpu).unwrap();
     let run =

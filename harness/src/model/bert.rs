@@ -11,19 +11,14 @@
 //! embedding), passed through the pooler (dense + tanh), and compared by mean squared error
 //! with a fixed target of 0.5 in every dimension. The pooler is in the loss so that every
 //! parameter of the checkpoint receives a gradient.
-use super::nn::{attention, embedding, layer_norm, split_heads, Linear};
+use super::nn::{attention, embedding, split_heads, Linear, Named, Norm};
 use super::{Config, Trainable};
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 
 /// The regression target of the training loss, in every dimension.
 pub const POOLED_TARGET: f64 = 0.5;
-
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-}
 
 struct Layer {
     query: Linear,
@@ -51,56 +46,28 @@ pub struct Bert {
 impl Bert {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
-    pub fn new(cfg: &Config, mut t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
-        let mut take = |name: &str| {
-            t.remove(name)
-                .ok_or_else(|| anyhow!("weights lack tensor `{name}`"))
-        };
-        let word = take("embeddings.word_embeddings.weight")?;
-        let position = take("embeddings.position_embeddings.weight")?;
-        let token_type = take("embeddings.token_type_embeddings.weight")?;
-        let emb_norm = Norm {
-            w: take("embeddings.LayerNorm.weight")?,
-            b: take("embeddings.LayerNorm.bias")?,
-        };
+    pub fn new(cfg: &Config, t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
+        let mut t = Named(t);
+        let word = t.take("embeddings.word_embeddings.weight")?;
+        let position = t.take("embeddings.position_embeddings.weight")?;
+        let token_type = t.take("embeddings.token_type_embeddings.weight")?;
+        let emb_norm = t.norm("embeddings.LayerNorm")?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("encoder.layer.{i}");
-            let mut lin = |m: &str| -> Result<Linear> {
-                Ok(Linear::new(
-                    take(&format!("{p}.{m}.weight"))?,
-                    Some(take(&format!("{p}.{m}.bias"))?),
-                ))
-            };
-            let (query, key, value) = (
-                lin("attention.self.query")?,
-                lin("attention.self.key")?,
-                lin("attention.self.value")?,
-            );
-            let attn_out = lin("attention.output.dense")?;
-            let intermediate = lin("intermediate.dense")?;
-            let output = lin("output.dense")?;
-            let mut norm = |m: &str| -> Result<Norm> {
-                Ok(Norm {
-                    w: take(&format!("{p}.{m}.weight"))?,
-                    b: take(&format!("{p}.{m}.bias"))?,
-                })
-            };
+            let mut lin = |m: &str| t.linear(&format!("{p}.{m}"), true);
             layers.push(Layer {
-                query,
-                key,
-                value,
-                attn_out,
-                attn_norm: norm("attention.output.LayerNorm")?,
-                intermediate,
-                output,
-                out_norm: norm("output.LayerNorm")?,
+                query: lin("attention.self.query")?,
+                key: lin("attention.self.key")?,
+                value: lin("attention.self.value")?,
+                attn_out: lin("attention.output.dense")?,
+                intermediate: lin("intermediate.dense")?,
+                output: lin("output.dense")?,
+                attn_norm: t.norm(&format!("{p}.attention.output.LayerNorm"))?,
+                out_norm: t.norm(&format!("{p}.output.LayerNorm"))?,
             });
         }
-        let pooler = Linear::new(
-            take("pooler.dense.weight")?,
-            Some(take("pooler.dense.bias")?),
-        );
+        let pooler = t.linear("pooler.dense", true)?;
         Ok(Bert {
             cfg: cfg.clone(),
             compute,
@@ -160,7 +127,7 @@ impl Trainable for Bert {
         let pos = self.position.narrow(0, 0, s)?.to_dtype(self.compute)?;
         let typ = self.token_type.narrow(0, 0, 1)?.to_dtype(self.compute)?;
         let x = word.broadcast_add(&pos)?.broadcast_add(&typ)?;
-        layer_norm(&x, &self.emb_norm.w, &self.emb_norm.b, self.cfg.norm_eps)
+        self.emb_norm.forward(&x, self.cfg.norm_eps)
     }
 
     fn num_layers(&self) -> usize {
@@ -173,9 +140,9 @@ impl Trainable for Bert {
         let k = split_heads(&l.key.forward(x)?, c.num_heads)?;
         let v = split_heads(&l.value.forward(x)?, c.num_heads)?;
         let a = l.attn_out.forward(&attention(&q, &k, &v, None)?)?;
-        let x = layer_norm(&(x + a)?, &l.attn_norm.w, &l.attn_norm.b, c.norm_eps)?;
+        let x = l.attn_norm.forward(&(x + a)?, c.norm_eps)?;
         let m = l.output.forward(&l.intermediate.forward(&x)?.gelu_erf()?)?;
-        layer_norm(&(x + m)?, &l.out_norm.w, &l.out_norm.b, c.norm_eps)
+        l.out_norm.forward(&(x + m)?, c.norm_eps)
     }
 
     /// Mean-pooled regression (see the module doc): MSE in f32 between

@@ -4,16 +4,11 @@
 //!
 //! Tensor names are HF's `model.safetensors` names without the `transformer.` prefix (see
 //! [`Config::tensor_shapes`]). LayerNorm and softmax run in f32 and cast back (see `nn`).
-use super::nn::{attention, embedding, layer_norm, lm_loss, split_heads, Linear};
+use super::nn::{attention, embedding, lm_loss, split_heads, Linear, Named, Norm};
 use super::{Config, Trainable};
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use candle_core::{DType, Tensor};
 use std::collections::HashMap;
-
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-}
 
 struct Block {
     ln_1: Norm,
@@ -37,43 +32,23 @@ pub struct Gpt2 {
 impl Gpt2 {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
-    pub fn new(cfg: &Config, mut t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
-        let mut take = |name: &str| {
-            t.remove(name)
-                .ok_or_else(|| anyhow!("weights lack tensor `{name}`"))
-        };
-        let wte = take("wte.weight")?;
-        let wpe = take("wpe.weight")?;
+    pub fn new(cfg: &Config, t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
+        let mut t = Named(t);
+        let wte = t.take("wte.weight")?;
+        let wpe = t.take("wpe.weight")?;
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("h.{i}");
-            let mut norm = |m: &str| -> Result<Norm> {
-                Ok(Norm {
-                    w: take(&format!("{p}.{m}.weight"))?,
-                    b: take(&format!("{p}.{m}.bias"))?,
-                })
-            };
-            let ln_1 = norm("ln_1")?;
-            let ln_2 = norm("ln_2")?;
-            let mut conv = |m: &str| -> Result<Linear> {
-                Ok(Linear::conv1d(
-                    take(&format!("{p}.{m}.weight"))?,
-                    take(&format!("{p}.{m}.bias"))?,
-                ))
-            };
             blocks.push(Block {
-                ln_1,
-                c_attn: conv("attn.c_attn")?,
-                attn_proj: conv("attn.c_proj")?,
-                ln_2,
-                c_fc: conv("mlp.c_fc")?,
-                mlp_proj: conv("mlp.c_proj")?,
+                ln_1: t.norm(&format!("{p}.ln_1"))?,
+                c_attn: t.conv1d(&format!("{p}.attn.c_attn"))?,
+                attn_proj: t.conv1d(&format!("{p}.attn.c_proj"))?,
+                ln_2: t.norm(&format!("{p}.ln_2"))?,
+                c_fc: t.conv1d(&format!("{p}.mlp.c_fc"))?,
+                mlp_proj: t.conv1d(&format!("{p}.mlp.c_proj"))?,
             });
         }
-        let ln_f = Norm {
-            w: take("ln_f.weight")?,
-            b: take("ln_f.bias")?,
-        };
+        let ln_f = t.norm("ln_f")?;
         Ok(Gpt2 {
             cfg: cfg.clone(),
             compute,
@@ -91,7 +66,7 @@ impl Gpt2 {
 
     /// Logits (b, s, vocab) of the final hidden states (b, s, d): ln_f, then the tied head.
     pub fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let x = layer_norm(x, &self.ln_f.w, &self.ln_f.b, self.cfg.norm_eps)?;
+        let x = self.ln_f.forward(x, self.cfg.norm_eps)?;
         Linear::new(self.wte.clone(), None).forward(&x)
     }
 
@@ -125,13 +100,13 @@ impl Trainable for Gpt2 {
     fn layer(&self, i: usize, x: &Tensor) -> candle_core::Result<Tensor> {
         let (c, l) = (&self.cfg, &self.blocks[i]);
         let d = c.hidden_size;
-        let h = layer_norm(x, &l.ln_1.w, &l.ln_1.b, c.norm_eps)?;
+        let h = l.ln_1.forward(x, c.norm_eps)?;
         let qkv = l.c_attn.forward(&h)?;
         let q = split_heads(&qkv.narrow(2, 0, d)?, c.num_heads)?;
         let k = split_heads(&qkv.narrow(2, d, d)?, c.num_heads)?;
         let v = split_heads(&qkv.narrow(2, 2 * d, d)?, c.num_heads)?;
         let x = (x + l.attn_proj.forward(&attention(&q, &k, &v, Some(0))?)?)?;
-        let h = layer_norm(&x, &l.ln_2.w, &l.ln_2.b, c.norm_eps)?;
+        let h = l.ln_2.forward(&x, c.norm_eps)?;
         let m = l.mlp_proj.forward(&l.c_fc.forward(&h)?.gelu()?)?;
         x + m
     }

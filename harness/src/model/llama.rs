@@ -4,9 +4,9 @@
 //! No fused op without a backward is used (candle-nn's `rms_norm`, `softmax_last_dim` and
 //! `rope` record none), so the same code serves inference and training. Like HF's eager
 //! implementation, RMSNorm and softmax run in f32 and cast back.
-use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Linear};
+use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Linear, Named};
 use super::{Config, KvCache, Trainable};
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
 use std::collections::HashMap;
 
@@ -67,24 +67,13 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Ten
 impl Llama {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
-    pub fn new(cfg: &Config, mut t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
-        let mut take = |name: &str| {
-            t.remove(name)
-                .ok_or_else(|| anyhow!("weights lack tensor `{name}`"))
-        };
-        let embed = take("model.embed_tokens.weight")?;
+    pub fn new(cfg: &Config, t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
+        let mut t = Named(t);
+        let embed = t.take("model.embed_tokens.weight")?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("model.layers.{i}");
-            let mut lin = |m: &str, bias: bool| -> Result<Linear> {
-                let w = take(&format!("{p}.{m}.weight"))?;
-                let b = if bias {
-                    Some(take(&format!("{p}.{m}.bias"))?)
-                } else {
-                    None
-                };
-                Ok(Linear::new(w, b))
-            };
+            let mut lin = |m: &str, bias: bool| t.linear(&format!("{p}.{m}"), bias);
             let q = lin("self_attn.q_proj", cfg.qkv_bias)?;
             let k = lin("self_attn.k_proj", cfg.qkv_bias)?;
             let v = lin("self_attn.v_proj", cfg.qkv_bias)?;
@@ -93,8 +82,8 @@ impl Llama {
             let up = lin("mlp.up_proj", false)?;
             let down = lin("mlp.down_proj", false)?;
             layers.push(Layer {
-                input_norm: take(&format!("{p}.input_layernorm.weight"))?,
-                post_norm: take(&format!("{p}.post_attention_layernorm.weight"))?,
+                input_norm: t.take(&format!("{p}.input_layernorm.weight"))?,
+                post_norm: t.take(&format!("{p}.post_attention_layernorm.weight"))?,
                 q,
                 k,
                 v,
@@ -104,11 +93,11 @@ impl Llama {
                 down,
             });
         }
-        let norm = take("model.norm.weight")?;
+        let norm = t.take("model.norm.weight")?;
         let lm_head = if cfg.tie_word_embeddings {
             None
         } else {
-            Some(take("lm_head.weight")?)
+            Some(t.take("lm_head.weight")?)
         };
         Ok(Llama {
             cfg: cfg.clone(),

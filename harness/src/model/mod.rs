@@ -30,6 +30,34 @@ pub fn is_embedding(name: &str) -> bool {
     name.contains("embed") || name.starts_with("wte.") || name.starts_with("wpe.")
 }
 
+/// The modules LoRA adapts, PEFT's defaults per architecture: the attention's query and value
+/// projections (GPT-2's fused `c_attn`).
+pub fn lora_targets(arch: Architecture) -> &'static [&'static str] {
+    match arch {
+        Architecture::Llama => &["self_attn.q_proj", "self_attn.v_proj"],
+        Architecture::Gpt2 => &["attn.c_attn"],
+        Architecture::Bert => &["attention.self.query", "attention.self.value"],
+    }
+}
+
+/// For a LoRA target weight `name` of `shape`: its module name and (in, out) features.
+/// GPT-2's Conv1D weights are stored (in, out), the others (out, in).
+pub fn lora_target<'a>(
+    arch: Architecture,
+    name: &'a str,
+    shape: &[usize],
+) -> Option<(&'a str, usize, usize)> {
+    let module = name.strip_suffix(".weight")?;
+    if !lora_targets(arch).iter().any(|t| module.ends_with(t)) {
+        return None;
+    }
+    match (arch, shape) {
+        (Architecture::Gpt2, &[i, o]) => Some((module, i, o)),
+        (_, &[o, i]) => Some((module, i, o)),
+        _ => None,
+    }
+}
+
 /// Builds the model of `cfg`'s architecture for training from HF-named tensors.
 pub fn build_trainable(
     cfg: &Config,

@@ -13,11 +13,22 @@ pub fn cast_like(w: &Tensor, x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// PEFT's default `lora_alpha`: the adapter's output is scaled by alpha / rank.
+pub const LORA_ALPHA: f64 = 8.0;
+
+/// A LoRA adapter on a dense layer: y += (alpha / r) · x Aᵀ Bᵀ, with A (r, in) and B (out, r)
+/// (PEFT's layout, also for GPT-2's Conv1D).
+pub struct Lora {
+    pub a: Tensor,
+    pub b: Tensor,
+}
+
 /// A dense layer. `w` is (out, in) like torch's Linear, or (in, out) for GPT-2's Conv1D.
 pub struct Linear {
     pub w: Tensor,
     pub b: Option<Tensor>,
     pub transposed: bool,
+    pub lora: Option<Lora>,
 }
 
 impl Linear {
@@ -26,29 +37,93 @@ impl Linear {
             w,
             b,
             transposed: false,
-        }
-    }
-
-    /// GPT-2's Conv1D: weight stored (in, out).
-    pub fn conv1d(w: Tensor, b: Tensor) -> Self {
-        Linear {
-            w,
-            b: Some(b),
-            transposed: true,
+            lora: None,
         }
     }
 
     /// x: (b, s, in) → (b, s, out).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, s, i) = x.dims3()?;
-        let w = cast_like(&self.w, x)?;
+        let x = x.reshape((b * s, i))?;
+        let w = cast_like(&self.w, &x)?;
         let w = if self.transposed { w } else { w.t()? };
-        let y = x.reshape((b * s, i))?.matmul(&w)?;
+        let y = x.matmul(&w)?;
         let y = match &self.b {
             Some(bias) => y.broadcast_add(&cast_like(bias, &y)?)?,
             None => y,
         };
+        let y = match &self.lora {
+            Some(l) => {
+                let scale = LORA_ALPHA / l.a.dim(0)? as f64;
+                let down = x.matmul(&cast_like(&l.a, &x)?.t()?)?;
+                (y + (down.matmul(&cast_like(&l.b, &x)?.t()?)? * scale)?)?
+            }
+            None => y,
+        };
         y.reshape((b, s, ()))
+    }
+}
+
+/// LayerNorm weight and bias (applied by [`layer_norm`]).
+pub struct Norm {
+    pub w: Tensor,
+    pub b: Tensor,
+}
+
+impl Norm {
+    pub fn forward(&self, x: &Tensor, eps: f64) -> Result<Tensor> {
+        layer_norm(x, &self.w, &self.b, eps)
+    }
+}
+
+/// The HF-named tensors a model constructor consumes, by name.
+pub struct Named(pub std::collections::HashMap<String, Tensor>);
+
+impl Named {
+    pub fn take(&mut self, name: &str) -> anyhow::Result<Tensor> {
+        self.0
+            .remove(name)
+            .ok_or_else(|| anyhow::anyhow!("weights lack tensor `{name}`"))
+    }
+
+    /// Module `m`'s `.weight` (and `.bias` when `bias`), plus its LoRA adapter
+    /// (`m.lora_A.weight`, `m.lora_B.weight`) when the map holds one.
+    pub fn linear(&mut self, m: &str, bias: bool) -> anyhow::Result<Linear> {
+        let w = self.take(&format!("{m}.weight"))?;
+        let b = if bias {
+            Some(self.take(&format!("{m}.bias"))?)
+        } else {
+            None
+        };
+        let lora = match self.0.remove(&format!("{m}.lora_A.weight")) {
+            Some(a) => Some(Lora {
+                a,
+                b: self.take(&format!("{m}.lora_B.weight"))?,
+            }),
+            None => None,
+        };
+        Ok(Linear {
+            w,
+            b,
+            transposed: false,
+            lora,
+        })
+    }
+
+    /// GPT-2's Conv1D module `m`: weight stored (in, out), with a bias.
+    pub fn conv1d(&mut self, m: &str) -> anyhow::Result<Linear> {
+        Ok(Linear {
+            transposed: true,
+            ..self.linear(m, true)?
+        })
+    }
+
+    /// LayerNorm module `m` (`.weight`, `.bias`).
+    pub fn norm(&mut self, m: &str) -> anyhow::Result<Norm> {
+        Ok(Norm {
+            w: self.take(&format!("{m}.weight"))?,
+            b: self.take(&format!("{m}.bias"))?,
+        })
     }
 }
 

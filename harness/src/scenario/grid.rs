@@ -76,7 +76,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                         "{}/{}/ga{n}/{}",
                         optimizer.as_str(),
                         checkpointing.as_str(),
-                        trainable.as_str()
+                        trainable.label()
                     );
                     train_axes.push((tag, KvKind::Preallocated, Some(t)));
                 }

@@ -101,11 +101,42 @@ pub enum Checkpointing {
     Layer,
 }
 
+/// What a training point updates: `full`, `frozen-embeddings`, or `lora-rN` (rank-N LoRA
+/// adapters on the attention's query and value projections, base weights frozen).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "String", into = "String")]
 pub enum Trainable {
     Full,
     FrozenEmbeddings,
+    Lora(u32),
+}
+
+/// The largest LoRA rank a scenario may ask for.
+pub const MAX_LORA_RANK: u32 = 4096;
+
+impl TryFrom<String> for Trainable {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "full" => Ok(Trainable::Full),
+            "frozen-embeddings" => Ok(Trainable::FrozenEmbeddings),
+            _ => match s.strip_prefix("lora-r").map(str::parse::<u32>) {
+                Some(Ok(r)) if (1..=MAX_LORA_RANK).contains(&r) => Ok(Trainable::Lora(r)),
+                Some(_) => Err(format!(
+                    "LoRA rank in `{s}` must be an integer from 1 to {MAX_LORA_RANK}"
+                )),
+                None => Err(format!(
+                    "unknown trainable set `{s}`, expected `full`, `frozen-embeddings` or `lora-rN` (e.g. `lora-r8`)"
+                )),
+            },
+        }
+    }
+}
+
+impl From<Trainable> for String {
+    fn from(t: Trainable) -> String {
+        t.label()
+    }
 }
 
 impl Optimizer {
@@ -127,10 +158,12 @@ impl Checkpointing {
 }
 
 impl Trainable {
-    pub fn as_str(&self) -> &'static str {
+    /// The scenario and CSV spelling.
+    pub fn label(&self) -> String {
         match self {
-            Trainable::Full => "full",
-            Trainable::FrozenEmbeddings => "frozen-embeddings",
+            Trainable::Full => "full".into(),
+            Trainable::FrozenEmbeddings => "frozen-embeddings".into(),
+            Trainable::Lora(r) => format!("lora-r{r}"),
         }
     }
 }

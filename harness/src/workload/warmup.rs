@@ -47,7 +47,8 @@ pub fn training(
     compute: DType,
     (batch, seq): (usize, usize),
 ) -> Result<()> {
-    let (m, trainable) = crate::runner::trainable_model(cfg, vars, false, compute)?;
+    let (m, trainable) =
+        crate::runner::trainable_model(cfg, vars, crate::scenario::spec::Trainable::Full, compute)?;
     let dev = trainable
         .first()
         .map(|v| v.device().clone())

@@ -3,7 +3,7 @@
 use crate::error::InputError;
 use crate::estimate::{
     self, gpu_by_name, smallest_gpu, Attention, Breakdown, GpuFit, KvCacheKind, Mode, Optimizer,
-    Precision, Query, Shape, Sharding, CATALOG,
+    Precision, Query, Shape, Sharding, Trainable, CATALOG,
 };
 use crate::fit::Constants;
 use crate::units::{gb, gb_gib, gib};
@@ -32,6 +32,10 @@ pub struct Args {
     /// Training only: activation checkpointing (keep each layer's input, recompute in backward).
     #[arg(long)]
     pub checkpointing: bool,
+    /// Training only: what is updated: full, frozen-embeddings, or lora-rN (rank-N LoRA on the
+    /// query and value projections; gradients and optimizer state cover the adapters only).
+    #[arg(long, default_value = "full", value_parser = parse_trainable)]
+    pub trainable: Trainable,
     /// Fitted constants from `vramlab fit` (default: built-in analytic constants).
     #[arg(long)]
     pub constants: Option<PathBuf>,
@@ -78,6 +82,10 @@ struct Report<'a> {
     notes: &'a [String],
 }
 
+fn parse_trainable(s: &str) -> Result<Trainable, String> {
+    Trainable::try_from(s.to_string())
+}
+
 pub fn run(a: Args) -> Result<()> {
     if !(0.0..1.0).contains(&a.headroom) {
         return Err(
@@ -103,6 +111,7 @@ pub fn run(a: Args) -> Result<()> {
         context: a.context,
         optimizer: a.optimizer,
         checkpointing: a.checkpointing,
+        trainable: a.trainable,
         sharding: a.sharding,
         gpus: a.gpus,
         attention: a.attention,
@@ -197,8 +206,12 @@ fn print_text(
         q.context,
         if q.mode == Mode::Train {
             format!(
-                ", optimizer {:?}, checkpointing {}, {:?} over {} GPU(s)",
-                q.optimizer, q.checkpointing, q.sharding, q.gpus
+                ", optimizer {:?}, checkpointing {}, trainable {}, {:?} over {} GPU(s)",
+                q.optimizer,
+                q.checkpointing,
+                q.trainable.label(),
+                q.sharding,
+                q.gpus
             )
             .to_lowercase()
         } else {

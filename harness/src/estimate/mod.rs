@@ -16,7 +16,7 @@ use serde::Serialize;
 /// Runtime overhead the analytic path assumes: CUDA context, kernels and cuBLAS workspace.
 pub const RUNTIME_OVERHEAD: u64 = 512 << 20;
 
-pub use crate::scenario::spec::{Mode, Precision};
+pub use crate::scenario::spec::{Mode, Precision, Trainable};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -61,6 +61,7 @@ pub struct Query {
     pub context: u64,
     pub optimizer: Optimizer,
     pub checkpointing: bool,
+    pub trainable: Trainable,
     pub sharding: Sharding,
     pub gpus: u64,
     pub attention: Attention,
@@ -76,6 +77,7 @@ impl Default for Query {
             context: 4096,
             optimizer: Optimizer::Adamw,
             checkpointing: false,
+            trainable: Trainable::Full,
             sharding: Sharding::Ddp,
             gpus: 1,
             attention: Attention::Flash,
@@ -157,6 +159,8 @@ fn analytic_infer(m: &Shape, q: &Query) -> Breakdown {
 
 fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     let p = m.params;
+    // Updated parameters (gradients and optimizer state follow them) and LoRA adapters.
+    let (t, adapters) = m.trainable_params(q.trainable);
     let n = q.gpus.max(1);
     let shard = |bytes: u64, sharded: bool| if sharded { bytes.div_ceil(n) } else { bytes };
     let (s1, s2, s3) = match q.sharding {
@@ -173,7 +177,7 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     let grads = if q.optimizer == Optimizer::None {
         0
     } else {
-        p * wb
+        t * wb
     };
     let (b, s, h, l, a) = (q.batch, q.context, m.hidden, m.layers, m.heads);
     let aw = q.precision.act_bytes();
@@ -189,7 +193,7 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
         l * per_layer
     };
     Breakdown {
-        weights: shard(p * wb, s3),
+        weights: shard((p + adapters) * wb, s3),
         weight_copies: if q.precision.is_mixed() {
             shard(p * 2, s3)
         } else {
@@ -198,7 +202,7 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
         activations,
         logits: b * s * m.vocab * (aw + 4),
         gradients: shard(grads, s2),
-        optimizer: shard(p * opt_per_param, s1),
+        optimizer: shard(t * opt_per_param, s1),
         runtime_overhead: RUNTIME_OVERHEAD,
         source: "analytic".into(),
         ..Default::default()
@@ -539,6 +543,37 @@ mod tests {
         );
         assert_eq!(at(Sharding::Fsdp), z3);
         assert_eq!(d.activations, z3.activations);
+    }
+
+    #[test]
+    fn lora_and_frozen_embeddings_shrink_the_training_states() {
+        let m = resolve("llama-3.1-8b").unwrap();
+        // Per layer and rank: q (4096 → 4096) and v (4096 → 1024), A and B each.
+        assert_eq!(m.lora_params_per_rank, 32 * ((4096 + 4096) + (4096 + 1024)));
+        let lora = Query {
+            mode: Mode::Train,
+            precision: Precision::Bf16,
+            trainable: Trainable::Lora(16),
+            ..q()
+        };
+        let e = estimate(&m, &lora, None);
+        // PEFT prints "trainable params: 6,815,744" for this configuration.
+        let adapters = 6_815_744;
+        assert_eq!(e.gradients, adapters * 2);
+        assert_eq!(e.optimizer, adapters * 4);
+        assert_eq!(e.weights, (m.params + adapters) * 2);
+        let frozen = estimate(
+            &m,
+            &Query {
+                trainable: Trainable::FrozenEmbeddings,
+                ..lora
+            },
+            None,
+        );
+        // Llama-3.1-8B's input embedding (128256 × 4096) is untied from its head.
+        assert_eq!(m.embedding_params, 128_256 * 4096);
+        assert_eq!(frozen.gradients, (m.params - 128_256 * 4096) * 2);
+        assert_eq!(frozen.weights, m.params * 2);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Every architecture goes through the normalized `Config` (llama family, gpt2, bert).
 use crate::error::{bad_file, InputError};
 use crate::model::{gguf, Config};
+use crate::scenario::spec::Trainable;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
@@ -60,6 +61,11 @@ pub struct Shape {
     pub ffn: u64,
     pub vocab: u64,
     pub max_position: u64,
+    /// Parameters of the embedding tables (what `frozen-embeddings` freezes).
+    pub embedding_params: u64,
+    /// Parameters of rank-1 LoRA adapters on the query and value projections (`lora-rN`
+    /// adds N times this).
+    pub lora_params_per_rank: u64,
 }
 
 impl Shape {
@@ -76,6 +82,21 @@ impl Shape {
             ffn: c.intermediate_size as u64,
             vocab: c.vocab_size as u64,
             max_position: c.max_position_embeddings as u64,
+            embedding_params: c.param_count()
+                - crate::features::trainable_params(c, Trainable::FrozenEmbeddings),
+            lora_params_per_rank: crate::features::adapter_params(c, Trainable::Lora(1)),
+        }
+    }
+
+    /// Parameters a trainable set updates, and the adapter parameters it adds.
+    pub fn trainable_params(&self, set: Trainable) -> (u64, u64) {
+        match set {
+            Trainable::Full => (self.params, 0),
+            Trainable::FrozenEmbeddings => (self.params - self.embedding_params, 0),
+            Trainable::Lora(r) => {
+                let a = r as u64 * self.lora_params_per_rank;
+                (a, a)
+            }
         }
     }
 

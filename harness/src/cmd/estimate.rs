@@ -133,17 +133,15 @@ pub fn run(a: Args) -> Result<()> {
     let e = estimate::estimate(&m, &q, constants.as_ref());
     let mut notes = Vec::new();
     if constants.is_some() && e.source == "analytic" {
-        notes.push(match a.mode {
-            Mode::Train => "the constants file has no training groups; analytic training formulas used".to_string(),
-            Mode::Infer => format!(
-                "no fitted `{}/*/{}/infer/{}/total` group in the constants file; analytic constants used",
-                m.architecture,
-                a.precision.as_str(),
-                match a.kv_cache {
-                    KvCacheKind::Preallocated => "preallocated",
-                    KvCacheKind::Growing => "growing",
-                }
+        notes.push(match estimate::group_key(&m, &q, "*") {
+            Some(k) => format!(
+                "no fitted `{}` group in the constants file; analytic constants used",
+                k.label()
             ),
+            None => {
+                "no fitted group applies (a sharded job, or no optimizer); analytic formulas used"
+                    .into()
+            }
         });
     }
     if a.context > m.max_position {

@@ -209,38 +209,122 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     }
 }
 
-/// The fitted group for an inference query: the `total` phase of the same architecture,
-/// precision and cache kind, preferring a CUDA fit over a CPU one.
-pub fn fitted_group<'a>(c: &'a Constants, m: &Shape, q: &Query) -> Option<&'a fit::GroupFit> {
-    if q.mode != Mode::Infer {
-        return None;
+/// Training features of the point, by the same definitions `sweep` writes into the CSV
+/// (`features::train`).
+pub fn train_features(m: &Shape, q: &Query) -> Features {
+    let (wb, ab) = (q.precision.weight_bytes(), q.precision.act_bytes());
+    let (t, adapters) = m.trainable_params(q.trainable);
+    let (b, s) = (q.batch, q.context);
+    Features {
+        weight_bytes: (m.params + adapters) * wb,
+        kv_bytes: 0,
+        act_bytes: b * s * m.hidden * m.layers * ab,
+        logits_bytes: b * s * m.vocab * ab,
+        optimizer_bytes: if q.optimizer == Optimizer::Adamw {
+            2 * t * wb
+        } else {
+            0
+        },
     }
-    let key = |backend: &str| GroupKey {
+}
+
+/// The group of fitted constants that answers a query on `backend`: for inference the `total`
+/// phase of the same architecture, precision and cache kind; for training the `step_total`
+/// phase of the same architecture, precision, optimizer, checkpointing and kind of trainable
+/// set. None for a sharded training job (the fits know one GPU) or no optimizer.
+pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
+    let (kv_cache, train, phase) = match q.mode {
+        Mode::Infer => {
+            let kv = match q.kv_cache {
+                KvCacheKind::Preallocated => "preallocated",
+                KvCacheKind::Growing => "growing",
+            };
+            (kv.to_string(), String::new(), "total")
+        }
+        Mode::Train => {
+            if q.gpus > 1 && q.sharding != Sharding::Ddp {
+                return None;
+            }
+            let opt = match q.optimizer {
+                Optimizer::None => return None,
+                Optimizer::Sgd => "sgd",
+                Optimizer::Adamw => "adamw",
+            };
+            let ckpt = if q.checkpointing { "layer" } else { "none" };
+            let group = fit::train_group(opt, ckpt, &q.trainable.label());
+            (String::new(), group, "step_total")
+        }
+    };
+    Some(GroupKey {
         architecture: m.architecture.clone(),
         backend: backend.into(),
         precision: q.precision.as_str().into(),
-        mode: "infer".into(),
-        kv_cache: match q.kv_cache {
-            KvCacheKind::Preallocated => "preallocated".into(),
-            KvCacheKind::Growing => "growing".into(),
-        },
-        phase: "total".into(),
-    };
-    ["cuda", "cpu"]
-        .iter()
-        .find_map(|b| c.find(&key(b), Target::PeakAllocated))
+        mode: q.mode.as_str().into(),
+        kv_cache,
+        train,
+        phase: phase.into(),
+    })
+}
+
+/// The fitted group for a query ([`group_key`]) at terms `x`, preferring a CUDA fit over a
+/// CPU one. For training, a step's peak is the largest of its phases' peaks (that is how
+/// `step_total` is measured), so where the forward, backward and optimizer groups are all
+/// fitted, the phase predicting the most at `x` answers; else the `step_total` group.
+pub fn fitted_group<'a>(
+    c: &'a Constants,
+    m: &Shape,
+    q: &Query,
+    x: &fit::Terms,
+) -> Option<&'a fit::GroupFit> {
+    ["cuda", "cpu"].iter().find_map(|b| {
+        let key = group_key(m, q, b)?;
+        if q.mode == Mode::Train {
+            let phases: Option<Vec<&fit::GroupFit>> = ["forward", "backward", "optimizer"]
+                .iter()
+                .map(|ph| {
+                    let k = GroupKey {
+                        phase: ph.to_string(),
+                        ..key.clone()
+                    };
+                    c.find(&k, Target::PeakAllocated)
+                })
+                .collect();
+            if let Some(p) = phases {
+                return p
+                    .into_iter()
+                    .max_by(|a, b| a.model.predict(x).total_cmp(&b.model.predict(x)));
+            }
+        }
+        c.find(&key, Target::PeakAllocated)
+    })
 }
 
 /// Estimates a query, with fitted constants where a matching group exists.
 pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdown {
-    if q.mode == Mode::Train {
-        return analytic_train(m, q);
-    }
-    let Some(g) = constants.and_then(|c| fitted_group(c, m, q)) else {
-        return analytic_infer(m, q);
+    let x = match q.mode {
+        Mode::Infer => fit::terms(
+            &infer_features(m, q),
+            q.batch,
+            q.context,
+            q.context,
+            q.precision.act_bytes(),
+        ),
+        // The steady state: every step after the first holds the optimizer state throughout.
+        Mode::Train => fit::train_terms(
+            &train_features(m, q),
+            q.batch,
+            q.context,
+            1,
+            true,
+            q.precision.act_bytes(),
+        ),
     };
-    let f = infer_features(m, q);
-    let x = fit::terms(&f, q.batch, q.context, q.context, q.precision.act_bytes());
+    let Some(g) = constants.and_then(|c| fitted_group(c, m, q, &x)) else {
+        return match q.mode {
+            Mode::Infer => analytic_infer(m, q),
+            Mode::Train => analytic_train(m, q),
+        };
+    };
     let mut e = Breakdown {
         source: format!(
             "fitted {} ({}, {} model)",
@@ -262,6 +346,8 @@ pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdow
                 "weight" => &mut e.weights,
                 "kv" => &mut e.kv,
                 "logits" => &mut e.logits,
+                // Gradients scale with the trainable parameters like the state does (AdamW),
+                // so a training fit carries them in this coefficient (or in the constant).
                 "optimizer" => &mut e.optimizer,
                 "const" if resident => &mut e.runtime_overhead,
                 _ => &mut e.activations,

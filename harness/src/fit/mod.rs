@@ -1,7 +1,8 @@
 //! `fit`: per-group non-negative least squares of measured peaks on analytic terms
 //! (DESIGN.md §9), with held-out error by k-fold over points and leave-one-context-out.
 //!
-//! A group is (architecture, backend, precision, mode, kv_cache, phase, target). The terms are
+//! A group is (architecture, backend, precision, mode, kv_cache — or for training the optimizer,
+//! checkpointing and kind of trainable set —, phase, target). The terms are
 //! the CSV's `feature_*` columns, a constant, and one derived term computed from the same row:
 //! `attn` = batch · s · T · dtype bytes (query tokens × attended tokens: the attention-score
 //! family, b·heads·s² up to a per-model factor). The same function computes the terms from a
@@ -98,6 +99,28 @@ pub fn precision_bytes(p: &str) -> Option<u64> {
     }
 }
 
+/// The terms of a training phase. Activation, logits and score terms count one micro-batch
+/// (`batch / grad_accum`, what a forward holds at once) over `seq` tokens; the optimizer term
+/// counts only when the state is live in the phase (`optimizer_live`: from the first optimizer
+/// phase on; AdamW creates it lazily in step 1, like PyTorch).
+pub fn train_terms(
+    f: &Features,
+    batch: u64,
+    seq: u64,
+    grad_accum: u64,
+    optimizer_live: bool,
+    dtype_bytes: u64,
+) -> Terms {
+    let ga = grad_accum.max(1);
+    let f = Features {
+        act_bytes: f.act_bytes / ga,
+        logits_bytes: f.logits_bytes / ga,
+        optimizer_bytes: if optimizer_live { f.optimizer_bytes } else { 0 },
+        ..*f
+    };
+    terms(&f, batch / ga, seq, seq, dtype_bytes)
+}
+
 /// The terms of a CSV row, or `None` for a row that cannot be fitted (not ok, no features).
 pub fn record_terms(r: &Record) -> Option<Terms> {
     if r.status != Some(Status::Ok) {
@@ -110,12 +133,32 @@ pub fn record_terms(r: &Record) -> Option<Terms> {
         logits_bytes: r.feature_logits_bytes?,
         optimizer_bytes: r.feature_optimizer_bytes.unwrap_or(0),
     };
-    let (s, t) = phase_tokens(
-        r.phase?,
-        r.prompt_len.unwrap_or(0),
-        r.kv_tokens.unwrap_or(0),
-    );
-    Some(terms(&f, r.batch, s, t, precision_bytes(&r.precision)?))
+    let bytes = precision_bytes(&r.precision)?;
+    let phase = r.phase?;
+    if r.mode == "train" && phase != Phase::Load {
+        let live = r.step.unwrap_or(1) > 1 || matches!(phase, Phase::Optimizer | Phase::StepTotal);
+        return Some(train_terms(
+            &f,
+            r.batch,
+            r.context,
+            r.grad_accum.unwrap_or(1),
+            live,
+            bytes,
+        ));
+    }
+    let (s, t) = phase_tokens(phase, r.prompt_len.unwrap_or(0), r.kv_tokens.unwrap_or(0));
+    Some(terms(&f, r.batch, s, t, bytes))
+}
+
+/// The `train` part of a training row's group: optimizer, checkpointing and the kind of
+/// trainable set (`full`, `frozen-embeddings`, `lora`: the rank only scales the adapters).
+pub fn train_group(optimizer: &str, checkpointing: &str, trainable: &str) -> String {
+    let kind = if trainable.starts_with("lora-r") {
+        "lora"
+    } else {
+        trainable
+    };
+    format!("{optimizer}+{checkpointing}+{kind}")
 }
 
 /// What identifies a group of rows fitted together.
@@ -126,6 +169,10 @@ pub struct GroupKey {
     pub precision: String,
     pub mode: String,
     pub kv_cache: String,
+    /// Training rows: `optimizer+checkpointing+trainable kind` ([`train_group`]), with
+    /// `+step1` for the first step's rows; empty for inference.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub train: String,
     pub phase: String,
 }
 
@@ -138,13 +185,34 @@ impl GroupKey {
             precision: r.precision.clone(),
             mode: r.mode.clone(),
             kv_cache: r.kv_cache.clone(),
+            // The first step is its own group: its optimizer state is created inside it, so
+            // its forward and backward run without the state that later steps carry.
+            train: if r.mode == "train" {
+                let g = train_group(&r.optimizer, &r.checkpointing, &r.trainable);
+                if r.step == Some(1) {
+                    g + "+step1"
+                } else {
+                    g
+                }
+            } else {
+                String::new()
+            },
             phase,
         })
     }
     pub fn label(&self) -> String {
         format!(
             "{}/{}/{}/{}/{}/{}",
-            self.architecture, self.backend, self.precision, self.mode, self.kv_cache, self.phase
+            self.architecture,
+            self.backend,
+            self.precision,
+            self.mode,
+            if self.train.is_empty() {
+                &self.kv_cache
+            } else {
+                &self.train
+            },
+            self.phase
         )
     }
 }

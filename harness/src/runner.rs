@@ -188,15 +188,22 @@ impl Runner<'_> {
             crate::meter::alloc::set_capacity(u64::MAX);
             match &loaded {
                 Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len))?,
-                Loaded::Vars(v) => warmup::training(
-                    &prep.config,
-                    v,
-                    first.precision.compute_dtype(),
-                    (
-                        max(&|p| p.batch / p.train.grad_accum.max(1)),
-                        max(&|p| p.context),
-                    ),
-                )?,
+                Loaded::Vars(v) => {
+                    let mut sets: Vec<Trainable> =
+                        whole.iter().map(|p| p.train.trainable).collect();
+                    sets.sort_by_key(|t| t.label());
+                    sets.dedup();
+                    warmup::training(
+                        &prep.config,
+                        v,
+                        first.precision.compute_dtype(),
+                        (
+                            max(&|p| p.batch / p.train.grad_accum.max(1)),
+                            max(&|p| p.context),
+                        ),
+                        &sets,
+                    )?
+                }
             }
             if let Some(c) = self.capacity {
                 crate::meter::alloc::set_capacity(c);

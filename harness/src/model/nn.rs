@@ -23,6 +23,84 @@ pub struct Lora {
     pub b: Tensor,
 }
 
+/// `x (m, k) · wᵀ` for a weight that takes no gradient (frozen: not a variable, no op), as a
+/// custom op whose backward returns x's gradient only.
+///
+/// candle's own `Matmul` backward computes the gradient of *both* inputs, and a gradient
+/// computed for a tensor that is not on the variables' side of the graph stays in the
+/// GradStore until `backward` returns: under LoRA or frozen embeddings every frozen weight's
+/// gradient would be materialized (zeros, then a sum) and held through the whole backward,
+/// which PyTorch's autograd never does. The forward calls the backend's own matmul on the
+/// same layouts `Tensor::matmul` would use, so it allocates exactly the same output.
+/// `w` is (n, k), or (k, n) when `transposed` (GPT-2's Conv1D).
+struct FrozenMatmul {
+    transposed: bool,
+}
+
+impl FrozenMatmul {
+    /// The right-hand side's layout (k, n) and (m, n, k).
+    fn dims(
+        &self,
+        l1: &candle_core::Layout,
+        l2: &candle_core::Layout,
+    ) -> Result<(candle_core::Layout, (usize, usize, usize))> {
+        let (m, k) = l1.shape().dims2()?;
+        let rhs = if self.transposed {
+            l2.clone()
+        } else {
+            l2.transpose(0, 1)?
+        };
+        let (k2, n) = rhs.shape().dims2()?;
+        if k != k2 {
+            candle_core::bail!("frozen-matmul: x has {k} features, the weight {k2}");
+        }
+        Ok((rhs, (m, n, k)))
+    }
+}
+
+impl candle_core::CustomOp2 for FrozenMatmul {
+    fn name(&self) -> &'static str {
+        "frozen-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::backend::BackendStorage;
+        let (rhs, (m, n, k)) = self.dims(l1, l2)?;
+        Ok((s1.matmul(s2, (1, m, n, k), l1, &rhs)?, (m, n).into()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &candle_core::Layout,
+    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        use candle_core::backend::BackendStorage;
+        let (rhs, (m, n, k)) = self.dims(l1, l2)?;
+        Ok((s1.matmul(s2, (1, m, n, k), l1, &rhs)?, (m, n).into()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // d(x·rhs)/dx = grad · rhsᵀ, with rhs = wᵀ (or w for Conv1D).
+        let w = if self.transposed { w.t()? } else { w.clone() };
+        Ok((Some(grad.matmul(&w)?), None))
+    }
+}
+
 /// A dense layer. `w` is (out, in) like torch's Linear, or (in, out) for GPT-2's Conv1D.
 pub struct Linear {
     pub w: Tensor,
@@ -46,8 +124,19 @@ impl Linear {
         let (b, s, i) = x.dims3()?;
         let x = x.reshape((b * s, i))?;
         let w = cast_like(&self.w, &x)?;
-        let w = if self.transposed { w } else { w.t()? };
-        let y = x.matmul(&w)?;
+        let y = if x.track_op() && !w.track_op() {
+            // A frozen weight under training: no gradient for it (see FrozenMatmul).
+            x.apply_op2(
+                &w,
+                FrozenMatmul {
+                    transposed: self.transposed,
+                },
+            )?
+        } else if self.transposed {
+            x.matmul(&w)?
+        } else {
+            x.matmul(&w.t()?)?
+        };
         let y = match &self.b {
             Some(bias) => y.broadcast_add(&cast_like(bias, &y)?)?,
             None => y,
@@ -220,4 +309,56 @@ pub fn embedding(table: &Tensor, ids: &Tensor, dtype: DType) -> Result<Tensor> {
         .index_select(&ids.flatten_all()?, 0)?
         .reshape((b, s, ()))?
         .to_dtype(dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    /// Through a frozen weight, x's gradient equals the one candle's own matmul gives (weight
+    /// as a variable), for both layouts, and the weight gets none.
+    #[test]
+    fn frozen_matmul_backward_matches_matmul() {
+        let dev = Device::Cpu;
+        for transposed in [false, true] {
+            let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 3, 5), &dev).unwrap()).unwrap();
+            let shape = if transposed { (5, 4) } else { (4, 5) };
+            let w = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
+            let b = Some(Tensor::randn(0f32, 1.0, 4, &dev).unwrap());
+            let run = |w: Tensor| {
+                let lin = Linear {
+                    w,
+                    b: b.clone(),
+                    transposed,
+                    lora: None,
+                };
+                let y = lin.forward(x.as_tensor()).unwrap();
+                let g = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+                (y, g)
+            };
+            let (y_ref, g_ref) = run(Var::from_tensor(&w).unwrap().as_tensor().clone());
+            let (y, g) = run(w.clone());
+            let diff = |a: &Tensor, b: &Tensor| {
+                (a - b)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+            };
+            assert!(diff(&y, &y_ref) < 1e-6, "forward, transposed={transposed}");
+            let (gx, gx_ref) = (
+                g.get(x.as_tensor()).unwrap(),
+                g_ref.get(x.as_tensor()).unwrap(),
+            );
+            assert!(
+                diff(gx, gx_ref) < 1e-5,
+                "x gradient, transposed={transposed}"
+            );
+            assert!(g.get(&w).is_none(), "a frozen weight gets no gradient");
+        }
+    }
 }

@@ -39,22 +39,25 @@ pub fn model(m: &Llama, batch: usize, prompt: usize) -> Result<()> {
 }
 
 /// Training warm-up: one forward and backward at the micro-batch shape (batch, seq) the
-/// group's first point uses, so that gemm's per-thread packing buffers reach their size
-/// before the first measured phase (a tiny warm-up left ~1 MB to the first step).
+/// group's first point uses, for each trainable set of the group, so that gemm's per-thread
+/// packing buffers reach their size before the first measured phase (a tiny warm-up left
+/// ~1 MB to the first step; LoRA's rank-r matmuls need buffers full training does not).
 pub fn training(
     cfg: &crate::model::Config,
     vars: &[(String, candle_core::Var)],
     compute: DType,
     (batch, seq): (usize, usize),
+    sets: &[crate::scenario::spec::Trainable],
 ) -> Result<()> {
-    let (m, trainable) =
-        crate::runner::trainable_model(cfg, vars, crate::scenario::spec::Trainable::Full, compute)?;
-    let dev = trainable
-        .first()
-        .map(|v| v.device().clone())
-        .unwrap_or(Device::Cpu);
-    let ids = Tensor::zeros((batch, seq), DType::U32, &dev)?;
-    let g = m.forward_loss(&ids, &ids)?.backward()?;
-    drop(g);
+    for &set in sets {
+        let (m, trainable) = crate::runner::trainable_model(cfg, vars, set, compute)?;
+        let dev = trainable
+            .first()
+            .map(|v| v.device().clone())
+            .unwrap_or(Device::Cpu);
+        let ids = Tensor::zeros((batch, seq), DType::U32, &dev)?;
+        let g = m.forward_loss(&ids, &ids)?.backward()?;
+        drop(g);
+    }
     Ok(())
 }

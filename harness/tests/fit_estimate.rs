@@ -240,6 +240,29 @@ fn sweep_fit_heldout(
     (rows, constants, err)
 }
 
+/// `estimate --json` of the fit-synth model in f32 at (batch, context) with `constants`:
+/// asserts that the source names the fitted group `source` and returns the total bytes.
+fn fitted_estimate(constants: &Path, mode: &str, (b, c): (u32, u32), source: &str) -> f64 {
+    let (b, c) = (b.to_string(), c.to_string());
+    let j = estimate_json(&[
+        "--model",
+        "scenarios/fit-synth/config.json",
+        "--mode",
+        mode,
+        "--precision",
+        "f32",
+        "--batch",
+        &b,
+        "--context",
+        &c,
+        "--constants",
+        constants.to_str().unwrap(),
+    ]);
+    let got = j["source"].as_str().unwrap();
+    assert!(got.starts_with(source), "{got}");
+    j["total_bytes"].as_u64().unwrap() as f64
+}
+
 /// Median ≤ 1% and p95 ≤ 3% over at least `min_rows` held-out rows.
 fn assert_heldout(what: &str, err: &[f64], min_rows: usize) {
     assert!(err.len() >= min_rows, "{what}: {} held-out rows", err.len());
@@ -270,25 +293,11 @@ fn synthetic_sweep_fit_estimate_end_to_end() {
     assert_heldout("inference", &err, 40);
 
     // `estimate` picks the fitted group for the same architecture, precision and cache kind.
-    let j = estimate_json(&[
-        "--model",
-        "scenarios/fit-synth/config.json",
-        "--precision",
-        "f32",
-        "--batch",
-        "2",
-        "--context",
-        "96",
-        "--constants",
-        constants.to_str().unwrap(),
-    ]);
-    assert!(
-        j["source"]
-            .as_str()
-            .unwrap()
-            .starts_with("fitted llama/cpu/f32/infer/preallocated/total"),
-        "{}",
-        j["source"]
+    let est = fitted_estimate(
+        &constants,
+        "infer",
+        (2, 96),
+        "fitted llama/cpu/f32/infer/preallocated/total",
     );
     // That point was held out; the estimate fills the whole context with prompt (96 tokens,
     // the sweep's prompt was 88), so it may exceed the measurement, but not by much.
@@ -302,7 +311,6 @@ fn synthetic_sweep_fit_estimate_end_to_end() {
         })
         .and_then(|r| r.peak_allocated)
         .unwrap() as f64;
-    let est = j["total_bytes"].as_u64().unwrap() as f64;
     assert!(
         (est - measured).abs() / measured < 0.05,
         "estimate {est} measured {measured}"
@@ -344,29 +352,13 @@ fn synthetic_training_fit_estimate_end_to_end() {
     let (rows, constants, err) =
         sweep_fit_heldout(dir.path(), "scenarios/fit-train-synth.toml", held);
     assert_heldout("training", &err, 30);
-    let j = estimate_json(&[
-        "--model",
-        "scenarios/fit-synth/config.json",
-        "--mode",
-        "train",
-        "--precision",
-        "f32",
-        "--batch",
-        "3",
-        "--context",
-        "32",
-        "--constants",
-        constants.to_str().unwrap(),
-    ]);
     // At b3/c32 the backward peak (activations) and the optimizer peak (AdamW's update
     // transients) are within 2% of each other: the envelope must pick the right one.
-    assert!(
-        j["source"]
-            .as_str()
-            .unwrap()
-            .starts_with("fitted llama/cpu/f32/train/adamw+none+full/backward"),
-        "{}",
-        j["source"]
+    let est = fitted_estimate(
+        &constants,
+        "train",
+        (3, 32),
+        "fitted llama/cpu/f32/train/adamw+none+full/backward",
     );
     let measured = rows
         .iter()
@@ -375,7 +367,6 @@ fn synthetic_training_fit_estimate_end_to_end() {
         })
         .and_then(|r| r.peak_allocated)
         .unwrap() as f64;
-    let est = j["total_bytes"].as_u64().unwrap() as f64;
     assert!(
         (est - measured).abs() / measured < 0.03,
         "estimate {est} measured {measured}"

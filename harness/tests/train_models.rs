@@ -116,15 +116,7 @@ fn grads_reach_every_var(
             Some(g) => {
                 assert_eq!(g.dtype(), var.dtype(), "{arch}: gradient dtype of {name}");
                 assert_eq!(g.dims(), var.dims(), "{arch}: gradient shape of {name}");
-                let m = g
-                    .abs()
-                    .unwrap()
-                    .max_all()
-                    .unwrap()
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap();
+                let m = common::max_abs(g);
                 assert!(m.is_finite(), "{arch}: gradient of {name} is not finite");
                 if m <= 0.0 {
                     zero.push(name.clone());
@@ -361,15 +353,11 @@ fn lora_attaches(arch: &str, cfg: &Config, tensors: HashMap<String, Tensor>) {
     );
     let grads = loss.backward().unwrap();
     let max_abs = |v: &Var| -> f32 {
-        let g = grads
-            .get(v.as_tensor())
-            .expect("every adapter has a gradient");
-        g.abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
+        common::max_abs(
+            grads
+                .get(v.as_tensor())
+                .expect("every adapter has a gradient"),
+        )
     };
     // Adapters come as (A, B) pairs per module.
     for pair in adapters.chunks(2) {

@@ -42,11 +42,9 @@ pub const SMOLLM2_TENSORS: u64 = 1 + 30 * 9 + 1;
 /// 2 · L · n_kv · head_dim = 2 · 30 · 3 · 64 elements of K and V per token.
 pub const SMOLLM2_KV_ELEMS_PER_TOKEN: u64 = 2 * 30 * 3 * 64;
 
-/// max |a − b| over all elements, as f32.
-pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
+/// max |t| over all elements, as f32.
+pub fn max_abs(t: &candle_core::Tensor) -> f32 {
+    t.abs()
         .unwrap()
         .max_all()
         .unwrap()
@@ -54,4 +52,9 @@ pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
         .unwrap()
         .to_scalar::<f32>()
         .unwrap()
+}
+
+/// max |a − b| over all elements, as f32.
+pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
+    max_abs(&(a - b).unwrap())
 }

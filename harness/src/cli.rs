@@ -15,9 +15,12 @@ pub struct Cli {
 pub enum Command {
     /// Measure every point of a scenario and write a calibration CSV and its manifest.
     ///
-    /// Each point gets one row per phase (load, prefill, decode every k steps, total) with
-    /// baseline/peak/end allocated bytes, reserved bytes (RSS on CPU), and analytic features.
-    /// Weights are loaded once per (model, precision). Rows are flushed as they are measured.
+    /// Each point gets one row per phase with baseline/peak/end allocated bytes, reserved bytes
+    /// (RSS on CPU; the memory pool on CUDA), and analytic features, all in bytes. Inference:
+    /// load, prefill, decode every k steps, total. Training, per step: forward, backward,
+    /// optimizer, step_total. Weights are loaded once per (model, precision), in a worker
+    /// process; rows are flushed and synced as they are measured, out-of-memory points are
+    /// recorded `status=oom`, and an interrupted sweep resumes where it stopped.
     Sweep(crate::cmd::sweep::Args),
     /// Write synthetic weights (real shapes of a config.json, seeded values) as safetensors.
     SynthWeights(crate::cmd::synth_weights::Args),

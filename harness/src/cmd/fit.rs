@@ -91,6 +91,13 @@ pub fn run(a: Args) -> Result<()> {
             "held-out leave-one-context-out:     {}",
             line(ErrStats::of(l))
         );
+        if let Some(env) = ErrStats::of(&report.envelope[target]) {
+            // How `estimate --mode train` predicts a step: the largest of its phase fits.
+            println!(
+                "held-out training steps as the envelope of their phases (k-fold): {}",
+                env.line()
+            );
+        }
     }
     println!("(* = term constant in the group, held at its prior coefficient)");
     let text = toml::to_string_pretty(&report.constants)?;

@@ -224,6 +224,8 @@ pub struct Sample {
     pub y: f64,
     pub point: String,
     pub context: u64,
+    /// The training step (0 for inference rows).
+    pub step: u64,
     /// "point_id phase step" — how the worst row is named.
     pub row: String,
 }
@@ -237,6 +239,7 @@ impl Sample {
             y,
             point: r.point_id.clone(),
             context: r.context,
+            step: r.step.unwrap_or(0),
             row: format!("{} {phase} step {}", r.point_id, r.step.unwrap_or(0)),
         })
     }
@@ -621,6 +624,66 @@ pub struct FitReport {
     pub constants: Constants,
     /// Held-out predictions over all groups, per target: (k-fold, leave-one-context-out).
     pub heldout: BTreeMap<&'static str, (Vec<Heldout>, Vec<Heldout>)>,
+    /// Per target, k-fold held-out predictions of training steps (`step_total` rows) as the
+    /// envelope of their forward, backward and optimizer fits: how `estimate` predicts them.
+    pub envelope: BTreeMap<&'static str, Vec<Heldout>>,
+}
+
+/// The phases a training step's peak is the envelope of.
+pub const STEP_PHASES: [&str; 3] = ["forward", "backward", "optimizer"];
+
+/// k-fold by point over the `step_total` samples of a training group: each fold refits the
+/// forward, backward and optimizer groups (`phases`, with the fitter the full fit chose)
+/// without the fold's points and predicts each held-out step as the largest of its phases'
+/// predictions (the same point and step, each with its own terms).
+pub fn envelope_kfold(
+    group: &str,
+    step: &[Sample],
+    phases: &[(&[Sample], Fitter)],
+    k: usize,
+) -> Vec<Heldout> {
+    let mut points: Vec<&str> = step.iter().map(|s| s.point.as_str()).collect();
+    points.sort_by_key(|p| (fnv1a(p), *p));
+    points.dedup();
+    let k = k.min(points.len());
+    if k < 2 {
+        return Vec::new();
+    }
+    let fold = |p: &str| points.iter().position(|q| *q == p).map(|i| i % k);
+    let mut out = Vec::new();
+    for f in 0..k {
+        let models: Vec<(&[Sample], Model)> = phases
+            .iter()
+            .map(|(samples, fitter)| {
+                let train: Vec<Sample> = samples
+                    .iter()
+                    .filter(|s| fold(&s.point) != Some(f))
+                    .cloned()
+                    .collect();
+                (*samples, fitter(&train))
+            })
+            .collect();
+        for s in step.iter().filter(|s| fold(&s.point) == Some(f)) {
+            let predicted = models
+                .iter()
+                .filter_map(|(samples, m)| {
+                    let x = samples
+                        .iter()
+                        .find(|p| p.point == s.point && p.step == s.step)?;
+                    Some(m.predict(&x.x))
+                })
+                .fold(f64::NEG_INFINITY, f64::max);
+            if predicted.is_finite() {
+                out.push(Heldout {
+                    group: group.to_string(),
+                    row: s.row.clone(),
+                    measured: s.y,
+                    predicted,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Groups the fittable rows of `records` for `target`.
@@ -643,13 +706,16 @@ pub fn fit_all(
 ) -> FitReport {
     let mut group = Vec::new();
     let mut heldout = BTreeMap::new();
+    let mut envelope = BTreeMap::new();
     for target in Target::ALL {
         let (mut all_k, mut all_l) = (Vec::new(), Vec::new());
-        for (key, samples) in group_samples(records, target) {
+        let groups = group_samples(records, target);
+        for (key, samples) in &groups {
+            let key = key.clone();
             let label = key.label();
-            let (mut model, hk, hl) = select(&label, &samples, k);
+            let (mut model, hk, hl) = select(&label, samples, k);
             if conservative {
-                make_conservative(&mut model, &samples, 0.01);
+                make_conservative(&mut model, samples, 0.01);
             }
             let mut points: Vec<&str> = samples.iter().map(|s| s.point.as_str()).collect();
             points.sort();
@@ -659,7 +725,7 @@ pub fn fit_all(
                 target,
                 rows: samples.len(),
                 points: points.len(),
-                r2: r2(&model, &samples),
+                r2: r2(&model, samples),
                 conservative,
                 kfold: ErrStats::of(&hk),
                 loco: ErrStats::of(&hl),
@@ -669,6 +735,32 @@ pub fn fit_all(
             all_l.extend(hl);
         }
         heldout.insert(target.as_str(), (all_k, all_l));
+        let mut env = Vec::new();
+        for (key, step) in groups
+            .iter()
+            .filter(|(k, _)| k.mode == "train" && k.phase == "step_total")
+        {
+            let phases: Option<Vec<(&[Sample], Fitter)>> = STEP_PHASES
+                .iter()
+                .map(|ph| {
+                    let pk = GroupKey {
+                        phase: ph.to_string(),
+                        ..key.clone()
+                    };
+                    let fitted = group.iter().find(|g| g.key == pk && g.target == target)?;
+                    let fitter: Fitter = if fitted.model.kind() == "max" {
+                        fit_max
+                    } else {
+                        fit_linear
+                    };
+                    Some((groups.get(&pk)?.as_slice(), fitter))
+                })
+                .collect();
+            if let Some(phases) = phases {
+                env.extend(envelope_kfold(&key.label(), step, &phases, k));
+            }
+        }
+        envelope.insert(target.as_str(), env);
     }
     FitReport {
         constants: Constants {
@@ -679,6 +771,7 @@ pub fn fit_all(
             group,
         },
         heldout,
+        envelope,
     }
 }
 
@@ -764,8 +857,33 @@ mod tests {
             y,
             point: point.into(),
             context,
+            step: 2,
             row: point.into(),
         }
+    }
+
+    #[test]
+    fn training_steps_are_the_envelope_of_their_phases() {
+        // backward = 1000 + 5·act (activations), optimizer = 1800 + 0·act (update transient):
+        // the step is their max, which switches regime inside the grid.
+        let (mut bwd, mut opt, mut step) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 1..=12u64 {
+            let act = 20.0 * i as f64;
+            let x = [1.0, 0.0, 0.0, act, 0.0, 0.0, 0.0];
+            let p = format!("p{i}");
+            let (b, o) = (1000.0 + 5.0 * act, 1800.0);
+            bwd.push(sample(x, b, &p, 64));
+            opt.push(sample(x, o, &p, 64));
+            step.push(sample(x, f64::max(b, o), &p, 64));
+        }
+        let phases: [(&[Sample], Fitter); 2] = [(&bwd, fit_linear), (&opt, fit_linear)];
+        let h = envelope_kfold("g", &step, &phases, 4);
+        assert_eq!(h.len(), 12);
+        let worst = h.iter().map(|x| x.rel().abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-9, "worst {worst}");
+        // A single linear fit of the steps cannot follow the switch.
+        let lin = kfold("g", &step, 4, fit_linear);
+        assert!(lin.iter().map(|x| x.rel().abs()).fold(0.0, f64::max) > 0.01);
     }
 
     #[test]
@@ -865,6 +983,7 @@ mod tests {
                     y,
                     point: format!("b{b}/c{cap}"),
                     context: cap,
+                    step: step as u64,
                     row: format!("b{b}/c{cap} step {step}"),
                 });
             }

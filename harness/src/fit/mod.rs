@@ -983,7 +983,7 @@ mod tests {
                     y,
                     point: format!("b{b}/c{cap}"),
                     context: cap,
-                    step: step as u64,
+                    step,
                     row: format!("b{b}/c{cap} step {step}"),
                 });
             }

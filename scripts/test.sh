@@ -2,7 +2,8 @@
 # The test command (README line 2; .ci/run calls it). Fetches the real test weights, checks
 # formatting and lints, runs every test, then the CUDA compile-and-link check (CUDA 13.0
 # toolchain from PyPI wheels and generated link stubs, cached in $VRAMLAB_CUDA_CACHE, default
-# ~/.cache/vramlab-cuda; about 8 minutes from cold on 2 cores, seconds when warm).
+# ~/.cache/vramlab-cuda; 15 to 30 minutes from cold on 2 cores, most of it nvcc compiling
+# candle's kernels; seconds when warm).
 # VRAMLAB_SKIP_CUDA_CHECK=1 skips that last step on a workstation.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -133,6 +133,14 @@ impl Runner<'_> {
         } else {
             ProgressBar::hidden()
         };
+        // Every point's base record (strings: run id, git revision, versions, model id...)
+        // exists before the floor is taken: otherwise their lengths, which differ from build
+        // to build and machine to machine, would shift every figure by a few bytes.
+        let bases: Vec<Record> = points
+            .iter()
+            .map(|p| base_record(&self.ctx, self.meter.kind(), p, &models[&p.source]))
+            .collect();
+        crate::meter::alloc::set_floor();
         // All keys exist before the first measurement: a map node allocated mid-sweep would
         // shift every later baseline.
         let mut counts: BTreeMap<String, usize> = ["ok", "oom", "error"]
@@ -208,9 +216,9 @@ impl Runner<'_> {
             if let Some(c) = self.capacity {
                 crate::meter::alloc::set_capacity(c);
             }
-            for p in group {
+            let group_bases = &bases[i - n..i];
+            for (p, base) in group.iter().zip(group_bases) {
                 bar.set_message(p.id.clone());
-                let base = base_record(&self.ctx, self.meter.kind(), p, prep);
                 let features = |phase: Phase, kv_tokens: usize| -> features::Features {
                     if train {
                         features::train(&prep.config, &train_shape(p), phase)

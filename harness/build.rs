@@ -10,9 +10,21 @@ fn run(cmd: &str, args: &[&str]) -> Option<String> {
 
 fn main() {
     let git = run("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty = run("git", &["status", "--porcelain", "--untracked-files=no"])
-        .map(|s| !s.is_empty())
-        .unwrap_or(false);
+    // Dirty means the code differs from the commit: measured results (results/) are data that
+    // a sweep writes into the tree, not a change to what measures.
+    let dirty = run(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            "..",
+            ":(exclude)../results",
+        ],
+    )
+    .map(|s| !s.is_empty())
+    .unwrap_or(false);
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let rustc = run(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into());
     let lock = std::fs::read_to_string("../Cargo.lock").unwrap_or_default();

@@ -155,3 +155,55 @@ fn resume_with_another_scenario_is_a_clear_error() {
             "was written by scenario hash 0000000000000000",
         ));
 }
+
+/// Two sweeps into one output would interleave their rows: the second is refused with one
+/// line naming the file (exit 2) while the first runs, and the lock dies with its holder.
+#[test]
+fn a_second_sweep_into_the_same_output_is_refused() {
+    use std::os::fd::AsRawFd;
+    smollm2_gguf();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("busy.csv");
+    let mut first = std::process::Command::new(assert_cmd::cargo::cargo_bin("vramlab"))
+        .current_dir(root())
+        .env("VRAMLAB_MODELS", common::models())
+        .args(["sweep", "--quiet", SCENARIO, "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The lock is taken before the CSV is created.
+    let t0 = Instant::now();
+    while !out.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no output");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = vramlab()
+        .args(["sweep", "--quiet", SCENARIO, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let still_running = first.try_wait().unwrap().is_none();
+    unsafe {
+        libc::kill(first.id() as i32, libc::SIGKILL);
+    }
+    first.wait().unwrap();
+    assert!(
+        still_running,
+        "the first sweep ended before the second started"
+    );
+    assert_eq!(second.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("busy.csv") && err.contains("another vramlab sweep is writing this output"),
+        "{err}"
+    );
+    // The killed holder's lock is gone.
+    let lock = std::fs::File::open(dir.path().join(".busy.csv.lock")).unwrap();
+    assert_eq!(
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+}

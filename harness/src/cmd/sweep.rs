@@ -92,6 +92,35 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
     Ok(models)
 }
 
+/// An exclusive advisory lock (`flock`) on `.NAME.csv.lock` beside the output, held for the
+/// life of the sweep: a second sweep into the same CSV would interleave its rows with this
+/// one's (and `--fresh` would delete them under it). The kernel drops the lock when the
+/// process ends, however it ends; the empty file stays (git-ignored).
+fn lock_output(out: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| bad_file(dir, format!("cannot create: {e}")))?;
+    let name = out.file_name().unwrap_or_default().to_string_lossy();
+    let path = dir.join(format!(".{name}.lock"));
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| bad_file(&path, format!("cannot open the output's lock file: {e}")))?;
+    // SAFETY: flock on a file descriptor this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(bad_file(
+            out,
+            "another vramlab sweep is writing this output; wait for it to finish or choose another --out",
+        ));
+    }
+    Ok(f)
+}
+
 pub fn run(args: Args) -> Result<()> {
     let (spec, text) = Spec::load(&args.scenario)?;
     let points = expand(&spec);
@@ -132,6 +161,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     // One clean line for a missing device, before any worker starts.
     crate::device::probe(&device_spec)?;
+    let _lock = lock_output(&out)?;
 
     // Resume or start afresh.
     let mut done = HashSet::new();

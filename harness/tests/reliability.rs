@@ -31,6 +31,19 @@ fn stable(r: &Record) -> impl PartialEq + std::fmt::Debug {
     )
 }
 
+/// `vramlab sweep SCENARIO --out out` started in the background, output discarded.
+fn spawn_sweep(out: &Path) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("vramlab"))
+        .current_dir(root())
+        .env("VRAMLAB_MODELS", common::models())
+        .args(["sweep", "--quiet", SCENARIO, "--out"])
+        .arg(out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn rows(p: &Path) -> Vec<Record> {
     vramlab::export::csv::read(p).unwrap()
 }
@@ -86,15 +99,7 @@ fn sigkill_then_resume_equals_an_uninterrupted_run() {
         .success();
 
     // Start the same sweep and SIGKILL it once the third point has begun.
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("vramlab"))
-        .current_dir(root())
-        .env("VRAMLAB_MODELS", common::models())
-        .args(["sweep", "--quiet", SCENARIO, "--out"])
-        .arg(&killed)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_sweep(&killed);
     let t0 = Instant::now();
     loop {
         let text = std::fs::read_to_string(&killed).unwrap_or_default();
@@ -164,15 +169,7 @@ fn a_second_sweep_into_the_same_output_is_refused() {
     smollm2_gguf();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("busy.csv");
-    let mut first = std::process::Command::new(assert_cmd::cargo::cargo_bin("vramlab"))
-        .current_dir(root())
-        .env("VRAMLAB_MODELS", common::models())
-        .args(["sweep", "--quiet", SCENARIO, "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut first = spawn_sweep(&out);
     // The lock is taken before the CSV is created.
     let t0 = Instant::now();
     while !out.exists() {

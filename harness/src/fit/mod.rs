@@ -539,16 +539,29 @@ fn fnv1a(s: &str) -> u64 {
     })
 }
 
-/// k-fold over points: the rows of one point are always held out together.
-pub fn kfold(group: &str, samples: &[Sample], k: usize, fitter: Fitter) -> Vec<Heldout> {
+/// The fold of each point of `samples` (spread by hash) and the number of folds, at most
+/// `k`; None when fewer than two folds are possible.
+fn point_folds(samples: &[Sample], k: usize) -> Option<(BTreeMap<&str, usize>, usize)> {
     let mut points: Vec<&str> = samples.iter().map(|s| s.point.as_str()).collect();
     points.sort_by_key(|p| (fnv1a(p), *p));
     points.dedup();
     let k = k.min(points.len());
-    if k < 2 {
+    (k >= 2).then(|| {
+        let folds = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, i % k))
+            .collect();
+        (folds, k)
+    })
+}
+
+/// k-fold over points: the rows of one point are always held out together.
+pub fn kfold(group: &str, samples: &[Sample], k: usize, fitter: Fitter) -> Vec<Heldout> {
+    let Some((folds, k)) = point_folds(samples, k) else {
         return Vec::new();
-    }
-    let fold = |s: &Sample| points.iter().position(|p| *p == s.point).expect("listed") % k;
+    };
+    let fold = |s: &Sample| folds[s.point.as_str()];
     (0..k)
         .flat_map(|f| holdout(group, samples, fitter, |s| fold(s) != f))
         .collect()
@@ -642,14 +655,10 @@ pub fn envelope_kfold(
     phases: &[(&[Sample], Fitter)],
     k: usize,
 ) -> Vec<Heldout> {
-    let mut points: Vec<&str> = step.iter().map(|s| s.point.as_str()).collect();
-    points.sort_by_key(|p| (fnv1a(p), *p));
-    points.dedup();
-    let k = k.min(points.len());
-    if k < 2 {
+    let Some((folds, k)) = point_folds(step, k) else {
         return Vec::new();
-    }
-    let fold = |p: &str| points.iter().position(|q| *q == p).map(|i| i % k);
+    };
+    let fold = |p: &str| folds.get(p).copied();
     let mut out = Vec::new();
     for f in 0..k {
         let models: Vec<(&[Sample], Model)> = phases

@@ -84,14 +84,9 @@ pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
 
 /// Parameters the optimizer updates.
 pub fn trainable_params(cfg: &Config, trainable: Trainable) -> u64 {
-    let frozen = |n: &str| match trainable {
-        Trainable::Full => false,
-        Trainable::FrozenEmbeddings => crate::model::is_embedding(n),
-        Trainable::Lora(_) => true,
-    };
     cfg.tensor_shapes()
         .iter()
-        .filter(|(n, _)| !frozen(n))
+        .filter(|(n, _)| !crate::model::is_frozen(trainable, n))
         .map(|(_, s)| s.iter().product::<usize>() as u64)
         .sum::<u64>()
         + adapter_params(cfg, trainable)

@@ -3,9 +3,7 @@
 use crate::export::Exporter;
 use crate::features::{self, InferShape};
 use crate::meter::{measure, Meter};
-use crate::model::{
-    build_trainable, is_embedding, weights, Config, Llama, Source, Trainable as TrainableModel,
-};
+use crate::model::{build_trainable, weights, Config, Llama, Source, Trainable as TrainableModel};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::spec::Trainable;
 use crate::scenario::{Mode, Point};
@@ -338,7 +336,7 @@ const LORA_SEED: u64 = 0x10_4a;
 
 /// Rank-`rank` LoRA adapters for the target modules among `vars` (sorted by name): A (r, in)
 /// uniform in ±1/√in (PEFT's Kaiming-uniform bound), B (out, r) zero, both in the variable's
-/// dtype and on its device. Named `{module}.lora_A.weight` / `.lora_B.weight`.
+/// dtype and on its device, named by `nn::lora_names`.
 fn lora_adapters(cfg: &Config, vars: &[(String, Var)], rank: u32) -> Result<Vec<(String, Var)>> {
     use rand::{rngs::StdRng, Rng, SeedableRng};
     let mut rng = StdRng::seed_from_u64(LORA_SEED);
@@ -353,9 +351,10 @@ fn lora_adapters(cfg: &Config, vars: &[(String, Var)], rank: u32) -> Result<Vec<
             .map(|_| rng.random_range(-bound..bound))
             .collect();
         let a = Tensor::from_vec(a, (r, i), v.device())?.to_dtype(v.dtype())?;
-        out.push((format!("{module}.lora_A.weight"), Var::from_tensor(&a)?));
+        let [a_name, b_name] = crate::model::nn::lora_names(module);
+        out.push((a_name, Var::from_tensor(&a)?));
         let b = Var::zeros((o, r), v.dtype(), v.device())?;
-        out.push((format!("{module}.lora_B.weight"), b));
+        out.push((b_name, b));
     }
     Ok(out)
 }
@@ -376,12 +375,7 @@ pub fn trainable_model(
     let mut tensors = HashMap::with_capacity(vars.len() + adapters.len());
     let mut trainable = Vec::with_capacity(vars.len());
     for (n, v) in vars.iter().chain(&adapters) {
-        let frozen = match set {
-            Trainable::Full => false,
-            Trainable::FrozenEmbeddings => is_embedding(n),
-            Trainable::Lora(_) => !n.contains(".lora_"),
-        };
-        if frozen {
+        if crate::model::is_frozen(set, n) {
             tensors.insert(n.clone(), v.as_tensor().detach());
         } else {
             tensors.insert(n.clone(), v.as_tensor().clone());

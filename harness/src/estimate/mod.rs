@@ -279,7 +279,7 @@ pub fn fitted_group<'a>(
     ["cuda", "cpu"].iter().find_map(|b| {
         let key = group_key(m, q, b)?;
         if q.mode == Mode::Train {
-            let phases: Option<Vec<&fit::GroupFit>> = ["forward", "backward", "optimizer"]
+            let phases: Option<Vec<&fit::GroupFit>> = fit::STEP_PHASES
                 .iter()
                 .map(|ph| {
                     let k = GroupKey {

@@ -30,6 +30,18 @@ pub fn is_embedding(name: &str) -> bool {
     name.contains("embed") || name.starts_with("wte.") || name.starts_with("wpe.")
 }
 
+/// Whether trainable set `set` freezes tensor `name`: `frozen-embeddings` the embedding tables,
+/// `lora-rN` every base weight (only the adapters, named by [`nn::lora_names`], train). The one rule
+/// the training workload and the analytic features share.
+pub fn is_frozen(set: crate::scenario::spec::Trainable, name: &str) -> bool {
+    use crate::scenario::spec::Trainable;
+    match set {
+        Trainable::Full => false,
+        Trainable::FrozenEmbeddings => is_embedding(name),
+        Trainable::Lora(_) => !name.contains(".lora_"),
+    }
+}
+
 /// The modules LoRA adapts, PEFT's defaults per architecture: the attention's query and value
 /// projections (GPT-2's fused `c_attn`).
 pub fn lora_targets(arch: Architecture) -> &'static [&'static str] {

@@ -13,6 +13,11 @@ pub fn cast_like(w: &Tensor, x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// The tensor names of module `m`'s LoRA adapter, A then B (PEFT's, without its prefix).
+pub fn lora_names(m: &str) -> [String; 2] {
+    [format!("{m}.lora_A.weight"), format!("{m}.lora_B.weight")]
+}
+
 /// PEFT's default `lora_alpha`: the adapter's output is scaled by alpha / rank.
 pub const LORA_ALPHA: f64 = 8.0;
 
@@ -184,10 +189,11 @@ impl Named {
         } else {
             None
         };
-        let lora = match self.0.remove(&format!("{m}.lora_A.weight")) {
+        let [a_name, b_name] = lora_names(m);
+        let lora = match self.0.remove(&a_name) {
             Some(a) => Some(Lora {
                 a,
-                b: self.take(&format!("{m}.lora_B.weight"))?,
+                b: self.take(&b_name)?,
             }),
             None => None,
         };

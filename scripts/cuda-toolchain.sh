@@ -32,12 +32,26 @@ ENV_FILE="$CACHE/env.sh"
 
 log() { printf 'cuda-toolchain: %s\n' "$*" >&2; }
 
+# cudarc's sources, located through cargo itself: `cargo metadata` resolves the workspace with
+# the cuda feature, downloads and unpacks whatever the registry lacks (a fresh CARGO_HOME
+# included), and reports each package's manifest_path. Never assume a warm registry.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 find_cudarc() {
-  local d
-  for d in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-"$CUDARC_VERSION"; do
-    [ -d "$d/src/driver/sys" ] && { printf '%s\n' "$d"; return 0; }
-  done
-  return 1
+  local meta
+  meta="$(cd "$ROOT" && cargo metadata --format-version 1 --features vramlab/cuda 2>"$CACHE/metadata.err")" || {
+    log "cargo metadata --features vramlab/cuda failed: $(tail -n1 "$CACHE/metadata.err")"
+    return 1
+  }
+  printf '%s' "$meta" | "$PYTHON" -c '
+import json, os, sys
+want = sys.argv[1]
+for p in json.load(sys.stdin)["packages"]:
+    if p["name"] == "cudarc" and p["version"] == want:
+        print(os.path.dirname(p["manifest_path"]))
+        break
+else:
+    sys.exit(1)
+' "$CUDARC_VERSION"
 }
 
 cu13_dir() {
@@ -114,7 +128,7 @@ make_stub() {
 make_stubs() {
   local cudarc cu13
   cudarc="$(find_cudarc)" || {
-    log "cudarc $CUDARC_VERSION sources not found in the cargo registry; run \`cargo fetch\` first"
+    log "cudarc $CUDARC_VERSION is not in this workspace's dependency graph with --features vramlab/cuda (Cargo.lock changed?)"
     exit 1
   }
   cu13="$(cu13_dir)"
@@ -141,8 +155,12 @@ make_stubs() {
 
 main() {
   mkdir -p "$CACHE"
+  if [ "${1:-}" = --find-cudarc ]; then
+    find_cudarc
+    return
+  fi
   if up_to_date; then
-    log "up to date in $CACHE"
+    log "cached: up to date in $CACHE"
   else
     rm -f "$STAMP"
     install_wheels

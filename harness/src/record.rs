@@ -8,6 +8,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Load,
+    /// The warm-up before a group's (or a point's) first measured phase. Only `oom`/`error`
+    /// rows carry it: the warm-up itself is not measured.
+    Warmup,
     Prefill,
     Decode,
     Total,

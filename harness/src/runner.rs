@@ -41,8 +41,9 @@ pub struct Runner<'a> {
     pub ctx: RunContext,
     /// Show a progress bar (off in workers: the parent draws it).
     pub progress: bool,
-    /// The `--capacity` budget in bytes (CPU), lifted during warm-ups.
-    pub capacity: Option<u64>,
+    /// Warm up each point at its own shapes instead of the group at its largest (set for a
+    /// worker restarted after the group's warm-up ran out of memory).
+    pub point_warmup: bool,
 }
 
 pub fn now_rfc3339() -> String {
@@ -161,10 +162,6 @@ impl Runner<'_> {
             let prep = &models[&first.source];
             let dtype = first.precision.dtype();
             warmup::device(&self.device, first.precision.compute_dtype())?;
-            if let Source::Synthetic(_) = prep.source {
-                bar.set_message(format!("writing synthetic weights for {}", first.model_id));
-                crate::model::synth::materialize(&prep.source, &prep.config, dtype)?;
-            }
             bar.set_message(format!(
                 "loading {} ({})",
                 first.model_id,
@@ -173,7 +170,9 @@ impl Runner<'_> {
             let device = self.device.clone();
             let train = first.mode == Mode::Train;
             crate::supervisor::mark_phase(Phase::Load);
-            let (loaded, load_mem, load_ms) = measure(self.meter.as_mut(), || {
+            // The load runs under the capacity; a device OOM here fails the whole group at
+            // once (every point shares these weights), without a reload per point.
+            let load = measure(self.meter.as_mut(), || {
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
                 Ok(if train {
                     Loaded::Vars(to_vars(t)?)
@@ -184,39 +183,69 @@ impl Runner<'_> {
                         first.precision.compute_dtype(),
                     )?)
                 })
-            })?;
+            });
+            let group_bases = &bases[i - n..i];
+            let (loaded, load_mem, load_ms) = match load {
+                Ok(l) => l,
+                Err(e) if crate::device::is_oom(&e) => {
+                    let msg = format!(
+                        "out of memory in load (the group's {n} points were not run): {}",
+                        crate::error::one_line(&e)
+                    );
+                    bar.println(format!("oom loading {}: {msg}", first.model_id));
+                    for (p, base) in group.iter().zip(group_bases) {
+                        self.exporter
+                            .write(&failed(base, Phase::Load, Status::Oom, &msg))?;
+                        *counts.get_mut("oom").expect("pre-filled") += 1;
+                        crate::supervisor::point_done(&p.id);
+                        bar.inc(1);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             // Warm up at the largest shapes of the whole group (`group_of` may be wider than
-            // the points this worker runs), so every run of a point sees the same state.
+            // the points this worker runs), so every run of a point sees the same state. The
+            // warm-up runs under the capacity like everything else: if it runs out of memory,
+            // each point is warmed up at its own shapes instead, so the points that fit are
+            // still measured and the others are recorded `oom` in phase `warmup`.
             let whole = group_of(first);
-            let max = |f: &dyn Fn(&Point) -> usize| whole.iter().map(f).max().unwrap_or(1);
-            // The warm-up runs outside the `--capacity` budget: it is the harness's own cost,
-            // not a phase, and it must reach the group's largest shapes.
-            crate::meter::alloc::set_capacity(u64::MAX);
-            match &loaded {
-                Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len))?,
-                Loaded::Vars(v) => {
-                    let mut sets: Vec<Trainable> =
-                        whole.iter().map(|p| p.train.trainable).collect();
-                    sets.sort_by_key(|t| t.label());
-                    sets.dedup();
-                    warmup::training(
-                        &prep.config,
-                        v,
-                        first.precision.compute_dtype(),
-                        (
-                            max(&|p| p.batch / p.train.grad_accum.max(1)),
-                            max(&|p| p.context),
-                        ),
-                        &sets,
-                    )?
+            let mut per_point = self.point_warmup;
+            if !per_point {
+                crate::supervisor::mark_phase(Phase::Warmup);
+                match warm_up(&prep.config, &loaded, &whole) {
+                    Ok(()) => {}
+                    Err(e) if crate::device::is_oom(&e) => {
+                        bar.println(format!(
+                            "the warm-up at the group's largest shapes ran out of memory; warming up per point ({})",
+                            crate::error::one_line(&e)
+                        ));
+                        per_point = true;
+                    }
+                    Err(e) => return Err(e),
                 }
             }
-            if let Some(c) = self.capacity {
-                crate::meter::alloc::set_capacity(c);
-            }
-            let group_bases = &bases[i - n..i];
             for (p, base) in group.iter().zip(group_bases) {
                 bar.set_message(p.id.clone());
+                if per_point {
+                    crate::supervisor::mark_phase(Phase::Warmup);
+                    if let Err(e) = warm_up(&prep.config, &loaded, std::slice::from_ref(p)) {
+                        if !crate::device::is_oom(&e) {
+                            return Err(e);
+                        }
+                        let msg = format!(
+                            "out of memory in warmup at this point's shapes: {}",
+                            crate::error::one_line(&e)
+                        );
+                        bar.println(format!("oom at {}: {msg}", p.id));
+                        self.exporter
+                            .write(&failed(base, Phase::Warmup, Status::Oom, &msg))?;
+                        *counts.get_mut("oom").expect("pre-filled") += 1;
+                        crate::supervisor::point_done(&p.id);
+                        bar.inc(1);
+                        continue;
+                    }
+                }
                 let features = |phase: Phase, kv_tokens: usize| -> features::Features {
                     if train {
                         features::train(&prep.config, &train_shape(p), phase)
@@ -236,21 +265,22 @@ impl Runner<'_> {
                         ..base.clone()
                     }
                 };
+                // What the allocator caches goes back before the point's first phase, so its
+                // reserved figures do not carry a larger earlier point's.
+                self.meter.trim()?;
                 let mut load = row(Phase::Load, 0);
                 load.set_memory(&load_mem);
                 load.elapsed_ms = Some(load_ms);
                 load.status = Some(Status::Ok);
                 load.message =
                     "weights loaded once per (model, precision, mode); shared by the group".into();
+                if per_point {
+                    load.message += "; warmed up at this point's shapes (the group's warm-up at its largest shapes ran out of memory)";
+                }
                 self.exporter.write(&load)?;
                 drop(load);
 
                 let exporter = &mut *self.exporter;
-                let mut last_phase = if train {
-                    Phase::Forward
-                } else {
-                    Phase::Prefill
-                };
                 let mut emit = |r: PhaseResult, loss: Option<f32>| {
                     let mut rec = row(r.phase, r.kv_tokens as usize);
                     rec.step = r.step;
@@ -263,7 +293,6 @@ impl Runner<'_> {
                     rec.set_memory(&r.mem);
                     rec.elapsed_ms = Some(r.elapsed_ms);
                     rec.status = Some(Status::Ok);
-                    last_phase = r.phase;
                     exporter.write(&rec)
                 };
                 let res = match &loaded {
@@ -282,7 +311,8 @@ impl Runner<'_> {
                     Ok(()) => "ok",
                     Err(e) => {
                         let oom = crate::device::is_oom(&e);
-                        let mut rec = row(last_phase, 0);
+                        // The phase that was running, not the last one that wrote a row.
+                        let mut rec = row(crate::supervisor::running_phase(), 0);
                         rec.status = Some(if oom { Status::Oom } else { Status::Error });
                         rec.message = crate::error::one_line(&e);
                         self.exporter.write(&rec)?;
@@ -308,6 +338,43 @@ impl Runner<'_> {
         bar.finish_and_clear();
         counts.retain(|_, n| *n > 0);
         Ok(counts)
+    }
+}
+
+/// The row of a point that never reached a measured phase (`oom` in load or warm-up).
+fn failed(base: &Record, phase: Phase, status: Status, message: &str) -> Record {
+    Record {
+        phase: Some(phase),
+        status: Some(status),
+        message: message.into(),
+        ..base.clone()
+    }
+}
+
+/// Warms up what a group loaded at the largest shapes among `points` (the whole group, or one
+/// point when the group's warm-up ran out of memory).
+fn warm_up(cfg: &Config, loaded: &Loaded, points: &[Point]) -> Result<()> {
+    let max = |f: &dyn Fn(&Point) -> usize| points.iter().map(f).max().unwrap_or(1);
+    match loaded {
+        Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len)),
+        Loaded::Vars(v) => {
+            let mut sets: Vec<Trainable> = points.iter().map(|p| p.train.trainable).collect();
+            sets.sort_by_key(|t| t.label());
+            sets.dedup();
+            warmup::training(
+                cfg,
+                v,
+                points
+                    .first()
+                    .map(|p| p.precision.compute_dtype())
+                    .unwrap_or(candle_core::DType::F32),
+                (
+                    max(&|p| p.batch / p.train.grad_accum.max(1)),
+                    max(&|p| p.context),
+                ),
+                &sets,
+            )
+        }
     }
 }
 

@@ -43,9 +43,32 @@ fn report(kind: &str, what: &str) {
     }
 }
 
-/// Reports that a phase is starting (called between phases, never inside one).
+/// The phase running now (index into [`PHASES`]), for the row of an in-process failure.
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+const PHASES: [Phase; 9] = [
+    Phase::Load,
+    Phase::Warmup,
+    Phase::Prefill,
+    Phase::Decode,
+    Phase::Total,
+    Phase::Forward,
+    Phase::Backward,
+    Phase::Optimizer,
+    Phase::StepTotal,
+];
+
+/// Reports that a phase is starting (called between phases, never inside one), and
+/// remembers it as the running phase.
 pub fn mark_phase(p: Phase) {
+    let i = PHASES.iter().position(|q| *q == p).unwrap_or(0);
+    RUNNING.store(i, Ordering::Relaxed);
     report("phase", phase_name(p));
+}
+
+/// The phase last marked as starting: the one that was running when an error came back.
+pub fn running_phase() -> Phase {
+    PHASES[RUNNING.load(Ordering::Relaxed)]
 }
 
 /// Reports the device's facts (one JSON line) for the parent's manifest.
@@ -61,6 +84,7 @@ pub fn point_done(id: &str) {
 pub fn phase_name(p: Phase) -> &'static str {
     match p {
         Phase::Load => "load",
+        Phase::Warmup => "warmup",
         Phase::Prefill => "prefill",
         Phase::Decode => "decode",
         Phase::Total => "total",
@@ -72,18 +96,7 @@ pub fn phase_name(p: Phase) -> &'static str {
 }
 
 fn parse_phase(s: &str) -> Option<Phase> {
-    [
-        Phase::Load,
-        Phase::Prefill,
-        Phase::Decode,
-        Phase::Total,
-        Phase::Forward,
-        Phase::Backward,
-        Phase::Optimizer,
-        Phase::StepTotal,
-    ]
-    .into_iter()
-    .find(|p| phase_name(*p) == s)
+    PHASES.into_iter().find(|p| phase_name(*p) == s)
 }
 
 /// True when `r` is the last row `p` writes (or records its failure).
@@ -143,13 +156,11 @@ struct Death {
 
 /// Runs one worker over `points[start..end]`; returns None when it finished them all.
 fn run_worker(
-    base_cmd: &dyn Fn(usize, usize) -> Command,
-    start: usize,
-    end: usize,
+    mut cmd: Command,
     on_done: &mut dyn FnMut(&str),
     on_device: &mut dyn FnMut(serde_json::Value),
 ) -> Result<Option<Death>> {
-    let mut child = base_cmd(start, end)
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -207,7 +218,7 @@ fn run_worker(
     Ok(Some(Death { phase, oom, tail }))
 }
 
-/// Runs every unfinished point of `points` in workers. `failed_row(point, phase, status,
+/// Runs every unfinished point of `points` in workers; returns how many workers it started. `failed_row(point, phase, status,
 /// peak, message)` builds the row recorded for a point whose worker died.
 #[allow(clippy::type_complexity)]
 pub fn supervise(
@@ -218,7 +229,8 @@ pub fn supervise(
     failed_row: &dyn Fn(&Point, Phase, Status, Option<u64>, String) -> Record,
     on_done: &mut dyn FnMut(&str),
     on_device: &mut dyn FnMut(serde_json::Value),
-) -> Result<()> {
+) -> Result<usize> {
+    let mut started = 0;
     let mut i = 0;
     while i < points.len() {
         let first = &points[i];
@@ -228,37 +240,62 @@ pub fn supervise(
                 p.source == first.source && p.precision == first.precision && p.mode == first.mode
             })
             .count();
+        // Set once a worker of this group died in the group's warm-up: later workers warm up
+        // each point at its own shapes (`--point-warmup`).
+        let mut point_warmup = false;
         while let Some(start) = (i..end).find(|&k| !done.contains(&points[k].id)) {
             let mut mark = |id: &str| {
                 done.insert(id.to_string());
                 on_done(id);
             };
-            let Some(death) = run_worker(base_cmd, start, end, &mut mark, on_device)? else {
+            let mut cmd = base_cmd(start, end);
+            if point_warmup {
+                cmd.arg("--point-warmup");
+            }
+            started += 1;
+            let Some(death) = run_worker(cmd, &mut mark, on_device)? else {
                 continue;
             };
             let Some(k) = (start..end).find(|&k| !done.contains(&points[k].id)) else {
                 break;
             };
-            let p = &points[k];
             let phase = death.phase.unwrap_or(Phase::Load);
-            let row = match death.oom {
-                Some((req, live, cap)) => failed_row(
-                    p,
-                    phase,
-                    Status::Oom,
-                    Some(live),
-                    format!(
-                        "out of memory in {}: {req} B requested with {live} B live, capacity {cap} B",
-                        phase_name(phase)
-                    ),
-                ),
-                None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),
+            if death.oom.is_some() && death.phase == Some(Phase::Warmup) && !point_warmup {
+                // The group's warm-up at its largest shapes: no point was measured; run them
+                // again, each warmed up at its own shapes.
+                point_warmup = true;
+                continue;
+            }
+            // Out of memory while loading the group's weights: every point left in the group
+            // shares them, so all are recorded at once, without a reload per point.
+            let affected = if death.oom.is_some() && death.phase == Some(Phase::Load) {
+                (k..end)
+                    .filter(|&j| !done.contains(&points[j].id))
+                    .collect()
+            } else {
+                vec![k]
             };
-            exporter.write(&row)?;
-            done.insert(p.id.clone());
-            on_done(&p.id);
+            for j in affected {
+                let p = &points[j];
+                let row = match death.oom {
+                    Some((req, live, cap)) => failed_row(
+                        p,
+                        phase,
+                        Status::Oom,
+                        Some(live),
+                        format!(
+                            "out of memory in {}: {req} B requested with {live} B live, capacity {cap} B",
+                            phase_name(phase)
+                        ),
+                    ),
+                    None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),
+                };
+                exporter.write(&row)?;
+                done.insert(p.id.clone());
+                on_done(&p.id);
+            }
         }
         i = end;
     }
-    Ok(())
+    Ok(started)
 }

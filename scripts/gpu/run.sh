@@ -1,40 +1,112 @@
 #!/usr/bin/env bash
-# The one-shot device run (DESIGN.md §10.5, §11; issue 5). Runs on the device machine: x86-64,
-# driver 580, CUDA 13.0, PyTorch with the CUDA 13 libraries in its site-packages; no Rust, no
-# network. From the repository root (the device tool's copy of the working tree), with the
-# bundle of scripts/gpu/build.sh carried:
+# The one-shot device run (DESIGN.md §10.5, §11; issue 9). On the device machine (x86-64, driver
+# 580, CUDA 13, PyTorch with its CUDA 13 wheels; no Rust, no network), from the repository root
+# of the device tool's copy of the working tree, with the bundle of scripts/gpu/build.sh carried:
 #
-#   run(command="bash scripts/gpu/run.sh", carry=[".cache/gpu-bundle"], timeout_s=420)
+#   run(command="bash scripts/gpu/run.sh", carry=[".cache/gpu-bundle"], timeout_s=480)
 #
-# 1. finds the driver's libcuda.so.1 and the CUDA 13 cudart/cublas/cublasLt/curand (PyTorch's
-#    nvidia/cu13/lib first), and sets LD_LIBRARY_PATH;
-# 2. for each scenario (gpu-smoke.toml, and gpu-smoke-train.toml where it exists) runs
-#    `vramlab sweep SCENARIO --device cuda:0`, then the PyTorch reference, scripts/torch_probe.py,
-#    on the same scenario;
-# 4. writes CSVs, manifests, logs and the environment to $OUT.
-# Each step has a time limit, so that the whole run ends in under 6 minutes.
+# Rehearsal on the CPU, the same pipeline into the same layout (every session can check it):
+#
+#   OUT=DIR scripts/gpu/run.sh --rehearse      # local build (VRAMLAB_BIN, else target/release
+#                                              # or target/debug), scenarios/rehearse.toml
+#
+# What comes back is limited (at most 8 files, two folders deep, plain names), so everything
+# goes into ONE archive, $OUT/gpu-run.tar.gz, rewritten after every step (a run cut short still
+# brings back what it measured), plus $OUT/status.txt, one screen saying what ran. Nothing else
+# is written under $OUT: logs, CSVs, manifests and sweep lock files live in a scratch folder.
+#
+# Steps:
+# 1. libraries (device only): every NEEDED library of the binary and the ones loaded at run time
+#    (libnvrtc), from PyTorch's nvidia/cu13/lib, the CUDA toolkit, then the whole disk; the
+#    driver's libcuda.so.1. `ldd -v` goes into the archive; a library or a symbol version that
+#    is not found stops the run with one line in status.txt;
+# 2. for each scenario: `vramlab sweep` on the device, then scripts/torch_probe.py on the same
+#    scenario (skipped, and said so, where torch is not importable);
+# 3. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
+REHEARSE=0
+case "${1:-}" in
+  --rehearse) REHEARSE=1 ;;
+  "") ;;
+  -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "gpu/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+esac
 OUT="${OUT:?set OUT to the folder that comes back}"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 BUNDLE="${VRAMLAB_BUNDLE:-$ROOT/.cache/gpu-bundle}"
-BIN="${VRAMLAB_BIN:-$BUNDLE/vramlab}"
-# The scenarios, in order; those missing are skipped. gpu-smoke-train.toml (training on the
-# small models) is run when it exists.
-SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-smoke-train.toml}"
 SWEEP_TIMEOUT="${VRAMLAB_SWEEP_TIMEOUT:-200}"
 TORCH_TIMEOUT="${VRAMLAB_TORCH_TIMEOUT:-110}"
-BUDGET="${VRAMLAB_RUN_BUDGET:-330}"   # seconds for the whole script; every step is cut to fit
-PYTHON="${PYTHON:-python3}"
-export VRAMLAB_CACHE="${VRAMLAB_CACHE:-$ROOT/.cache/synthetic}"
+BUDGET="${VRAMLAB_RUN_BUDGET:-330}"
+PYTHON="${VRAMLAB_TORCH_PYTHON:-${PYTHON:-python3}}"
+if [ "$REHEARSE" = 1 ]; then
+  MODE=rehearse
+  DEVICE=cpu
+  SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/rehearse.toml}"
+  BIN="${VRAMLAB_BIN:-}"
+  for b in "$ROOT/target/release/vramlab" "$ROOT/target/debug/vramlab"; do
+    [ -z "$BIN" ] && [ -x "$b" ] && BIN="$b"
+  done
+else
+  MODE=device
+  DEVICE=cuda:0
+  SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-smoke-train.toml}"
+  BIN="${VRAMLAB_BIN:-$BUNDLE/vramlab}"
+fi
 T0=$SECONDS
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/vramlab-gpu-run.XXXXXX")"
+WORK="$SCRATCH/gpu-run"         # the archive's one top folder
+mkdir -p "$WORK"
+LOG="$WORK/run.log"
+STEPS=()                        # one line per step, for status.txt
+VERDICT="running"
 
-exec > >(tee -a "$OUT/run.log") 2>&1
-say() { printf '[run.sh %3ds] %s\n' "$((SECONDS - T0))" "$*"; }
+say() { printf '[run.sh %3ds] %s\n' "$((SECONDS - T0))" "$*" | tee -a "$LOG" >&2; }
 
-# Searches the usual places first, then the whole file system (bounded in time).
+# Rows per status of a sweep or probe CSV (the `status` column, found by name).
+row_counts() {
+  [ -f "$1" ] || { echo "no csv"; return; }
+  awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="status") c=i; next}
+           c{n[$c]++} END{s=""; for(k in n) s=s sprintf("%s%d %s", s==""?"":", ", n[k], k); print (s==""?"0 rows":s)}' "$1"
+}
+
+# Rewrites $OUT/status.txt and $OUT/gpu-run.tar.gz from the scratch folder.
+pack() {
+  {
+    echo "vramlab gpu/run.sh: $MODE on $DEVICE: $VERDICT"
+    echo "host $(hostname), $(nproc) cpus, $((SECONDS - T0)) s of a ${BUDGET} s budget"
+    echo "binary: ${BIN:-none}"
+    [ -f "$WORK/BUILD_INFO" ] && sed 's/^/  /' "$WORK/BUILD_INFO"
+    printf '%s\n' "${STEPS[@]}"
+    echo "archive: gpu-run.tar.gz ($(find "$WORK" -type f | wc -l) files under gpu-run/)"
+  } >"$OUT/status.txt"
+  cp "$OUT/status.txt" "$WORK/status.txt"
+  tar -czf "$SCRATCH/gpu-run.tar.gz" -C "$SCRATCH" --exclude='.*.lock' gpu-run \
+    && mv -f "$SCRATCH/gpu-run.tar.gz" "$OUT/gpu-run.tar.gz"
+}
+
+# Ends the run: says why in status.txt, packs, cleans the scratch folder.
+finish() {
+  VERDICT="$1"
+  say "$VERDICT"
+  pack
+  rm -rf "$SCRATCH"
+  exit "$2"
+}
+trap 'finish "stopped by a signal" 143' TERM INT
+
+# min(step limit, what is left of the budget), at least 1.
+limit() {
+  local left=$((BUDGET - (SECONDS - T0)))
+  [ "$left" -lt "$1" ] && set -- "$left"
+  [ "$1" -lt 1 ] && set -- 1
+  printf '%s\n' "$1"
+}
+
+# Searches the given folders, then the whole file system (bounded in time).
 find_lib() {
   local name="$1" d hit
   shift
@@ -47,73 +119,98 @@ find_lib() {
   return 1
 }
 
-say "host $(hostname), $(nproc) cpus, $(uname -r), $(ldd --version 2>&1 | head -n1)"
-if [ ! -x "$BIN" ] && [ -f "$BIN.gz" ]; then
-  unpacked="${TMPDIR:-/tmp}/vramlab-gpu/vramlab"
-  mkdir -p "$(dirname "$unpacked")"
-  gunzip -c "$BIN.gz" >"$unpacked" && chmod +x "$unpacked" && BIN="$unpacked"
+say "$MODE run: host $(hostname), $(nproc) cpus, $(uname -r), $(ldd --version 2>&1 | head -n1)"
+if [ -n "$BIN" ] && [ ! -x "$BIN" ] && [ -f "$BIN.gz" ]; then
+  gunzip -c "$BIN.gz" >"$SCRATCH/vramlab" && chmod +x "$SCRATCH/vramlab" && BIN="$SCRATCH/vramlab"
 fi
-[ -x "$BIN" ] || { say "no vramlab binary at $BIN (build it with scripts/gpu/build.sh and carry .cache/gpu-bundle)"; exit 1; }
-command -v nvidia-smi >/dev/null && nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
-[ -f "$BUNDLE/BUILD_INFO" ] && cp "$BUNDLE/BUILD_INFO" "$OUT/"
+if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
+  finish "FAIL: no vramlab binary at '${BIN}' (device: scripts/gpu/build.sh and carry .cache/gpu-bundle; rehearsal: cargo build)" 1
+fi
+[ -f "$BUNDLE/BUILD_INFO" ] && [ "$MODE" = device ] && cp "$BUNDLE/BUILD_INFO" "$WORK/"
 
-# PyTorch's CUDA 13 libraries.
+# 1. Libraries.
 torch_site="$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)"
 "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' \
-  >"$OUT/python-env.txt" 2>&1
-cu13=""
-if [ -n "$torch_site" ] && [ -d "$torch_site/nvidia/cu13/lib" ]; then
-  cu13="$torch_site/nvidia/cu13/lib"
+  >"$WORK/python-env.txt" 2>&1
+if [ "$MODE" = device ]; then
+  command -v nvidia-smi >/dev/null && nvidia-smi >"$WORK/nvidia-smi.txt" 2>&1
+  needed="$( (readelf -d "$BIN" 2>/dev/null || objdump -p "$BIN" 2>/dev/null) \
+             | sed -n 's/.*\(NEEDED\).*\[\{0,1\}\(lib[^] ]*\)\]\{0,1\}.*/\2/p' | sort -u)"
+  [ -n "$needed" ] || needed="libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libcudart.so.13"
+  # Loaded at run time, not NEEDED: candle compiles nothing, but cudarc opens nvrtc, and cuBLAS
+  # opens cuBLASLt.
+  wanted="$(printf '%s\n' "$needed" libnvrtc.so.13 libcublasLt.so.13 | sort -u \
+            | grep -v -E '^(libc|libm|libgcc_s|libpthread|libdl|librt|libstdc\+\+)\.so' | grep -v ld-linux)"
+  libdirs=""
+  missing=""
+  for lib in $wanted; do
+    if [ "$lib" = libcuda.so.1 ]; then
+      d="$(find_lib "$lib" /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 \
+           /usr/local/nvidia/lib /usr/lib/wsl/lib /usr/local/cuda/compat)"
+    else
+      d="$(find_lib "$lib" "$torch_site/nvidia/cu13/lib" /usr/local/cuda/lib64 /usr/local/cuda-13.0/lib64 \
+           "$torch_site/nvidia/cublas/lib" "$torch_site/nvidia/curand/lib" \
+           "$torch_site/nvidia/cuda_runtime/lib" "$torch_site/nvidia/cuda_nvrtc/lib")"
+    fi
+    if [ -z "$d" ]; then
+      missing="$missing $lib"
+      say "$lib: not found"
+      continue
+    fi
+    case ":$libdirs:" in *":$d:"*) ;; *) libdirs="${libdirs:+$libdirs:}$d" ;; esac
+    say "$lib in $d"
+  done
+  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd -v "$BIN" >"$WORK/ldd.txt" 2>&1
+  STEPS+=("libraries: $(printf '%s' "$wanted" | wc -w) wanted, missing:${missing:- none}")
+  [ -z "$missing" ] || finish "FAIL: missing libraries:$missing (searched PyTorch's nvidia/*/lib, /usr/local/cuda*, then /)" 1
+  if grep -q 'not found' "$WORK/ldd.txt"; then
+    finish "FAIL: ldd -v: $(grep -m1 'not found' "$WORK/ldd.txt" | sed 's/^[[:space:]]*//')" 1
+  fi
+else
+  ldd -v "$BIN" >"$WORK/ldd.txt" 2>&1
+  STEPS+=("libraries: not checked (rehearsal on the CPU)")
 fi
-for lib in libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libcudart.so.13; do
-  d="$(find_lib "$lib" "$cu13" /usr/local/cuda/lib64 /usr/local/cuda-13.0/lib64 \
-       "$torch_site/nvidia/cublas/lib" "$torch_site/nvidia/curand/lib" "$torch_site/nvidia/cuda_runtime/lib")" \
-    || { say "$lib not found"; continue; }
-  case ":${libdirs:-}:" in *":$d:"*) ;; *) libdirs="${libdirs:+$libdirs:}$d" ;; esac
-  say "$lib in $d"
-done
-drv="$(find_lib libcuda.so.1 /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 \
-       /usr/local/nvidia/lib /usr/lib/wsl/lib /usr/local/cuda/compat)" || drv=""
-if [ -n "$drv" ]; then say "libcuda.so.1 in $drv"; else say "libcuda.so.1 not found"; fi
-export LD_LIBRARY_PATH="${libdirs:-}${drv:+:$drv}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-ldd "$BIN" >"$OUT/ldd.txt" 2>&1
-if grep -q 'not found' "$OUT/ldd.txt"; then
-  say "missing libraries:"; grep 'not found' "$OUT/ldd.txt"
-fi
-"$BIN" --version >"$OUT/vramlab-version.txt" 2>&1
+"$BIN" --version >"$WORK/vramlab-version.txt" 2>&1
+pack
 
-# min(step limit, what is left of the budget), at least 1.
-limit() {
-  local left=$((BUDGET - (SECONDS - T0)))
-  [ "$left" -lt "$1" ] && set -- "$left"
-  [ "$1" -lt 1 ] && set -- 1
-  printf '%s\n' "$1"
-}
-
+# 2. Sweeps and the PyTorch reference.
+torch_ok=0
+"$PYTHON" -c 'import torch, transformers' 2>/dev/null && torch_ok=1
 sweep_rc=0
 torch_rc=0
 for scenario in $SCENARIOS; do
-  [ -f "$scenario" ] || { say "no $scenario, skipped"; continue; }
+  [ -f "$scenario" ] || { STEPS+=("$scenario: not present, skipped"); continue; }
   stem="$(basename "$scenario" .toml)"
   t="$(limit "$SWEEP_TIMEOUT")"
-  say "vramlab sweep $scenario (limit ${t}s)"
-  timeout -k 10 "$t" "$BIN" sweep "$scenario" --device cuda:0 --out "$OUT/$stem-candle.csv"
+  say "vramlab sweep $scenario --device $DEVICE (limit ${t}s)"
+  t1=$SECONDS
+  timeout -k 10 "$t" "$BIN" sweep "$scenario" --device "$DEVICE" --out "$WORK/$stem-candle.csv" >>"$LOG" 2>&1
   rc=$?
+  STEPS+=("sweep $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-candle.csv")")
   say "vramlab $stem exit $rc"
   [ "$rc" -eq 0 ] || sweep_rc=$rc
-  t="$(limit "$TORCH_TIMEOUT")"
-  say "torch_probe.py $scenario (limit ${t}s)"
-  timeout -k 10 "$t" "$PYTHON" scripts/torch_probe.py "$scenario" --device cuda:0 \
-    --out "$OUT/$stem-torch.csv"
-  rc=$?
-  say "torch_probe $stem exit $rc"
-  [ "$rc" -eq 0 ] || torch_rc=$rc
+  pack
+  if [ "$torch_ok" = 1 ]; then
+    t="$(limit "$TORCH_TIMEOUT")"
+    say "torch_probe.py $scenario --device $DEVICE (limit ${t}s)"
+    t1=$SECONDS
+    timeout -k 10 "$t" "$PYTHON" scripts/torch_probe.py "$scenario" --device "$DEVICE" \
+      --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
+    rc=$?
+    STEPS+=("torch $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-torch.csv")")
+    say "torch_probe $stem exit $rc"
+    [ "$rc" -eq 0 ] || torch_rc=$rc
+  else
+    STEPS+=("torch $stem: skipped (no torch + transformers in $PYTHON)")
+  fi
+  pack
 done
 
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version \
-  --format=csv >>"$OUT/nvidia-smi.txt" 2>&1
-printf 'sweep_rc=%s\ntorch_rc=%s\nseconds=%s\n' "$sweep_rc" "$torch_rc" "$((SECONDS - T0))" >"$OUT/status.txt"
-say "done: sweep $sweep_rc, torch $torch_rc, $((SECONDS - T0))s; files in $OUT:"
-ls -la "$OUT"
-[ "$sweep_rc" -eq 0 ] && [ "$torch_rc" -eq 0 ]
+[ "$MODE" = device ] && command -v nvidia-smi >/dev/null && nvidia-smi \
+  --query-gpu=name,memory.used,memory.total,driver_version --format=csv >>"$WORK/nvidia-smi.txt" 2>&1
+if [ "$sweep_rc" -eq 0 ] && [ "$torch_rc" -eq 0 ]; then
+  finish "ok" 0
+fi
+finish "done with failures: sweep exit $sweep_rc, torch exit $torch_rc" 1

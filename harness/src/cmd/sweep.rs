@@ -47,6 +47,9 @@ pub struct Args {
     /// Internal: the run id a worker writes.
     #[arg(long, hide = true)]
     pub run_id: Option<String>,
+    /// Internal: warm up each point at its own shapes (the group's warm-up ran out of memory).
+    #[arg(long, hide = true)]
+    pub point_warmup: bool,
 }
 
 /// Resolves every model source of the points and checks each point against its config.
@@ -262,6 +265,7 @@ pub fn run(args: Args) -> Result<()> {
         points: points.len(),
         capacity_bytes: capacity,
         status_counts: BTreeMap::new(),
+        workers_started: 0,
     };
     manifest.write()?;
     eprintln!(
@@ -319,7 +323,7 @@ pub fn run(args: Args) -> Result<()> {
         r
     };
     let mut device_facts: Option<serde_json::Value> = None;
-    crate::supervisor::supervise(
+    manifest.workers_started = crate::supervisor::supervise(
         &points,
         &mut done,
         &base_cmd,
@@ -431,7 +435,7 @@ fn worker(args: &Args, w: Worker<'_>) -> Result<()> {
         exporter: &mut exporter,
         ctx,
         progress: false,
-        capacity,
+        point_warmup: args.point_warmup,
     };
     let group_of = |p: &Point| -> Vec<Point> {
         points

@@ -1,5 +1,6 @@
 //! `vramlab synth-weights`: real shapes from a config.json, seeded random values, written as
-//! an HF directory (config.json + model.safetensors) that the real loader reads.
+//! an HF directory (config.json + model.safetensors) that the real loader reads, or created in
+//! memory on a device (`--in-memory`), as a sweep's `synthetic:` source does, and timed.
 use crate::model::{synth, Config};
 use crate::scenario::Precision;
 use anyhow::Result;
@@ -14,10 +15,21 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "bf16")]
     pub dtype: PrecisionArg,
     /// Output directory (created).
+    #[arg(
+        long,
+        required_unless_present = "in_memory",
+        conflicts_with = "in_memory"
+    )]
+    pub out: Option<PathBuf>,
+    /// Create the weights in memory on --device, the way a sweep's `synthetic:` source does,
+    /// and print how long that took (nothing is written).
     #[arg(long)]
-    pub out: PathBuf,
+    pub in_memory: bool,
+    /// Device for --in-memory: cpu or cuda:N.
+    #[arg(long, default_value = "cpu", requires = "in_memory")]
+    pub device: String,
     /// Random seed for the values.
-    #[arg(long, default_value_t = 0x5eed)]
+    #[arg(long, default_value_t = synth::SEED)]
     pub seed: u64,
 }
 
@@ -41,15 +53,37 @@ impl From<PrecisionArg> for Precision {
 pub fn run(args: Args) -> Result<()> {
     let cfg = Config::from_file(&args.config)?;
     let dtype = Precision::from(args.dtype).dtype();
-    synth::write(&cfg, dtype, args.seed, &args.out)?;
     let bytes = cfg.param_count() * dtype.size_in_bytes() as u64;
+    let Some(out) = &args.out else {
+        let (device, _) = crate::device::open(&args.device)?;
+        let t0 = std::time::Instant::now();
+        let tensors = synth::generate(&cfg, dtype, args.seed, &device)?;
+        device.synchronize()?;
+        let secs = t0.elapsed().as_secs_f64();
+        let made: u64 = tensors
+            .values()
+            .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+            .sum();
+        anyhow::ensure!(made == bytes, "created {made} B, the config says {bytes} B");
+        println!(
+            "created {} tensors, {} parameters, {} of {:?} weights on {} in {secs:.2} s ({} threads)",
+            tensors.len(),
+            cfg.param_count(),
+            crate::units::gb_gib(bytes),
+            dtype,
+            args.device,
+            rayon::current_num_threads()
+        );
+        return Ok(());
+    };
+    synth::write(&cfg, dtype, args.seed, out)?;
     println!(
         "wrote {} tensors, {} parameters, {} of {:?} weights to {}",
         cfg.tensor_count(),
         cfg.param_count(),
         crate::units::gb_gib(bytes),
         dtype,
-        args.out.display()
+        out.display()
     );
     Ok(())
 }

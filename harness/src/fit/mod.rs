@@ -67,7 +67,7 @@ impl Target {
 /// Query tokens `s` and attended tokens `T` of a phase.
 pub fn phase_tokens(phase: Phase, prompt_len: u64, kv_tokens: u64) -> (u64, u64) {
     match phase {
-        Phase::Load => (0, 0),
+        Phase::Load | Phase::Warmup => (0, 0),
         Phase::Decode => (1, kv_tokens),
         Phase::Prefill | Phase::Total => (prompt_len, prompt_len),
         // Training rows: the caller passes the sequence length (the `context` column).

@@ -103,6 +103,14 @@ impl PoolAttrs for CudarcPool {
         let (free, total) = self.ctx.mem_get_info().map_err(driver_err)?;
         Ok((free as u64, total as u64))
     }
+
+    fn trim_to(&mut self, keep: u64) -> Result<()> {
+        let pool = self.handle()?;
+        // SAFETY: the pool belongs to a live context; the caller synchronized first.
+        unsafe { result::mem_pool::trim_to(pool, keep as usize) }
+            .map_err(driver_err)
+            .with_context(|| format!("trimming the memory pool to {keep} B"))
+    }
 }
 
 #[link(name = "cudart")]

@@ -51,6 +51,11 @@ pub trait Meter {
     fn start(&mut self) -> Result<Baseline>;
     /// Synchronize and read the figures since `start`.
     fn finish(&mut self, base: Baseline) -> Result<PhaseMemory>;
+    /// Gives back what the allocator caches (CUDA: `cuMemPoolTrimTo(pool, 0)` after a
+    /// synchronize; CPU: `malloc_trim(0)`). The runner calls it at the start of every point,
+    /// before the first phase's high-water marks are reset, so that a point's reserved
+    /// figures are its own and not the largest earlier point's.
+    fn trim(&mut self) -> Result<()>;
 }
 
 /// Runs `f` as one measured phase: returns its value, its memory and its wall time in ms.

@@ -37,6 +37,8 @@ pub trait PoolAttrs {
     fn set(&mut self, attr: PoolAttr, value: u64) -> Result<()>;
     /// `(free, total)` bytes of the device (`cuMemGetInfo`).
     fn mem_info(&self) -> Result<(u64, u64)>;
+    /// Releases the pool's unused memory down to `keep` bytes (`cuMemPoolTrimTo`).
+    fn trim_to(&mut self, keep: u64) -> Result<()>;
 }
 
 /// Scenario option `pool_release`: what the pool does with freed memory at a synchronization.
@@ -174,6 +176,14 @@ impl<P: PoolAttrs> Meter for PoolMeter<P> {
         match self.mode {
             PoolMode::Pool => "cuda-pool",
             PoolMode::MemInfo => "cuda-meminfo",
+        }
+    }
+
+    fn trim(&mut self) -> Result<()> {
+        self.pool.synchronize()?;
+        match self.mode {
+            PoolMode::Pool => self.pool.trim_to(0),
+            PoolMode::MemInfo => Ok(()),
         }
     }
 
@@ -346,6 +356,14 @@ pub(crate) mod fake {
         fn mem_info(&self) -> Result<(u64, u64)> {
             let used = self.outside + self.a(PoolAttr::ReservedCurrent) + self.plain;
             Ok((self.total - used, self.total))
+        }
+        fn trim_to(&mut self, keep: u64) -> Result<()> {
+            self.log.borrow_mut().push(format!("trim {keep}"));
+            let used = self.a(PoolAttr::UsedCurrent);
+            let reserved = self.a(PoolAttr::ReservedCurrent);
+            self.attrs
+                .insert(PoolAttr::ReservedCurrent, reserved.min(used.max(keep)));
+            Ok(())
         }
     }
 }

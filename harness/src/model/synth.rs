@@ -1,12 +1,15 @@
-//! Synthetic weights: the real shapes of a config.json, seeded random values, written as
-//! safetensors so that the real loader reads them. Memory does not depend on the values.
-use super::{Config, Source};
+//! Synthetic weights: the real shapes of a config.json with seeded random values. Memory does
+//! not depend on the values. `vramlab synth-weights` writes them as safetensors for the real
+//! loader ([`write`]); a sweep's `synthetic:` source creates them directly in the target dtype
+//! on the target device, in parallel, and never writes them to disk ([`generate`]): an 8B model
+//! is 16 GB of bf16, which no device run has the time or disk to write and read back.
+use super::Config;
 use anyhow::{Context, Result};
 use candle_core::DType;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use safetensors::tensor::{Dtype as StDtype, View};
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One tensor generated on demand when the serializer asks for its bytes.
 struct Lazy {
@@ -25,6 +28,69 @@ fn st_dtype(d: DType) -> StDtype {
     }
 }
 
+/// Distinct random values per tensor; longer tensors repeat them (memory does not depend on
+/// the values, and tiling a block is memory-bound, so an 8B model is created in seconds).
+const BLOCK: usize = 1 << 16;
+
+/// The values of one synthetic tensor of `n` elements in `T`: norms are ones, everything else
+/// a block of uniform values in ±0.02 from a generator seeded per tensor, repeated to length
+/// (the same values on disk and in memory). Allocated once, at exactly `n` elements.
+fn values<T: Copy>(name: &str, n: usize, seed: u64, from: impl Fn(f32) -> T) -> Vec<T> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let norm = name.ends_with("norm.weight");
+    let block: Vec<T> = (0..n.min(BLOCK))
+        .map(|_| {
+            from(if norm {
+                1.0
+            } else {
+                rng.random_range(-0.02f32..0.02)
+            })
+        })
+        .collect();
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n {
+        let k = (n - v.len()).min(block.len());
+        v.extend_from_slice(&block[..k]);
+    }
+    v
+}
+
+/// The seed of the synthetic weights of sweeps.
+pub const SEED: u64 = 0x5eed;
+
+/// Creates the tensors of `cfg` in `dtype` on `device`, one tensor per task in parallel
+/// (rayon), with the values [`write`] would store. Each tensor is allocated once, at its exact
+/// size in `dtype`, on the host for the CPU; for a GPU each is built on the host and copied, so
+/// the device holds exactly the weights.
+pub fn generate(
+    cfg: &Config,
+    dtype: DType,
+    seed: u64,
+    device: &candle_core::Device,
+) -> Result<std::collections::HashMap<String, candle_core::Tensor>> {
+    use candle_core::Tensor;
+    use rayon::prelude::*;
+    cfg.tensor_shapes()
+        .into_par_iter()
+        .enumerate()
+        .map(|(i, (name, shape))| {
+            let n: usize = shape.iter().product();
+            let seed = seed.wrapping_add(i as u64);
+            let t = match dtype {
+                DType::F32 => Tensor::from_vec(values(&name, n, seed, |v| v), shape, device),
+                DType::F16 => {
+                    Tensor::from_vec(values(&name, n, seed, half::f16::from_f32), shape, device)
+                }
+                DType::BF16 => {
+                    Tensor::from_vec(values(&name, n, seed, half::bf16::from_f32), shape, device)
+                }
+                other => anyhow::bail!("synthetic weights in {other:?}"),
+            }?;
+            Ok((name, t))
+        })
+        .collect()
+}
+
 impl View for &Lazy {
     fn dtype(&self) -> StDtype {
         st_dtype(self.dtype)
@@ -34,23 +100,11 @@ impl View for &Lazy {
     }
     fn data(&self) -> Cow<'_, [u8]> {
         let n: usize = self.shape.iter().product();
-        let mut rng = StdRng::seed_from_u64(self.seed);
-        let norm = self.name.ends_with("norm.weight");
-        let vals = (0..n).map(|_| {
-            if norm {
-                1.0f32
-            } else {
-                rng.random_range(-0.02f32..0.02)
-            }
-        });
+        let (name, seed) = (&self.name, self.seed);
         let bytes: Vec<u8> = match self.dtype {
-            DType::F32 => vals.flat_map(f32::to_le_bytes).collect(),
-            DType::F16 => vals
-                .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
-                .collect(),
-            _ => vals
-                .flat_map(|v| half::bf16::from_f32(v).to_le_bytes())
-                .collect(),
+            DType::F32 => values(name, n, seed, f32::to_le_bytes).concat(),
+            DType::F16 => values(name, n, seed, |v| half::f16::from_f32(v).to_le_bytes()).concat(),
+            _ => values(name, n, seed, |v| half::bf16::from_f32(v).to_le_bytes()).concat(),
         };
         Cow::Owned(bytes)
     }
@@ -82,22 +136,4 @@ pub fn write(cfg: &Config, dtype: DType, seed: u64, out: &Path) -> Result<()> {
     )?;
     std::fs::rename(&tmp, out.join("model.safetensors"))?;
     Ok(())
-}
-
-/// Cache folder for synthetic weights (`$VRAMLAB_CACHE`, default `.cache/synthetic`).
-pub fn cache_root() -> PathBuf {
-    std::env::var_os("VRAMLAB_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".cache/synthetic"))
-}
-
-/// Makes sure the synthetic weights of `source` exist in `dtype` and returns their directory.
-pub fn materialize(source: &Source, cfg: &Config, dtype: DType) -> Result<PathBuf> {
-    let key = serde_json::to_string(cfg)?;
-    let hash = crate::scenario::short_hash(key.as_bytes());
-    let dir = cache_root().join(format!("{}-{:?}-{hash}", source.model_id(), dtype).to_lowercase());
-    if !dir.join("model.safetensors").exists() {
-        write(cfg, dtype, 0x5eed, &dir)?;
-    }
-    Ok(dir)
 }

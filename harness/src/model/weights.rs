@@ -301,8 +301,7 @@ pub fn preflight(source: &Source, cfg: &Config) -> Result<()> {
     }
 }
 
-/// Loads `source` at `dtype`. Synthetic sources must have been materialized first
-/// ([`synth::materialize`]), which gives the directory to load from.
+/// Loads `source` at `dtype`. Synthetic sources are created in memory ([`synth::generate`]).
 pub fn load(
     source: &Source,
     cfg: &Config,
@@ -314,10 +313,7 @@ pub fn load(
     match source {
         Source::Gguf(p) => gguf::load(p, cfg, dtype, device, progress),
         Source::Hf(dir) => load_safetensors(&safetensors_files(dir)?, cfg, dtype, device, progress),
-        Source::Synthetic(_) => {
-            let dir = synth::materialize(source, cfg, dtype)?;
-            load_safetensors(&safetensors_files(&dir)?, cfg, dtype, device, progress)
-        }
+        Source::Synthetic(_) => synth::generate(cfg, dtype, synth::SEED, device),
     }
 }
 

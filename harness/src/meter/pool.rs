@@ -457,6 +457,26 @@ mod tests {
         assert_eq!(mem.peak_reserved, 170 * MIB);
     }
 
+    /// Reserved per point: under `keep`, a point's reserved figures would carry a larger
+    /// earlier point's cached memory; the trim at the point's start gives it back first.
+    #[test]
+    fn trim_at_a_point_start_makes_reserved_its_own() {
+        let mut m = PoolMeter::new(FakePool::new(true), PoolRelease::Keep).unwrap();
+        m.pool.alloc(100 * MIB); // weights
+        let base = m.start().unwrap();
+        m.pool.alloc(900 * MIB); // a large point's transient
+        m.pool.free(900 * MIB);
+        assert_eq!(m.finish(base).unwrap().peak_reserved, 1000 * MIB);
+        m.pool.log.borrow_mut().clear();
+        m.trim().unwrap();
+        assert_eq!(*m.pool.log.borrow(), ["sync", "trim 0"]);
+        let base = m.start().unwrap();
+        m.pool.alloc(10 * MIB); // a small point
+        let mem = m.finish(base).unwrap();
+        assert_eq!(mem.baseline_reserved, 100 * MIB);
+        assert_eq!(mem.peak_reserved, 110 * MIB);
+    }
+
     #[test]
     fn release_mode_shrinks_reserved() {
         let mut m = PoolMeter::new(FakePool::new(true), PoolRelease::Release).unwrap();

@@ -32,6 +32,8 @@ Meters:
   libvramlab_preload.so (harness/preload), which must be in LD_PRELOAD (scripts/torch-cpu.sh
   does it); reserved = VmRSS, its peak VmHWM reset through /proc/self/clear_refs; device_used =
   MemTotal - MemAvailable; non_pool = RSS - allocated. Each point starts with malloc_trim(0).
+  oneDNN is off (its per-shape caches would land in whichever phase first meets a shape)
+  unless --onednn.
 
 Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line, exit 2.
 --dry-run imports neither torch nor transformers.
@@ -479,8 +481,14 @@ def run(args) -> int:
 
     if cpu:
         device = torch.device("cpu")
+        # oneDNN (bf16/f16 matmuls on CPU) keeps per-shape state (primitive cache, reordered
+        # weights): megabytes retained the first time each shape runs, landing in whichever
+        # phase meets it first. A CPU runtime cache, like cuBLAS's workspace on a GPU: off
+        # unless --onednn, and recorded in the manifest.
+        torch.backends.mkldnn.enabled = args.onednn
         dev_name, drv, cuda_v = platform.processor() or platform.machine(), "", ""
-        pool = {"meter": meter.kind, "allocator": "glibc malloc via libvramlab_preload.so"}
+        pool = {"meter": meter.kind, "allocator": "glibc malloc via libvramlab_preload.so",
+                "onednn": args.onednn}
         gpu = None
     else:
         if not torch.cuda.is_available():
@@ -631,12 +639,14 @@ def warm_up(torch, transformers, model, group, device, lkw):
     if train:
         b = max(p["batch"] // p["train"]["grad_accum"] for p in train)
         s = max(p["context"] for p in train)
-        ids = torch.zeros((max(b, 1), s), dtype=torch.long, device=device)
+        g = torch.Generator(device="cpu").manual_seed(7)
         model.train()
-        model(ids, labels=ids, use_cache=False).loss.backward()
-        model.zero_grad(set_to_none=True)
+        for _ in range(2):
+            ids = torch.randint(0, model.config.vocab_size, (max(b, 1), s), generator=g).to(device)
+            train_forward(torch, model, ids, compute_dtype(torch, train[0]["precision"])).backward()
+            model.zero_grad(set_to_none=True)
+            del ids
         model.eval()
-        del ids
 
 
 def point_cols(p: dict, impl: str) -> dict:
@@ -744,6 +754,21 @@ def remove_lora(added: list):
         del mod.lora_A, mod.lora_B
 
 
+def compute_dtype(torch, precision: str):
+    """The 16-bit compute dtype of a `mixed-*` precision; None for pure ones."""
+    return {"mixed-bf16": torch.bfloat16, "mixed-f16": torch.float16}.get(precision)
+
+
+def train_forward(torch, model, ids, compute):
+    """The training loss. `compute` (mixed-*): the parameters are f32 masters, and the model
+    runs on their 16-bit casts (torch.func.functional_call), so that autograd brings the
+    gradients back onto the masters in f32, as the harness's `to_dtype` does."""
+    if compute is None:
+        return model(ids, labels=ids, use_cache=False).loss
+    cast = {k: v.to(compute) for k, v in model.named_parameters()}
+    return torch.func.functional_call(model, cast, (ids,), dict(labels=ids, use_cache=False)).loss
+
+
 def make_optimizer(torch, params, kind: str, impl: str, lr: float):
     """The optimizer with its implementation chosen explicitly (torch picks the for-loop on
     CPU when left to itself)."""
@@ -757,11 +782,9 @@ def make_optimizer(torch, params, kind: str, impl: str, lr: float):
 def train_point(torch, model, p, device, meter, impl: str):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
-    backward merged into one span each. `mixed-*`: the parameters are the f32 masters and each
-    forward runs the model on their 16-bit casts (torch.func.functional_call), so autograd
-    brings the gradients back onto the masters in f32, as the harness's `to_dtype` does."""
+    backward merged into one span each; `mixed-*` through train_forward."""
     t = p["train"]
-    compute = {"mixed-bf16": torch.bfloat16, "mixed-f16": torch.float16}.get(p["precision"])
+    compute = compute_dtype(torch, p["precision"])
     vocab = model.config.vocab_size
     n = t["grad_accum"]
     micro = p["batch"] // n
@@ -779,12 +802,6 @@ def train_point(torch, model, p, device, meter, impl: str):
     n_params = sum(q.numel() for q in model.parameters())
     n_train = sum(q.numel() for q in params)
 
-    def forward(ids):
-        if compute is None:
-            return model(ids, labels=ids, use_cache=False).loss
-        cast = {k: v.to(compute) for k, v in model.named_parameters()}
-        return torch.func.functional_call(model, cast, (ids,), dict(labels=ids, use_cache=False)).loss
-
     opt = None
     try:
         for step in range(1, t["steps"] + 1):
@@ -794,7 +811,7 @@ def train_point(torch, model, p, device, meter, impl: str):
             for _ in range(n):
                 started = meter.start()
                 ids = torch.randint(0, vocab, (micro, p["context"]), generator=g).to(device)
-                loss = forward(ids) / n
+                loss = train_forward(torch, model, ids, compute) / n
                 del ids
                 m, ms = meter.finish(started)
                 fwd.append(m)
@@ -844,6 +861,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", choices=["eager", "sdpa"], default="eager",
                     help="attention implementation (recorded in the kernels column); eager "
                     "materializes the scores like vramlab's models")
+    ap.add_argument("--onednn", action="store_true",
+                    help="cpu: keep oneDNN on (its per-shape caches then show in the phases)")
     ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")
     args = ap.parse_args(argv)
     try:

@@ -32,8 +32,8 @@ Meters:
   libvramlab_preload.so (harness/preload), which must be in LD_PRELOAD (scripts/torch-cpu.sh
   does it); reserved = VmRSS, its peak VmHWM reset through /proc/self/clear_refs; device_used =
   MemTotal - MemAvailable; non_pool = RSS - allocated. Each point starts with malloc_trim(0).
-  oneDNN is off (its per-shape caches would land in whichever phase first meets a shape)
-  unless --onednn.
+  Each point first runs once unmeasured at its own shapes (oneDNN keeps per-shape state the
+  first time a shape runs); --no-onednn turns oneDNN off.
 
 Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line, exit 2.
 --dry-run imports neither torch nor transformers.
@@ -302,6 +302,19 @@ class PreloadMeter:
         ), (time.perf_counter() - t0) * 1e3
 
 
+class NullMeter:
+    """Measures nothing: for the unmeasured rehearsal of a point."""
+    kind = "none"
+
+    def start(self):
+        return time.perf_counter()
+
+    def finish(self, started):
+        keys = ("baseline_allocated", "peak_allocated", "end_allocated", "baseline_reserved",
+                "peak_reserved", "device_used", "non_pool")
+        return dict.fromkeys(keys, 0), (time.perf_counter() - started) * 1e3
+
+
 def span(first: dict, rest: list[dict]) -> dict:
     allm = [first] + rest
     last = rest[-1] if rest else first
@@ -481,14 +494,13 @@ def run(args) -> int:
 
     if cpu:
         device = torch.device("cpu")
-        # oneDNN (bf16/f16 matmuls on CPU) keeps per-shape state (primitive cache, reordered
-        # weights): megabytes retained the first time each shape runs, landing in whichever
-        # phase meets it first. A CPU runtime cache, like cuBLAS's workspace on a GPU: off
-        # unless --onednn, and recorded in the manifest.
-        torch.backends.mkldnn.enabled = args.onednn
+        # oneDNN (bf16/f16 matmuls on CPU) keeps per-shape state: megabytes retained the first
+        # time each shape runs. Each point's unmeasured rehearsal creates it; --no-onednn turns
+        # oneDNN off (bf16 matmuls then take torch's slow reference kernels).
+        torch.backends.mkldnn.enabled = not args.no_onednn
         dev_name, drv, cuda_v = platform.processor() or platform.machine(), "", ""
         pool = {"meter": meter.kind, "allocator": "glibc malloc via libvramlab_preload.so",
-                "onednn": args.onednn}
+                "onednn": not args.no_onednn}
         gpu = None
     else:
         if not torch.cuda.is_available():
@@ -592,9 +604,13 @@ def run(args) -> int:
                               message="weights built once per (model, precision); shared by the group",
                               **load_mem, **load_f))
             try:
+                # An unmeasured rehearsal at the point's own shapes first: torch's CPU kernels
+                # (oneDNN) keep per-shape state the first time a shape runs.
                 if p["mode"] == "train":
+                    train_point(torch, model, p, device, NullMeter(), args.torch_optim, rehearse=True)
                     rows = train_point(torch, model, p, device, meter, args.torch_optim)
                 else:
+                    infer_point(torch, transformers, model, model.config, p, dtype, device, NullMeter(), lkw)
                     rows = infer_point(torch, transformers, model, model.config, p, dtype, device, meter, lkw)
                 for r in rows:
                     f = features(shape, p, r["phase"], r.get("kv_tokens") or 0,
@@ -779,15 +795,19 @@ def make_optimizer(torch, params, kind: str, impl: str, lr: float):
     return torch.optim.SGD(params, lr=lr, **flags)
 
 
-def train_point(torch, model, p, device, meter, impl: str):
+def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = False):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
-    backward merged into one span each; `mixed-*` through train_forward."""
+    backward merged into one span each; `mixed-*` through train_forward. `rehearse`: one
+    micro-batch's forward and backward, no optimizer."""
     t = p["train"]
     compute = compute_dtype(torch, p["precision"])
     vocab = model.config.vocab_size
     n = t["grad_accum"]
     micro = p["batch"] // n
+    steps = t["steps"]
+    if rehearse:
+        n = steps = 1
     g = torch.Generator(device="cpu").manual_seed(42)
     rows = []
     model.train()
@@ -804,14 +824,14 @@ def train_point(torch, model, p, device, meter, impl: str):
 
     opt = None
     try:
-        for step in range(1, t["steps"] + 1):
+        for step in range(1, steps + 1):
             fwd, bwd = [], []
             started_step = time.perf_counter()
             fwd_ms = bwd_ms = 0.0
             for _ in range(n):
                 started = meter.start()
                 ids = torch.randint(0, vocab, (micro, p["context"]), generator=g).to(device)
-                loss = train_forward(torch, model, ids, compute) / n
+                loss = train_forward(torch, model, ids, compute) / t["grad_accum"]
                 del ids
                 m, ms = meter.finish(started)
                 fwd.append(m)
@@ -822,6 +842,9 @@ def train_point(torch, model, p, device, meter, impl: str):
                 m, ms = meter.finish(started)
                 bwd.append(m)
                 bwd_ms += ms
+            if rehearse:
+                model.zero_grad(set_to_none=True)
+                break
             started = meter.start()
             if opt is None:
                 opt = make_optimizer(torch, params, t["optimizer"], impl, t["lr"])
@@ -861,8 +884,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", choices=["eager", "sdpa"], default="eager",
                     help="attention implementation (recorded in the kernels column); eager "
                     "materializes the scores like vramlab's models")
-    ap.add_argument("--onednn", action="store_true",
-                    help="cpu: keep oneDNN on (its per-shape caches then show in the phases)")
+    ap.add_argument("--no-onednn", action="store_true",
+                    help="cpu: turn oneDNN off (no per-shape kernel state; bf16 much slower)")
     ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")
     args = ap.parse_args(argv)
     try:

@@ -76,6 +76,15 @@ unsafe fn set_errno(e: i32) {
     *__errno_location() = e;
 }
 
+/// `size + extra`, or `None` with errno ENOMEM on overflow.
+unsafe fn padded(size: usize, extra: usize) -> Option<usize> {
+    let total = size.checked_add(extra);
+    if total.is_none() {
+        set_errno(ENOMEM);
+    }
+    total
+}
+
 /// Writes the header below `user` and counts `size`.
 unsafe fn finish(base: *mut c_void, user: *mut u8, size: usize) -> *mut c_void {
     let h = user.sub(HEADER) as *mut usize;
@@ -92,8 +101,7 @@ unsafe fn header(user: *mut c_void) -> (*mut c_void, usize) {
 }
 
 unsafe fn alloc(size: usize) -> *mut c_void {
-    let Some(total) = size.checked_add(HEADER) else {
-        set_errno(ENOMEM);
+    let Some(total) = padded(size, HEADER) else {
         return null_mut();
     };
     let base = __libc_malloc(total);
@@ -107,8 +115,7 @@ unsafe fn alloc_aligned(align: usize, size: usize) -> *mut c_void {
     if align <= HEADER {
         return alloc(size);
     }
-    let Some(total) = size.checked_add(align) else {
-        set_errno(ENOMEM);
+    let Some(total) = padded(size, align) else {
         return null_mut();
     };
     let base = __libc_memalign(align, total);
@@ -166,8 +173,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     }
     let (base, old) = header(ptr);
     if base as usize + HEADER == ptr as usize {
-        let Some(total) = size.checked_add(HEADER) else {
-            set_errno(ENOMEM);
+        let Some(total) = padded(size, HEADER) else {
             return null_mut();
         };
         let nb = __libc_realloc(base, total);
@@ -229,12 +235,9 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// The C `pvalloc` contract: the size rounded up to whole pages.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    match size.checked_add(PAGE - 1) {
+    match padded(size, PAGE - 1) {
         Some(s) => alloc_aligned(PAGE, s & !(PAGE - 1)),
-        None => {
-            set_errno(ENOMEM);
-            null_mut()
-        }
+        None => null_mut(),
     }
 }
 

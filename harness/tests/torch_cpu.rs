@@ -237,7 +237,10 @@ fn smollm2_gguf_gradients_state_and_transients_per_implementation() {
         let rows = torch_cpu(&scenario, &out, implementation);
         let point = "SmolLM2-135M-Instruct.Q4_1/train/f32/b1/c64/adamw/none/ga1/full";
         check_training(&rows, point, &p, 4, implementation);
-        let load = row(&rows, point, Phase::Load, 0);
+        let load = rows
+            .iter()
+            .find(|r| r.point_id == point && r.phase == Some(Phase::Load))
+            .unwrap();
         assert_eq!(load.feature_weight_bytes, Some(SMOLLM2_PARAMS * 4));
         vramlab()
             .arg("fit")

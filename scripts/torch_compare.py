@@ -5,8 +5,9 @@
 
 Prints a Markdown table with one row per (training point, runtime): the candle row first, then
 each torch CSV (one per AdamW implementation). Figures, from step 1 and step 2 of the point:
-- forward / backward / optimizer peak: step 2's peak_allocated minus the point's load baseline
-  (bytes above what the process held before the weights: the runtime's own heap is left out);
+- forward / backward / optimizer peak: step 2's peak_allocated minus what the process held
+  before step 1 other than the weights (forward(1).baseline - feature_weight_bytes): the
+  runtime's own heap and loader leftovers are left out, the weights are in;
 - gradients: backward(1).end - forward(1).baseline;
 - optimizer state: optimizer(1).end - forward(1).baseline;
 - step-2 transient: optimizer(2).peak - optimizer(2).baseline;
@@ -22,8 +23,8 @@ def figures(rows):
     def v(phase, step, col):
         return int(g[(phase, step)][col])
 
-    floor = v("load", "", "baseline_allocated") if ("load", "") in g else v("load", "0", "baseline_allocated")
     start = v("forward", "1", "baseline_allocated")
+    floor = start - v("forward", "1", "feature_weight_bytes")
     return [
         v("forward", "2", "peak_allocated") - floor,
         v("backward", "2", "peak_allocated") - floor,

@@ -9,6 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
   sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  [ $# -ge 1 ] && exit 0
   exit 2
 fi
 PY=${VRAMLAB_TORCH_PYTHON:-$("$root/scripts/torch-env.sh")}

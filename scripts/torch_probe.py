@@ -445,6 +445,12 @@ def check_runnable(path: Path, spec: dict):
             bad = [x for x in as_list(v) if k in RUNNABLE and x not in RUNNABLE[k]]
             if bad:
                 raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(bad[0])}`")
+        mixed = [x for x in s.get("precision", []) if x.startswith("mixed-")]
+        if mixed and "train" in s.get("mode", []) and "layer" in s.get("checkpointing", []):
+            # train_forward's 16-bit casts live for the forward only; a checkpointed layer's
+            # recomputation in backward would meet the f32 masters.
+            raise InputError(f"{path}: the torch probe cannot run `precision = \"{mixed[0]}\"` "
+                             "with `checkpointing = \"layer\"`")
         for tr in s.get("trainable", []):
             if tr not in ("full", "frozen-embeddings") and not re.fullmatch(r"lora-r[1-9][0-9]*", tr):
                 raise InputError(f"{path}: the torch probe cannot run `trainable = \"{tr}\"`")
@@ -454,7 +460,7 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
     """The real transformers class of the config's model_type, with the source's weights:
     `hf:DIR` from_pretrained, `gguf:FILE` transformers' GGUF loader (dequantizes),
     `synthetic:CONFIG` from_config (random values, real shapes)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
     kw = dict(dtype=dtype, attn_implementation=attention)
     if kind == "gguf":
         p = Path(path)
@@ -471,11 +477,13 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
     if not cfg_path.is_file():
         raise InputError(f"{cfg_path}: no such config.json")
     config = AutoConfig.from_pretrained(str(cfg_path))
+    # Encoders train as masked LMs (BertForMaskedLM), as vramlab's bert does.
+    auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
     if kind == "hf":
-        model = AutoModelForCausalLM.from_pretrained(path, **kw).to(device)
+        model = auto.from_pretrained(str(cfg_path.parent), config=config, **kw).to(device)
     else:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, **kw)
+            model = auto.from_config(config, **kw)
     return config, model
 
 

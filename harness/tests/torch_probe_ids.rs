@@ -1,5 +1,6 @@
 //! scripts/torch_probe.py and `vramlab sweep` measure the same grid: for every scenario in
-//! scenarios/, `torch_probe.py --dry-run` prints exactly the ids of `vramlab sweep --dry-run`.
+//! scenarios/, `torch_probe.py --dry-run` (with `--device cpu` for the CPU scenarios, as
+//! scripts/torch-cpu.sh runs it) prints exactly the ids of `vramlab sweep --dry-run`.
 //! The dry run imports no torch, so this runs wherever python3 (≥ 3.11, for tomllib) does.
 mod common;
 use common::{root, vramlab};
@@ -33,9 +34,18 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
             .output()
             .unwrap();
         let ours = ids(&ours, &format!("vramlab sweep --dry-run {}", s.display()));
+        // CPU scenarios as scripts/torch-cpu.sh runs them (`--device cpu`).
+        let cpu = std::fs::read_to_string(s)
+            .unwrap()
+            .contains("device = \"cpu\"");
         let theirs = std::process::Command::new("python3")
             .arg(root().join("scripts/torch_probe.py"))
             .arg(s)
+            .args(if cpu {
+                &["--device", "cpu"][..]
+            } else {
+                &[][..]
+            })
             .arg("--dry-run")
             .current_dir(root())
             .output()

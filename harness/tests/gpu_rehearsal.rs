@@ -19,18 +19,23 @@ fn files(dir: &Path, depth: usize, out: &mut Vec<(String, u64, usize)>) {
     }
 }
 
-#[test]
-fn rehearsal_brings_back_everything_within_the_device_limits() {
+/// Runs the rehearsal into a temporary $OUT, checks the device tool's limits on what comes
+/// back, unpacks the archive; returns status.txt and the unpacked `gpu-run/` folder.
+fn rehearse(torch_python: Option<&str>) -> (String, tempfile::TempDir) {
     let out = tempfile::tempdir().unwrap();
-    let status = Command::new("bash")
-        .arg(common::root().join("scripts/gpu/run.sh"))
+    let mut cmd = Command::new("bash");
+    cmd.arg(common::root().join("scripts/gpu/run.sh"))
         .arg("--rehearse")
         .current_dir(common::root())
         .env("OUT", out.path())
         .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
-        .env("VRAMLAB_MODELS", common::models())
-        .status()
-        .unwrap();
+        .env("VRAMLAB_MODELS", common::models());
+    match torch_python {
+        Some(py) => cmd.env("VRAMLAB_TORCH_PYTHON", py),
+        // No torch: the probe is skipped and status.txt says so.
+        None => cmd.env("VRAMLAB_TORCH_PYTHON", "/nonexistent/python"),
+    };
+    let status = cmd.status().unwrap();
     let status_txt = std::fs::read_to_string(out.path().join("status.txt")).unwrap();
     assert!(status.success(), "{status_txt}");
 
@@ -64,6 +69,29 @@ fn rehearsal_brings_back_everything_within_the_device_limits() {
         .status()
         .unwrap();
     assert!(tar.success());
+    (status_txt, unpacked)
+}
+
+/// Every row ok, with inference (decode, total) and training (backward, step_total) rows.
+fn check_rows(csv: &Path) {
+    use vramlab::record::{Phase, Status};
+    let rows = vramlab::export::csv::read(csv).unwrap();
+    let ok = |p: Phase| {
+        rows.iter()
+            .any(|r| r.phase == Some(p) && r.status == Some(Status::Ok))
+    };
+    assert!(ok(Phase::Decode) && ok(Phase::Total), "inference rows");
+    assert!(ok(Phase::Backward) && ok(Phase::StepTotal), "training rows");
+    assert!(rows.iter().all(|r| r.status == Some(Status::Ok)));
+}
+
+#[test]
+fn rehearsal_brings_back_everything_within_the_device_limits() {
+    let (status_txt, unpacked) = rehearse(None);
+    assert!(
+        status_txt.contains("torch rehearse: skipped"),
+        "{status_txt}"
+    );
     let run = unpacked.path().join("gpu-run");
     for f in [
         "rehearse-candle.csv",
@@ -74,13 +102,30 @@ fn rehearsal_brings_back_everything_within_the_device_limits() {
     ] {
         assert!(run.join(f).exists(), "{f} is not in the archive");
     }
-    let rows = vramlab::export::csv::read(&run.join("rehearse-candle.csv")).unwrap();
-    use vramlab::record::{Phase, Status};
-    let ok = |p: Phase| {
-        rows.iter()
-            .any(|r| r.phase == Some(p) && r.status == Some(Status::Ok))
-    };
-    assert!(ok(Phase::Decode) && ok(Phase::Total), "inference rows");
-    assert!(ok(Phase::Backward) && ok(Phase::StepTotal), "training rows");
-    assert!(rows.iter().all(|r| r.status == Some(Status::Ok)));
+    check_rows(&run.join("rehearse-candle.csv"));
+}
+
+/// With torch (scripts/test.sh runs it after scripts/torch-env.sh, with
+/// VRAMLAB_TORCH_PYTHON set): the torch probe's CSV is in the archive, every row ok, and
+/// `vramlab fit` accepts it.
+#[test]
+#[ignore = "needs the torch environment: VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)"]
+fn rehearsal_with_the_torch_probe() {
+    let py = std::env::var("VRAMLAB_TORCH_PYTHON")
+        .expect("set VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)");
+    let (status_txt, unpacked) = rehearse(Some(&py));
+    assert!(
+        status_txt.contains("torch rehearse: exit 0"),
+        "{status_txt}"
+    );
+    let run = unpacked.path().join("gpu-run");
+    let torch = run.join("rehearse-torch.csv");
+    check_rows(&torch);
+    common::vramlab()
+        .arg("fit")
+        .arg(&torch)
+        .arg("--out")
+        .arg(unpacked.path().join("torch.constants.toml"))
+        .assert()
+        .success();
 }

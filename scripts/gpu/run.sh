@@ -196,8 +196,14 @@ for scenario in $SCENARIOS; do
     t="$(limit "$TORCH_TIMEOUT")"
     say "torch_probe.py $scenario --device $DEVICE (limit ${t}s)"
     t1=$SECONDS
-    timeout -k 10 "$t" "$PYTHON" scripts/torch_probe.py "$scenario" --device "$DEVICE" \
-      --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
+    if [ "$MODE" = rehearse ]; then
+      # On the CPU, torch is measured under the preload meter (README "PyTorch on CPU").
+      timeout -k 10 "$t" env VRAMLAB_TORCH_PYTHON="$PYTHON" scripts/torch-cpu.sh "$scenario" \
+        --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
+    else
+      timeout -k 10 "$t" "$PYTHON" scripts/torch_probe.py "$scenario" --device "$DEVICE" \
+        --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
+    fi
     rc=$?
     STEPS+=("torch $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-torch.csv")")
     say "torch_probe $stem exit $rc"

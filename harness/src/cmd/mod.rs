@@ -1,7 +1,10 @@
 //! One file per subcommand.
+pub mod bundle;
+pub mod compare;
 pub mod estimate;
 pub mod fit;
 pub mod generate;
+pub mod merge;
 pub mod summary;
 pub mod sweep;
 pub mod synth_weights;

@@ -49,4 +49,7 @@ pub enum Command {
     /// errors, estimates for three presets, the candle-vs-torch table when a torch CSV of the
     /// same scenario is present, and the sha256 of every file.
     Bundle(crate::cmd::bundle::Args),
+    /// Plot calibration CSVs as SVG and PNG (axes in GiB): memory vs context and batch, the KV
+    /// curve, training phases, predicted vs measured, candle vs torch.
+    Plot(crate::cmd::plot::Args),
 }

@@ -14,6 +14,7 @@ pub mod fit;
 pub mod merge;
 pub mod meter;
 pub mod model;
+pub mod plot;
 pub mod record;
 pub mod runner;
 pub mod scenario;

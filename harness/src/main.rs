@@ -19,6 +19,7 @@ fn main() {
         Command::Compare(a) => cmd::compare::run(a),
         Command::Merge(a) => cmd::merge::run(a),
         Command::Bundle(a) => cmd::bundle::run(a),
+        Command::Plot(a) => cmd::plot::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

@@ -5,6 +5,7 @@ pub mod estimate;
 pub mod fit;
 pub mod generate;
 pub mod merge;
+pub mod plot;
 pub mod summary;
 pub mod sweep;
 pub mod synth_weights;

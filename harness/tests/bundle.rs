@@ -45,11 +45,24 @@ fn bundle_report_hashes_and_verify() {
         .success();
     let files = entries(&out);
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
-    let src: Vec<String> = std::fs::read_dir(root().join("results/cpu"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| !n.starts_with('.'))
-        .collect();
+    // Every file of results/cpu (plots/ included), as paths relative to it.
+    let mut src: Vec<String> = Vec::new();
+    let mut dirs = vec![root().join("results/cpu")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with('.') {
+                continue;
+            }
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                let rel = p.strip_prefix(root().join("results/cpu")).unwrap();
+                src.push(rel.to_string_lossy().to_string());
+            }
+        }
+    }
     for n in &src {
         assert!(
             names.contains(&format!("cpu-calibration/{n}").as_str()),

@@ -6,29 +6,11 @@ use common::{root, stable, vramlab};
 use std::path::{Path, PathBuf};
 
 /// Two weight groups of inference (f32, bf16) and one of training, on a tiny synthetic llama.
-const SCENARIO: &str = r#"name = "shard-synth"
-device = "cpu"
-[model]
-source = "synthetic:harness/tests/data/tiny-llama.json"
-[[sweep]]
-mode = ["infer"]
-precision = ["f32", "bf16"]
-batch = [1, 2]
-context = [16]
-kv_cache = ["preallocated", "growing"]
-decode_steps = 2
-[[sweep]]
-mode = ["train"]
-precision = ["f32"]
-batch = [2]
-context = [16]
-optimizer = ["sgd", "adamw"]
-train_steps = 1
-"#;
+const SCENARIO: &str = "scenarios/shard-synth.toml";
 
 fn scenario(dir: &Path) -> PathBuf {
     let p = dir.join("shard-synth.toml");
-    std::fs::write(&p, SCENARIO).unwrap();
+    std::fs::copy(root().join(SCENARIO), &p).unwrap();
     p
 }
 

@@ -31,4 +31,25 @@ pub enum Command {
     /// Estimate the memory of a configuration, the smallest GPU that fits it, and the largest
     /// batch and context that fit a given GPU.
     Estimate(crate::cmd::estimate::Args),
+    /// Regression gate: compare a run with a baseline CSV, metric by metric, within noise
+    /// margins (exit 0 within, 1 on a regression, 2 on unusable input).
+    ///
+    /// Joins rows on (point_id, phase, step) and prints the changes worst first in GB and GiB
+    /// with the signed percentage, and the points present on one side only.
+    Compare(crate::cmd::compare::Args),
+    /// Merge the CSVs of a sharded sweep into one CSV with a combined manifest.
+    ///
+    /// The inputs must agree on schema, scenario hash and weights; exact duplicate rows are
+    /// removed, and a point measured twice with different figures is an error naming both files.
+    Merge(crate::cmd::merge::Args),
+    /// Pack a results folder into a publishable calibration bundle (.tar.gz with a generated
+    /// REPORT.md and SHA256SUMS), or check one with --verify.
+    ///
+    /// The report gives the device, runtime and versions of each run, the fit's held-out
+    /// errors, estimates for three presets, the candle-vs-torch table when a torch CSV of the
+    /// same scenario is present, and the sha256 of every file.
+    Bundle(crate::cmd::bundle::Args),
+    /// Plot calibration CSVs as SVG and PNG (axes in GiB): memory vs context and batch, the KV
+    /// curve, training phases, predicted vs measured, candle vs torch.
+    Plot(crate::cmd::plot::Args),
 }

@@ -1,16 +1,20 @@
 //! vramlab: measure the memory a model needs, per phase, on real weights.
 //! See DESIGN.md in the shared folder and the README for the data flow:
 //! scenario → grid → runner (workload × meter) → records → exporter → CSV.
+pub mod bundle;
 pub mod cli;
 pub mod cmd;
+pub mod compare;
 pub mod device;
 pub mod error;
 pub mod estimate;
 pub mod export;
 pub mod features;
 pub mod fit;
+pub mod merge;
 pub mod meter;
 pub mod model;
+pub mod plot;
 pub mod record;
 pub mod runner;
 pub mod scenario;

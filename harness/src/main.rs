@@ -16,6 +16,10 @@ fn main() {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Fit(a) => cmd::fit::run(a),
         Command::Estimate(a) => cmd::estimate::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
+        Command::Bundle(a) => cmd::bundle::run(a),
+        Command::Plot(a) => cmd::plot::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

@@ -29,7 +29,9 @@ pub enum Status {
     Skipped,
 }
 
+/// `#[serde(default)]`: a CSV of an older schema version, which lacks later columns, still reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Record {
     pub schema_version: u32,
     pub run_id: String,

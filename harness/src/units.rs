@@ -22,6 +22,21 @@ pub fn gib(bytes: u64) -> String {
     format!("{:.3}", bytes as f64 / GIB)
 }
 
+/// A signed change in decimal gigabytes, three decimals: "+0.052", "-1.200".
+pub fn signed_gb(delta: i128) -> String {
+    format!("{:+.3}", delta as f64 / GB)
+}
+
+/// A signed change in binary gibibytes, three decimals.
+pub fn signed_gib(delta: i128) -> String {
+    format!("{:+.3}", delta as f64 / GIB)
+}
+
+/// A signed percentage with two decimals: "+2.00%".
+pub fn signed_pct(pct: f64) -> String {
+    format!("{pct:+.2}%")
+}
+
 /// Human size with a binary unit, for short messages: "1.50 MiB".
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

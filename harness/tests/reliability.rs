@@ -1,35 +1,13 @@
 //! Reliability: running out of memory under `--capacity`, SIGKILL then `--resume`, and
 //! determinism of the allocated figures across processes.
 mod common;
-use common::{root, smollm2_gguf, vramlab};
+use common::{root, smollm2_gguf, stable, vramlab};
 use predicates::prelude::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use vramlab::record::{Phase, Record, Status};
 
 const SCENARIO: &str = "harness/tests/data/reliability.toml";
-
-/// The columns that must be identical between runs (DESIGN.md §5: allocated figures and
-/// features; timestamps, run ids, RSS and device_used may differ).
-fn stable(r: &Record) -> impl PartialEq + std::fmt::Debug {
-    (
-        r.point_id.clone(),
-        r.phase,
-        r.step,
-        r.kv_tokens,
-        r.baseline_allocated,
-        r.peak_allocated,
-        r.end_allocated,
-        (
-            r.feature_weight_bytes,
-            r.feature_kv_bytes,
-            r.feature_act_bytes,
-            r.feature_logits_bytes,
-            r.feature_optimizer_bytes,
-        ),
-        r.status,
-    )
-}
 
 /// `vramlab sweep SCENARIO --out out` started in the background, output discarded.
 fn spawn_sweep(out: &Path) -> std::process::Child {

@@ -1,7 +1,11 @@
 //! One file per subcommand.
+pub mod bundle;
+pub mod compare;
 pub mod estimate;
 pub mod fit;
 pub mod generate;
+pub mod merge;
+pub mod plot;
 pub mod summary;
 pub mod sweep;
 pub mod synth_weights;

@@ -1,10 +1,12 @@
 //! `vramlab sweep`: expand a scenario into points, measure each, write CSV + manifest.
 use crate::error::{bad_file, InputError};
+use crate::estimate::Shape;
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::{hash_files, Host, Manifest, Versions, WeightInfo};
 use crate::model::{weights, Source};
 use crate::record::{Phase, Status};
 use crate::runner::{base_record, now_rfc3339, progress_bar, Prepared, RunContext, Runner};
+use crate::scenario::shard::{cost as shard_cost, select, Shard};
 use crate::scenario::{expand, short_hash, Point, Spec};
 use anyhow::Context;
 use anyhow::Result;
@@ -41,6 +43,11 @@ pub struct Args {
     /// Overwrite an existing --out instead of resuming.
     #[arg(long)]
     pub fresh: bool,
+    /// Run shard K of N (1-based): a deterministic 1/N of the points, balanced by the
+    /// estimator's cost, with points that share loaded weights kept together. Run every K
+    /// (one per GPU or node) with its own --out, then `vramlab merge` the outputs.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
     /// Internal: run points START:END of the grid in this process (a worker).
     #[arg(long, hide = true, value_name = "START:END")]
     pub worker: Option<String>,
@@ -126,14 +133,33 @@ fn lock_output(out: &Path) -> Result<std::fs::File> {
 
 pub fn run(args: Args) -> Result<()> {
     let (spec, text) = Spec::load(&args.scenario)?;
-    let points = expand(&spec);
+    let mut points = expand(&spec);
+    let shard = match &args.shard {
+        Some(s) => Some(s.parse::<Shard>().map_err(InputError::arg)?),
+        None => None,
+    };
+    let mut prepared = None;
+    if let Some(shard) = shard {
+        // The split needs every model's shape for the estimator's cost.
+        let models = prepare(&args.scenario, &points)?;
+        let shapes: BTreeMap<&String, Shape> = models
+            .iter()
+            .map(|(s, m)| (s, Shape::from_config(&m.source.model_id(), &m.config)))
+            .collect();
+        let keep = select(&points, |p| shard_cost(&shapes[&p.source], p), shard);
+        points = keep.into_iter().map(|i| points[i].clone()).collect();
+        prepared = Some(models);
+    }
     if args.dry_run {
         for p in &points {
             println!("{}", p.id);
         }
         return Ok(());
     }
-    let models = prepare(&args.scenario, &points)?;
+    let models = match prepared {
+        Some(m) => m,
+        None => prepare(&args.scenario, &points)?,
+    };
     let device_spec = args.device.clone().unwrap_or_else(|| spec.device.clone());
     let capacity = match &args.capacity {
         Some(c) => Some(
@@ -189,6 +215,17 @@ pub fn run(args: Args) -> Result<()> {
                 )
             })?;
         let old_hash = old["scenario_hash"].as_str().unwrap_or("");
+        let old_shard = old["shard"].as_str().map(str::to_string);
+        if old_shard != shard.map(|s| s.to_string()) {
+            return Err(bad_file(
+                &out,
+                format!(
+                    "was written by shard {}, this run is shard {}; use --fresh to overwrite it or another --out",
+                    old_shard.as_deref().unwrap_or("none"),
+                    shard.map(|s| s.to_string()).unwrap_or_else(|| "none".into())
+                ),
+            ));
+        }
         if old_hash != scenario_hash {
             return Err(bad_file(
                 &out,
@@ -263,14 +300,17 @@ pub fn run(args: Args) -> Result<()> {
         host: Host::current(),
         weights: weights_info,
         points: points.len(),
+        shard: shard.map(|s| s.to_string()),
+        shards: Vec::new(),
         capacity_bytes: capacity,
         status_counts: BTreeMap::new(),
         workers_started: 0,
     };
     manifest.write()?;
     eprintln!(
-        "sweep {}: {} points -> {}",
+        "sweep {}{}: {} points -> {}",
         spec.name,
+        shard.map(|s| format!(" shard {s}")).unwrap_or_default(),
         points.len(),
         out.display()
     );
@@ -293,6 +333,9 @@ pub fn run(args: Args) -> Result<()> {
             .args(["--worker", &format!("{start:06}:{end:06}")]);
         if let Some(cap) = &args.capacity {
             c.args(["--capacity", cap]);
+        }
+        if let Some(s) = shard {
+            c.args(["--shard", &s.to_string()]);
         }
         c
     };

@@ -63,6 +63,27 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
 /// [`read`] on any reader; `path` is only used in error messages. Every error is an
 /// [`crate::error::InputError`] naming `path` and the row.
 pub fn read_from<R: std::io::Read>(path: &Path, r: R) -> Result<Vec<Record>> {
+    Ok(read_table_from(path, r)?.records)
+}
+
+/// A vramlab CSV as read: its header, its rows, and the `runtime` column's value per row when
+/// the file has one (the torch probe's CSV), which [`Record`] does not hold.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    pub columns: Vec<String>,
+    pub records: Vec<Record>,
+    pub runtime: Vec<Option<String>>,
+}
+
+/// Reads a vramlab CSV with its header. Any schema version up to [`SCHEMA_VERSION`] is read
+/// (columns a version lacks are empty); columns this version does not know are ignored.
+pub fn read_table(path: &Path) -> Result<Table> {
+    let f = File::open(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    read_table_from(path, std::io::BufReader::new(f))
+}
+
+/// [`read_table`] on any reader; `path` is only used in error messages.
+pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
     let mut rd = csv::Reader::from_reader(r);
     let headers = rd
         .headers()
@@ -74,18 +95,20 @@ pub fn read_from<R: std::io::Read>(path: &Path, r: R) -> Result<Vec<Record>> {
             "not a vramlab CSV: the first column must be `schema_version`",
         ));
     }
+    let runtime_col = headers.iter().position(|h| h == "runtime");
     let mut out = Vec::new();
+    let mut runtime = Vec::new();
     for (i, row) in rd.records().enumerate() {
         let line = i + 2;
         let row = row.map_err(|e| bad_file(path, format!("row {line}: {e}")))?;
         // Check the version before the rest, so a CSV of another schema says so rather than
         // failing on whichever column changed.
         if let Some(v) = row.get(0) {
-            if v.trim().parse::<u32>().ok() != Some(SCHEMA_VERSION) {
+            if !matches!(v.trim().parse::<u32>(), Ok(1..=SCHEMA_VERSION)) {
                 return Err(bad_file(
                     path,
                     format!(
-                        "row {line}: schema_version `{v}` is not the supported {SCHEMA_VERSION}"
+                        "row {line}: schema_version `{v}` is not one this vramlab reads (1 to {SCHEMA_VERSION})"
                     ),
                 ));
             }
@@ -97,8 +120,13 @@ pub fn read_from<R: std::io::Read>(path: &Path, r: R) -> Result<Vec<Record>> {
             )
         })?;
         out.push(r);
+        runtime.push(runtime_col.and_then(|c| row.get(c)).map(str::to_string));
     }
-    Ok(out)
+    Ok(Table {
+        columns: headers.iter().map(str::to_string).collect(),
+        records: out,
+        runtime,
+    })
 }
 
 /// A deserialization error with the column name instead of csv's field index.

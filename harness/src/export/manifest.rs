@@ -122,6 +122,12 @@ pub struct Manifest {
     pub host: Host,
     pub weights: Vec<WeightInfo>,
     pub points: usize,
+    /// `--shard K/N` when the sweep ran one shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    /// What `vramlab merge` combined: one entry per input (csv, run_id, host, shard, times).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<serde_json::Value>,
     /// `--capacity` in bytes, when the sweep ran under a budget.
     pub capacity_bytes: Option<u64>,
     pub status_counts: std::collections::BTreeMap<String, usize>,

@@ -127,7 +127,8 @@ pub fn write(cfg: &Config, dtype: DType, seed: u64, out: &Path) -> Result<()> {
             seed: seed.wrapping_add(i as u64),
         })
         .collect();
-    let tmp = out.join("model.safetensors.part");
+    // Per process: concurrent sweeps (the shards of one scenario) may fill the same cache.
+    let tmp = out.join(format!("model.safetensors.{}.part", std::process::id()));
     safetensors::serialize_to_file(tensors.iter().map(|t| (t.name.clone(), t)), None, &tmp)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::write(

@@ -1,5 +1,6 @@
 //! Scenario files: the serde spec (strict), and the pure grid expansion into points.
 pub mod grid;
+pub mod shard;
 pub mod spec;
 
 pub use grid::{expand, Point};

@@ -58,3 +58,25 @@ pub fn max_abs(t: &candle_core::Tensor) -> f32 {
 pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
     max_abs(&(a - b).unwrap())
 }
+
+/// The columns that must be identical between runs (DESIGN.md §5: allocated figures and
+/// features; timestamps, run ids, RSS and device_used may differ).
+pub fn stable(r: &vramlab::record::Record) -> impl PartialEq + std::fmt::Debug {
+    (
+        r.point_id.clone(),
+        r.phase,
+        r.step,
+        r.kv_tokens,
+        r.baseline_allocated,
+        r.peak_allocated,
+        r.end_allocated,
+        (
+            r.feature_weight_bytes,
+            r.feature_kv_bytes,
+            r.feature_act_bytes,
+            r.feature_logits_bytes,
+            r.feature_optimizer_bytes,
+        ),
+        r.status,
+    )
+}

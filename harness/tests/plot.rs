@@ -1,0 +1,119 @@
+//! `vramlab plot` renders every kind of figure from fixture CSVs (the committed CPU results, a
+//! torch CSV made from them, the committed constants): each SVG is well-formed XML and holds
+//! its series names; each PNG is a PNG.
+mod common;
+use common::{root, vramlab};
+use std::path::Path;
+
+/// A torch probe CSV of the same points: `runtime` column, the probe's signature, 10% more.
+fn torch_csv(dir: &Path) -> std::path::PathBuf {
+    let mut rd = csv::Reader::from_path(root().join("results/cpu/cpu-smollm2.csv")).unwrap();
+    let headers = rd.headers().unwrap().clone();
+    let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+    let p = dir.join("torch.csv");
+    let mut w = csv::Writer::from_path(&p).unwrap();
+    let mut h: Vec<&str> = headers.iter().collect();
+    h.push("runtime");
+    w.write_record(&h).unwrap();
+    for row in rd.records() {
+        let mut row: Vec<String> = row.unwrap().iter().map(str::to_string).collect();
+        row[col("vramlab_version")] = "torch_probe".into();
+        let i = col("peak_allocated");
+        if let Ok(v) = row[i].parse::<u64>() {
+            row[i] = (v + v / 10).to_string();
+        }
+        row.push("torch-2.11".into());
+        w.write_record(&row).unwrap();
+    }
+    w.flush().unwrap();
+    p
+}
+
+#[test]
+fn every_kind_renders_as_svg_and_png() {
+    let d = tempfile::tempdir().unwrap();
+    let torch = torch_csv(d.path());
+    let out = d.path().join("plots");
+    let res = vramlab()
+        .args([
+            "plot",
+            "results/cpu/cpu-smollm2.csv",
+            "results/cpu/cpu-train-smollm2.csv",
+            "--constants",
+            "results/cpu/cpu-smollm2.constants.toml",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(&torch)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let smol = "SmolLM2-135M-Instruct.Q4_1";
+    let expect: [(&str, &[&str]); 6] = [
+        (
+            "-candle-cpu-context",
+            &["f32 preallocated", "bf16 growing", "context (tokens)"],
+        ),
+        (
+            "-candle-cpu-batch",
+            &["f16 preallocated", "batch (sequences)"],
+        ),
+        (
+            "-candle-cpu-kv-curve",
+            &[
+                "allocated (growing)",
+                "reserved (growing)",
+                "allocated (preallocated)",
+            ],
+        ),
+        (
+            "-candle-cpu-train-phases",
+            &["resident at step start", "forward", "backward", "optimizer"],
+        ),
+        (
+            "-candle-cpu-parity",
+            &[
+                "predicted = measured",
+                "+1%",
+                "-1%",
+                "+5%",
+                "-5%",
+                "total",
+                "decode",
+            ],
+        ),
+        ("-candle-vs-torch", &["candle", "torch", "prefill"]),
+    ];
+    for (suffix, names) in expect {
+        let stem = format!("{smol}{suffix}");
+        let svg = std::fs::read_to_string(out.join(format!("{stem}.svg")))
+            .unwrap_or_else(|e| panic!("{stem}.svg: {e}"));
+        let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{stem}.svg: {e}"));
+        let texts: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text())
+            .collect();
+        for n in names {
+            assert!(
+                texts.iter().any(|t| t.trim() == *n),
+                "{stem}.svg lacks `{n}`: {texts:?}"
+            );
+        }
+        assert!(texts.iter().any(|t| t.contains("GiB")), "{stem}: axis unit");
+        if !suffix.contains("torch") {
+            assert!(
+                texts
+                    .iter()
+                    .any(|t| t.contains(&format!("{smol} · candle · cpu · "))),
+                "{stem}: title"
+            );
+        }
+        let png = std::fs::read(out.join(format!("{stem}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{stem}.png");
+    }
+}

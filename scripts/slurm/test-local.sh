@@ -1,0 +1,28 @@
+#!/bin/bash
+# Submits scripts/slurm/sweep.sbatch for real on a Slurm cluster (a one-node localhost
+# slurmctld + slurmd is enough) with --device cpu, waits for the dependent finish job, and checks
+# the merged CSV against an unsharded sweep of the same scenario with `vramlab compare` (allocated
+# bytes exact on CPU) and the bundle with `vramlab bundle --verify`.
+#   scripts/slurm/test-local.sh [SCENARIO.toml] [NSHARDS]
+# Needs sbatch/squeue on PATH and a built vramlab ($VRAMLAB, default target/debug/vramlab).
+set -euo pipefail
+command -v sbatch >/dev/null || { echo "test-local.sh: no sbatch on PATH (install slurm-wlm)" >&2; exit 2; }
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+scenario="${1:-$root/scenarios/shard-synth.toml}"
+n="${2:-3}"
+export VRAMLAB="${VRAMLAB:-$root/target/debug/vramlab}" VRAMLAB_DEVICE=cpu
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$root"
+line=$(bash scripts/slurm/sweep.sbatch submit "$scenario" "$work/out" "$n" \
+    --gres=none --cpus-per-task=1 --mem=3G --output="$work/%x-%A_%a.out")
+echo "$line"
+finish=$(sed -n 's/.*finish job \([0-9]*\).*/\1/p' <<<"$line")
+while squeue -h -j "$finish" 2>/dev/null | grep -q .; do sleep 2; done
+name=$(sed -n 's/^name *= *"\([^"]*\)".*/\1/p' "$scenario" | head -n 1)
+merged="$work/out/results/$name.csv"
+[[ -f "$merged" ]] || { cat "$work"/*.out >&2; echo "test-local.sh: no merged CSV" >&2; exit 1; }
+"$VRAMLAB" sweep "$scenario" --device cpu --quiet --out "$work/full.csv"
+"$VRAMLAB" compare "$work/full.csv" "$merged" --top 0
+"$VRAMLAB" bundle --verify "$work/out/$name.tar.gz"
+echo "test-local.sh: merged shards == unsharded sweep (allocated exact); bundle verified"

@@ -220,7 +220,16 @@ fn unusable_inputs_exit_2() {
     assert!(text.lines().next().unwrap().split(',').nth(39) == Some("non_pool"));
     let b = d.path().join("b.csv");
     std::fs::write(&b, cut).unwrap();
-    one_line_code_2(compare(&a, &b, &[]), "schema mismatch");
+    one_line_code_2(compare(&a, &b, &[]), "missing field `non_pool`");
+    // A schema mismatch: a column the baseline does not have.
+    let extra: String = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{l},{}\n", if i == 0 { "attention" } else { "eager" }))
+        .collect();
+    let x = d.path().join("x.csv");
+    std::fs::write(&x, extra).unwrap();
+    one_line_code_2(compare(&a, &x, &[]), "schema mismatch");
     // A newer schema version than this build reads.
     let v = d.path().join("v.csv");
     let bumped = text.replacen(&format!("\n{SCHEMA_VERSION},"), "\n99,", 1);

@@ -96,6 +96,11 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
         ));
     }
     let runtime_col = headers.iter().position(|h| h == "runtime");
+    // Only an older version may lack columns (they read as empty); a row of this version needs
+    // them all.
+    let missing = crate::record::columns()
+        .into_iter()
+        .find(|c| !headers.iter().any(|h| h == c));
     let mut out = Vec::new();
     let mut runtime = Vec::new();
     for (i, row) in rd.records().enumerate() {
@@ -111,6 +116,9 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
                         "row {line}: schema_version `{v}` is not one this vramlab reads (1 to {SCHEMA_VERSION})"
                     ),
                 ));
+            }
+            if let (Some(c), Ok(SCHEMA_VERSION)) = (&missing, v.trim().parse::<u32>()) {
+                return Err(bad_file(path, format!("row {line}: missing field `{c}`")));
             }
         }
         let r: Record = row.deserialize(Some(&headers)).map_err(|e| {

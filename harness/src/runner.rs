@@ -5,7 +5,7 @@ use crate::features::{self, InferShape};
 use crate::meter::{measure, Meter};
 use crate::model::{build_trainable, weights, Config, Llama, Source, Trainable as TrainableModel};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
-use crate::scenario::spec::Trainable;
+use crate::scenario::spec::{Ops, Trainable};
 use crate::scenario::{Mode, Point};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
@@ -106,7 +106,8 @@ pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> R
             } else {
                 String::new()
             },
-            kernels: "reference".into(),
+            kernels: p.ops.kernels.as_str().into(),
+            attention: p.ops.attention.as_str().into(),
             pool_release: c.pool_release.clone(),
             scenario_hash: c.scenario_hash.clone(),
             meter: meter.into(),
@@ -173,7 +174,7 @@ impl Runner<'_> {
             let device = self.device.clone();
             let train = first.mode == Mode::Train;
             crate::supervisor::mark_phase(Phase::Load);
-            let (loaded, load_mem, load_ms) = measure(self.meter.as_mut(), || {
+            let (mut loaded, load_mem, load_ms) = measure(self.meter.as_mut(), || {
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
                 Ok(if train {
                     Loaded::Vars(to_vars(t)?)
@@ -195,9 +196,9 @@ impl Runner<'_> {
             match &loaded {
                 Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len))?,
                 Loaded::Vars(v) => {
-                    let mut sets: Vec<Trainable> =
-                        whole.iter().map(|p| p.train.trainable).collect();
-                    sets.sort_by_key(|t| t.label());
+                    let mut sets: Vec<(Trainable, Ops)> =
+                        whole.iter().map(|p| (p.train.trainable, p.ops)).collect();
+                    sets.sort_by_key(|(t, o)| (t.label(), o.kernels, o.attention));
                     sets.dedup();
                     warmup::training(
                         &prep.config,
@@ -266,8 +267,9 @@ impl Runner<'_> {
                     last_phase = r.phase;
                     exporter.write(&rec)
                 };
-                let res = match &loaded {
+                let res = match &mut loaded {
                     Loaded::Model(model) => {
+                        model.set_ops(p.ops);
                         inference::run(model, &infer_spec(p), self.meter.as_mut(), &mut |r| {
                             emit(r, None)
                         })
@@ -367,6 +369,7 @@ pub fn trainable_model(
     vars: &[(String, Var)],
     set: Trainable,
     compute: candle_core::DType,
+    ops: crate::scenario::spec::Ops,
 ) -> Result<(Box<dyn TrainableModel>, Vec<Var>)> {
     let adapters = match set {
         Trainable::Lora(r) => lora_adapters(cfg, vars, r)?,
@@ -382,7 +385,7 @@ pub fn trainable_model(
             trainable.push(v.clone());
         }
     }
-    Ok((build_trainable(cfg, tensors, compute)?, trainable))
+    Ok((build_trainable(cfg, tensors, compute, ops)?, trainable))
 }
 
 fn run_training(
@@ -392,8 +395,13 @@ fn run_training(
     meter: &mut dyn Meter,
     emit: &mut dyn FnMut(PhaseResult, f32) -> Result<()>,
 ) -> Result<()> {
-    let (model, trainable) =
-        trainable_model(cfg, vars, p.train.trainable, p.precision.compute_dtype())?;
+    let (model, trainable) = trainable_model(
+        cfg,
+        vars,
+        p.train.trainable,
+        p.precision.compute_dtype(),
+        p.ops,
+    )?;
     let spec = training::TrainSpec {
         batch: p.batch,
         seq: p.context,
@@ -434,7 +442,10 @@ fn train_shape(p: &Point) -> features::TrainShape {
         seq: p.context,
         weight_bytes: p.precision.dtype().size_in_bytes(),
         compute_bytes: p.precision.compute_dtype().size_in_bytes(),
-        adamw: p.train.optimizer == crate::scenario::spec::Optimizer::Adamw,
+        adamw: matches!(
+            p.train.optimizer,
+            crate::scenario::spec::Optimizer::Adamw | crate::scenario::spec::Optimizer::AdamwFused
+        ),
         trainable: p.train.trainable,
     }
 }

@@ -1,7 +1,7 @@
 //! The CSV exporter: header once, then each record appended, flushed and synced as it comes.
 use super::Exporter;
 use crate::error::bad_file;
-use crate::record::{Record, SCHEMA_VERSION};
+use crate::record::{Record, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -81,21 +81,23 @@ pub fn read_from<R: std::io::Read>(path: &Path, r: R) -> Result<Vec<Record>> {
         // Check the version before the rest, so a CSV of another schema says so rather than
         // failing on whichever column changed.
         if let Some(v) = row.get(0) {
-            if v.trim().parse::<u32>().ok() != Some(SCHEMA_VERSION) {
+            let known = OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION;
+            if !v.trim().parse::<u32>().is_ok_and(|v| known.contains(&v)) {
                 return Err(bad_file(
                     path,
                     format!(
-                        "row {line}: schema_version `{v}` is not the supported {SCHEMA_VERSION}"
+                        "row {line}: schema_version `{v}` is not one of the supported {OLDEST_SCHEMA_VERSION}..={SCHEMA_VERSION}"
                     ),
                 ));
             }
         }
-        let r: Record = row.deserialize(Some(&headers)).map_err(|e| {
+        let mut r: Record = row.deserialize(Some(&headers)).map_err(|e| {
             bad_file(
                 path,
                 format!("row {line}: {}", describe(&e, &headers, &row)),
             )
         })?;
+        r.upgrade();
         out.push(r);
     }
     Ok(out)

@@ -121,6 +121,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn version_1_rows_read_as_eager_attention() {
+        // A version-1 file: no `attention` column.
+        let cols: Vec<String> = crate::record::columns()
+            .into_iter()
+            .filter(|c| c != "attention")
+            .collect();
+        let mut row = vec![String::new(); cols.len()];
+        row[0] = "1".into();
+        row[cols.iter().position(|c| c == "param_count").unwrap()] = "5".into();
+        row[cols.iter().position(|c| c == "batch").unwrap()] = "1".into();
+        row[cols.iter().position(|c| c == "context").unwrap()] = "8".into();
+        let text = format!("{}\n{}\n", cols.join(","), row.join(","));
+        let r = read_from(Path::new("v1.csv"), text.as_bytes()).unwrap();
+        assert_eq!(r[0].schema_version, 1);
+        assert_eq!(r[0].attention, "eager");
+    }
+
+    #[test]
     fn reader_errors_name_row_and_column() {
         let p = Path::new("r.csv");
         let cols = crate::record::columns().join(",");

@@ -229,6 +229,40 @@ mod tests {
     }
 
     #[test]
+    fn kernels_attention_and_fused_optimizer_axes() {
+        let text = "name = \"k\"\n[model]\nsource = \"hf:/m/M\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\ncontext = [64]\noptimizer = [\"adamw\", \"adamw-fused\"]\nkernels = [\"reference\", \"fused\"]\nattention = [\"eager\", \"flash\"]\n";
+        let pts = expand(&Spec::parse(Path::new("k.toml"), text).unwrap());
+        let ids: Vec<&str> = pts.iter().map(|p| p.id.as_str()).collect();
+        // Default ops keep the ids they had before the axes existed.
+        assert_eq!(
+            ids[..4],
+            [
+                "M/train/f32/b1/c64/adamw/none/ga1/full",
+                "M/train/f32/b1/c64/adamw/none/ga1/full/flash",
+                "M/train/f32/b1/c64/adamw/none/ga1/full/fused",
+                "M/train/f32/b1/c64/adamw/none/ga1/full/fused/flash",
+            ]
+        );
+        assert_eq!(
+            ids[7],
+            "M/train/f32/b1/c64/adamw-fused/none/ga1/full/fused/flash"
+        );
+        assert_eq!(pts[7].train.optimizer, Optimizer::AdamwFused);
+        assert_eq!(
+            pts[7].ops,
+            Ops {
+                kernels: Kernels::Fused,
+                attention: Attention::Flash
+            }
+        );
+        let bad = text.replace("\"flash\"]", "\"sdpa\"]");
+        let e = Spec::parse(Path::new("k.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sdpa"), "{e}");
+    }
+
+    #[test]
     fn repeats_and_prompt_len() {
         let pts = expand(&spec("repeats = 2\nprompt_len = 16\n"));
         assert_eq!(pts.len(), 64);

@@ -70,16 +70,39 @@ fn src<'a, T: Elem>(s: &'a CpuStorage, l: &Layout, n: usize, op: &str) -> Result
     }
 }
 
-/// x ← x·β + (1−β)·g (or g² when `square`): one moment, in place.
-struct Moment {
-    beta: f32,
-    one_minus: f32,
-    square: bool,
+/// An element-wise in-place update of x from one other tensor s.
+#[derive(Clone, Copy)]
+enum Elementwise {
+    /// x ← x·β + (1−β)·s (or s² when `square`): one moment.
+    Moment {
+        beta: f32,
+        one_minus: f32,
+        square: bool,
+    },
+    /// x ← s cast to x's dtype (the mixed variant's working copy).
+    Cast,
 }
 
-impl InplaceOp2 for Moment {
+impl Elementwise {
+    #[inline(always)]
+    fn apply(self, x: f32, s: f32) -> f32 {
+        match self {
+            Elementwise::Moment {
+                beta,
+                one_minus,
+                square,
+            } => x * beta + if square { s * s } else { s } * one_minus,
+            Elementwise::Cast => s,
+        }
+    }
+}
+
+impl InplaceOp2 for Elementwise {
     fn name(&self) -> &'static str {
-        "vramlab-adamw-moment"
+        match self {
+            Elementwise::Moment { .. } => "vramlab-adamw-moment",
+            Elementwise::Cast => "vramlab-cast-into",
+        }
     }
 
     fn cpu_fwd(
@@ -90,15 +113,13 @@ impl InplaceOp2 for Moment {
         l2: &Layout,
     ) -> Result<()> {
         let op = self.name();
-        for_float!(s2.dtype(), G => {
+        for_float!(s2.dtype(), S => {
             for_float!(s1.dtype(), T => {
                 let x = dst::<T>(s1, l1, op)?;
-                let g = src::<G>(s2, l2, x.len(), op)?;
-                x.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)).for_each(|(x, g)| {
-                    for (x, g) in x.iter_mut().zip(g) {
-                        let g = g.f();
-                        let g = if self.square { g * g } else { g };
-                        *x = T::of(x.f() * self.beta + g * self.one_minus);
+                let s = src::<S>(s2, l2, x.len(), op)?;
+                x.par_chunks_mut(CHUNK).zip(s.par_chunks(CHUNK)).for_each(|(x, s)| {
+                    for (x, s) in x.iter_mut().zip(s) {
+                        *x = T::of(self.apply(x.f(), s.f()));
                     }
                 });
                 Ok(())
@@ -150,39 +171,10 @@ impl InplaceOp3 for Update {
     }
 }
 
-/// dst ← src cast to dst's dtype, in place (the mixed variant's working copy).
-struct CastInto;
-
-impl InplaceOp2 for CastInto {
-    fn name(&self) -> &'static str {
-        "vramlab-cast-into"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<()> {
-        let op = self.name();
-        for_float!(s2.dtype(), S => {
-            for_float!(s1.dtype(), T => {
-                let x = dst::<T>(s1, l1, op)?;
-                let s = src::<S>(s2, l2, x.len(), op)?;
-                x.par_chunks_mut(CHUNK).zip(s.par_chunks(CHUNK)).for_each(|(x, s)| {
-                    x.iter_mut().zip(s).for_each(|(x, s)| *x = T::of(s.f()));
-                });
-                Ok(())
-            })
-        })
-    }
-}
-
 fn moments(m: &Tensor, v: &Tensor, grad: &Tensor, p: &AdamWParams) -> Result<()> {
     m.inplace_op2(
         grad,
-        &Moment {
+        &Elementwise::Moment {
             beta: p.beta1 as f32,
             one_minus: (1.0 - p.beta1) as f32,
             square: false,
@@ -190,7 +182,7 @@ fn moments(m: &Tensor, v: &Tensor, grad: &Tensor, p: &AdamWParams) -> Result<()>
     )?;
     v.inplace_op2(
         grad,
-        &Moment {
+        &Elementwise::Moment {
             beta: p.beta2 as f32,
             one_minus: (1.0 - p.beta2) as f32,
             square: true,
@@ -236,7 +228,7 @@ pub fn adamw_step_mixed(
     t: usize,
 ) -> Result<()> {
     adamw_step(master, m, v, grad, p, t)?;
-    work.inplace_op2(master, &CastInto)
+    work.inplace_op2(master, &Elementwise::Cast)
 }
 
 /// A drop-in for candle-nn's `AdamW` over `Var`s: m and v are created (zeros, the variables'

@@ -130,7 +130,7 @@ fn dims(q: &Layout, k: &Layout, v: &Layout) -> Result<Dims> {
         sk: kd[2],
         d: qd[3],
     };
-    if kd[0] != dm.b || kd[3] != dm.d || dm.kvh == 0 || dm.h % dm.kvh != 0 {
+    if kd[0] != dm.b || kd[3] != dm.d || dm.kvh == 0 || !dm.h.is_multiple_of(dm.kvh) {
         bail!("flash_attention: q {qd:?} and k/v {kd:?} disagree (heads must be a multiple of kv heads)")
     }
     Ok(dm)

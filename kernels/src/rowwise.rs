@@ -54,7 +54,7 @@ impl Rope {
 
     fn check(x: &[usize], cos: &[usize], sin: &[usize]) -> Result<usize> {
         let n = x.len();
-        if n < 2 || cos != sin || cos != &x[n - 2..] || x[n - 1] % 2 != 0 {
+        if n < 2 || cos != sin || cos != &x[n - 2..] || !x[n - 1].is_multiple_of(2) {
             bail!("rope: x (..., s, d) with d even, cos and sin (s, d); got {x:?} {cos:?} {sin:?}")
         }
         Ok(x[n - 1])

@@ -1,6 +1,8 @@
 //! The in-place AdamW gives candle-nn's AdamW parameters after 10 steps (f32 within 1e-6; bf16
 //! and f16 within their rounding of the f32 trajectory), and the mixed variant keeps an f32
 //! master equal to the f32 run with a working copy that is exactly its cast.
+mod common;
+
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
@@ -127,14 +129,7 @@ fn mixed_adamw_keeps_f32_master_and_casts_working_copy() {
     let reference = reference_run(10);
     for work_dtype in [DType::BF16, DType::F16] {
         let master = init(DType::F32);
-        let work: Vec<Var> = master
-            .iter()
-            .map(|m| Var::from_tensor(&m.as_tensor().to_dtype(work_dtype).unwrap()).unwrap())
-            .collect();
-        let state: Vec<(Tensor, Tensor)> = master
-            .iter()
-            .map(|m| (m.zeros_like().unwrap(), m.zeros_like().unwrap()))
-            .collect();
+        let (work, state) = common::mixed_setup(&master, work_dtype);
         for t in 1..=10 {
             // The gradient comes from the 16-bit working copy, as in mixed-precision training.
             let g = grads(&work, t);

@@ -90,14 +90,7 @@ fn main() {
     // Mixed: f32 master, m, v; 16-bit working copy written in place.
     for work_dtype in [DType::BF16, DType::F16] {
         let master = vars(DType::F32);
-        let work: Vec<Var> = master
-            .iter()
-            .map(|m| Var::from_tensor(&m.as_tensor().to_dtype(work_dtype).unwrap()).unwrap())
-            .collect();
-        let state: Vec<(Tensor, Tensor)> = master
-            .iter()
-            .map(|m| (m.zeros_like().unwrap(), m.zeros_like().unwrap()))
-            .collect();
+        let (work, state) = common::mixed_setup(&master, work_dtype);
         let g = grads(&work);
         let (_, extra) = common::transient(|| {
             for ((m, w), (mm, vv)) in master.iter().zip(&work).zip(&state) {

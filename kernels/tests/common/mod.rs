@@ -71,3 +71,25 @@ pub fn transient<R>(f: impl FnOnce() -> R) -> (R, usize) {
     let r = f();
     (r, peak() - base)
 }
+
+/// For the mixed AdamW: a 16-bit working copy of each f32 master variable, and zeroed f32
+/// m and v beside each master.
+pub fn mixed_setup(
+    master: &[candle_core::Var],
+    work_dtype: candle_core::DType,
+) -> (
+    Vec<candle_core::Var>,
+    Vec<(candle_core::Tensor, candle_core::Tensor)>,
+) {
+    let work = master
+        .iter()
+        .map(|m| {
+            candle_core::Var::from_tensor(&m.as_tensor().to_dtype(work_dtype).unwrap()).unwrap()
+        })
+        .collect();
+    let state = master
+        .iter()
+        .map(|m| (m.zeros_like().unwrap(), m.zeros_like().unwrap()))
+        .collect();
+    (work, state)
+}

@@ -1,8 +1,15 @@
-//! The one CSV row type (schema version 1, DESIGN.md §5). Column names are stable API; bytes
-//! are raw integers. Columns a row does not use are empty.
+//! The one CSV row type (DESIGN.md §5). Column names are stable API; bytes are raw integers.
+//! Columns a row does not use are empty.
+//!
+//! Versions: 1 is the design schema; 2 adds `attention` (eager|flash) after `kernels`. Readers
+//! accept every version: a version-1 row reads with `attention = "eager"` (the only
+//! attention version 1 had).
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest schema version readers still accept.
+pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -60,6 +67,9 @@ pub struct Record {
     pub grad_accum: Option<u64>,
     pub trainable: String,
     pub kernels: String,
+    /// Absent from version-1 files (read as `eager`).
+    #[serde(default)]
+    pub attention: String,
     pub pool_release: String,
     pub scenario_hash: String,
     pub meter: String,
@@ -84,6 +94,13 @@ pub struct Record {
 }
 
 impl Record {
+    /// Fills what a row of an older schema version lacks with what that version meant.
+    pub fn upgrade(&mut self) {
+        if self.schema_version < 2 && self.attention.is_empty() {
+            self.attention = "eager".into();
+        }
+    }
+
     /// Fills the memory columns from a measured phase.
     pub fn set_memory(&mut self, m: &crate::meter::PhaseMemory) {
         self.baseline_allocated = Some(m.baseline_allocated);
@@ -122,7 +139,7 @@ backend, device_name, driver_version, cuda_version, candle_version,
 model_id, architecture, param_count, weight_source,
 mode, precision, batch, context, prompt_len, decode_steps,
 kv_cache, optimizer, checkpointing, grad_accum,
-trainable, kernels, pool_release,
+trainable, kernels, attention, pool_release,
 scenario_hash, meter,
 phase, step, kv_tokens,
 baseline_allocated, peak_allocated, end_allocated, baseline_reserved, peak_reserved, device_used, non_pool,

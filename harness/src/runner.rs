@@ -5,7 +5,7 @@ use crate::features::{self, InferShape};
 use crate::meter::{measure, Meter};
 use crate::model::{build_trainable, weights, Config, Llama, Source, Trainable as TrainableModel};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
-use crate::scenario::spec::Trainable;
+use crate::scenario::spec::{Ops, Trainable};
 use crate::scenario::{Mode, Point};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
@@ -107,7 +107,8 @@ pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> R
             } else {
                 String::new()
             },
-            kernels: "reference".into(),
+            kernels: p.ops.kernels.as_str().into(),
+            attention: p.ops.attention.as_str().into(),
             pool_release: c.pool_release.clone(),
             scenario_hash: c.scenario_hash.clone(),
             meter: meter.into(),
@@ -185,7 +186,7 @@ impl Runner<'_> {
                 })
             });
             let group_bases = &bases[i - n..i];
-            let (loaded, load_mem, load_ms) = match load {
+            let (mut loaded, load_mem, load_ms) = match load {
                 Ok(l) => l,
                 Err(e) if crate::device::is_oom(&e) => {
                     let msg = format!(
@@ -295,8 +296,9 @@ impl Runner<'_> {
                     rec.status = Some(Status::Ok);
                     exporter.write(&rec)
                 };
-                let res = match &loaded {
+                let res = match &mut loaded {
                     Loaded::Model(model) => {
+                        model.set_ops(p.ops);
                         inference::run(model, &infer_spec(p), self.meter.as_mut(), &mut |r| {
                             emit(r, None)
                         })
@@ -358,8 +360,9 @@ fn warm_up(cfg: &Config, loaded: &Loaded, points: &[Point]) -> Result<()> {
     match loaded {
         Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len)),
         Loaded::Vars(v) => {
-            let mut sets: Vec<Trainable> = points.iter().map(|p| p.train.trainable).collect();
-            sets.sort_by_key(|t| t.label());
+            let mut sets: Vec<(Trainable, Ops)> =
+                points.iter().map(|p| (p.train.trainable, p.ops)).collect();
+            sets.sort_by_key(|(t, o)| (t.label(), o.kernels, o.attention));
             sets.dedup();
             warmup::training(
                 cfg,
@@ -434,6 +437,7 @@ pub fn trainable_model(
     vars: &[(String, Var)],
     set: Trainable,
     compute: candle_core::DType,
+    ops: crate::scenario::spec::Ops,
 ) -> Result<(Box<dyn TrainableModel>, Vec<Var>)> {
     let adapters = match set {
         Trainable::Lora(r) => lora_adapters(cfg, vars, r)?,
@@ -449,7 +453,7 @@ pub fn trainable_model(
             trainable.push(v.clone());
         }
     }
-    Ok((build_trainable(cfg, tensors, compute)?, trainable))
+    Ok((build_trainable(cfg, tensors, compute, ops)?, trainable))
 }
 
 fn run_training(
@@ -459,8 +463,13 @@ fn run_training(
     meter: &mut dyn Meter,
     emit: &mut dyn FnMut(PhaseResult, f32) -> Result<()>,
 ) -> Result<()> {
-    let (model, trainable) =
-        trainable_model(cfg, vars, p.train.trainable, p.precision.compute_dtype())?;
+    let (model, trainable) = trainable_model(
+        cfg,
+        vars,
+        p.train.trainable,
+        p.precision.compute_dtype(),
+        p.ops,
+    )?;
     let spec = training::TrainSpec {
         batch: p.batch,
         seq: p.context,
@@ -501,7 +510,10 @@ fn train_shape(p: &Point) -> features::TrainShape {
         seq: p.context,
         weight_bytes: p.precision.dtype().size_in_bytes(),
         compute_bytes: p.precision.compute_dtype().size_in_bytes(),
-        adamw: p.train.optimizer == crate::scenario::spec::Optimizer::Adamw,
+        adamw: matches!(
+            p.train.optimizer,
+            crate::scenario::spec::Optimizer::Adamw | crate::scenario::spec::Optimizer::AdamwFused
+        ),
         trainable: p.train.trainable,
     }
 }

@@ -480,7 +480,7 @@ fn fit(name: &str, needle: &str) {
 fn csv_wrong_schema_version() {
     fit(
         "csv-wrong-schema-version.csv",
-        "row 2: schema_version `2` is not one this vramlab reads (1 to 1)",
+        "row 2: schema_version `9` is not one of the supported 1..=2",
     );
 }
 

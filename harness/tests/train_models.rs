@@ -329,10 +329,13 @@ fn lora_attaches(arch: &str, cfg: &Config, tensors: HashMap<String, Tensor>) {
     let vars = vramlab::runner::to_vars(tensors).unwrap();
     let ids = seeded_ids(1, cfg.vocab_size);
     let targets = seeded_ids(2, cfg.vocab_size);
-    let (base, _) = vramlab::runner::trainable_model(cfg, &vars, Set::Full, DType::F32).unwrap();
+    let (base, _) =
+        vramlab::runner::trainable_model(cfg, &vars, Set::Full, DType::F32, Default::default())
+            .unwrap();
     let base_loss = base.forward_loss(&ids, &targets).unwrap();
     let (model, adapters) =
-        vramlab::runner::trainable_model(cfg, &vars, Set::Lora(4), DType::F32).unwrap();
+        vramlab::runner::trainable_model(cfg, &vars, Set::Lora(4), DType::F32, Default::default())
+            .unwrap();
     let targets_per_layer = vramlab::model::lora_targets(cfg.architecture).len();
     assert_eq!(
         adapters.len(),

@@ -208,8 +208,14 @@ fn checkpointing_and_accumulation_give_the_same_gradients() {
     )
     .unwrap();
     let vars = vramlab::runner::to_vars(t).unwrap();
-    let (model, trainable) =
-        vramlab::runner::trainable_model(&cfg, &vars, Trainable::Full, DType::F32).unwrap();
+    let (model, trainable) = vramlab::runner::trainable_model(
+        &cfg,
+        &vars,
+        Trainable::Full,
+        DType::F32,
+        Default::default(),
+    )
+    .unwrap();
     assert_eq!(trainable.len() as u64, TINY_TENSORS);
     let (ids, targets) = training::batch_ids(cfg.vocab_size, 4, 32, 11, &Device::Cpu).unwrap();
     let run =

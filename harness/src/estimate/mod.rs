@@ -262,6 +262,7 @@ pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
         mode: q.mode.as_str().into(),
         kv_cache,
         train,
+        ops: String::new(),
         phase: phase.into(),
     })
 }

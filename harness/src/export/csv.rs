@@ -1,7 +1,7 @@
 //! The CSV exporter: header once, then each record appended, flushed and synced as it comes.
 use super::Exporter;
 use crate::error::bad_file;
-use crate::record::{Record, SCHEMA_VERSION};
+use crate::record::{Record, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -109,11 +109,12 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
         // Check the version before the rest, so a CSV of another schema says so rather than
         // failing on whichever column changed.
         if let Some(v) = row.get(0) {
-            if !matches!(v.trim().parse::<u32>(), Ok(1..=SCHEMA_VERSION)) {
+            let known = OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION;
+            if !v.trim().parse::<u32>().is_ok_and(|v| known.contains(&v)) {
                 return Err(bad_file(
                     path,
                     format!(
-                        "row {line}: schema_version `{v}` is not one this vramlab reads (1 to {SCHEMA_VERSION})"
+                        "row {line}: schema_version `{v}` is not one of the supported {OLDEST_SCHEMA_VERSION}..={SCHEMA_VERSION}"
                     ),
                 ));
             }
@@ -121,12 +122,13 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
                 return Err(bad_file(path, format!("row {line}: missing field `{c}`")));
             }
         }
-        let r: Record = row.deserialize(Some(&headers)).map_err(|e| {
+        let mut r: Record = row.deserialize(Some(&headers)).map_err(|e| {
             bad_file(
                 path,
                 format!("row {line}: {}", describe(&e, &headers, &row)),
             )
         })?;
+        r.upgrade();
         out.push(r);
         runtime.push(runtime_col.and_then(|c| row.get(c)).map(str::to_string));
     }
@@ -153,6 +155,24 @@ fn describe(e: &csv::Error, headers: &csv::StringRecord, row: &csv::StringRecord
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_1_rows_read_as_eager_attention() {
+        // A version-1 file: no `attention` column.
+        let cols: Vec<String> = crate::record::columns()
+            .into_iter()
+            .filter(|c| c != "attention")
+            .collect();
+        let mut row = vec![String::new(); cols.len()];
+        row[0] = "1".into();
+        row[cols.iter().position(|c| c == "param_count").unwrap()] = "5".into();
+        row[cols.iter().position(|c| c == "batch").unwrap()] = "1".into();
+        row[cols.iter().position(|c| c == "context").unwrap()] = "8".into();
+        let text = format!("{}\n{}\n", cols.join(","), row.join(","));
+        let r = read_from(Path::new("v1.csv"), text.as_bytes()).unwrap();
+        assert_eq!(r[0].schema_version, 1);
+        assert_eq!(r[0].attention, "eager");
+    }
 
     #[test]
     fn reader_errors_name_row_and_column() {

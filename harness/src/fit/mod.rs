@@ -173,7 +173,33 @@ pub struct GroupKey {
     /// `+step1` for the first step's rows; empty for inference.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub train: String,
+    /// `kernels+attention` ([`ops_group`]) when not the default `reference+eager`; empty for
+    /// the default (as in every constants file written before these axes).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ops: String,
     pub phase: String,
+}
+
+/// The `ops` part of a group: empty for `reference` kernels with `eager` attention (what
+/// every schema-1 row ran), else `kernels+attention`.
+pub fn ops_group(kernels: &str, attention: &str) -> String {
+    let (k, a) = (
+        if kernels.is_empty() {
+            "reference"
+        } else {
+            kernels
+        },
+        if attention.is_empty() {
+            "eager"
+        } else {
+            attention
+        },
+    );
+    if (k, a) == ("reference", "eager") {
+        String::new()
+    } else {
+        format!("{k}+{a}")
+    }
 }
 
 impl GroupKey {
@@ -197,12 +223,18 @@ impl GroupKey {
             } else {
                 String::new()
             },
+            ops: ops_group(&r.kernels, &r.attention),
             phase,
         })
     }
     pub fn label(&self) -> String {
+        let ops = if self.ops.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", self.ops)
+        };
         format!(
-            "{}/{}/{}/{}/{}/{}",
+            "{}/{}/{}/{}/{}{ops}/{}",
             self.architecture,
             self.backend,
             self.precision,

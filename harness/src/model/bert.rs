@@ -139,7 +139,7 @@ impl Trainable for Bert {
         let q = split_heads(&l.query.forward(x)?, c.num_heads)?;
         let k = split_heads(&l.key.forward(x)?, c.num_heads)?;
         let v = split_heads(&l.value.forward(x)?, c.num_heads)?;
-        let a = l.attn_out.forward(&attention(&q, &k, &v, None)?)?;
+        let a = l.attn_out.forward(&attention(&q, &k, &v, None, false)?)?;
         let x = l.attn_norm.forward(&(x + a)?, c.norm_eps)?;
         let m = l.output.forward(&l.intermediate.forward(&x)?.gelu_erf()?)?;
         l.out_norm.forward(&(x + m)?, c.norm_eps)

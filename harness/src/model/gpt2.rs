@@ -105,7 +105,9 @@ impl Trainable for Gpt2 {
         let q = split_heads(&qkv.narrow(2, 0, d)?, c.num_heads)?;
         let k = split_heads(&qkv.narrow(2, d, d)?, c.num_heads)?;
         let v = split_heads(&qkv.narrow(2, 2 * d, d)?, c.num_heads)?;
-        let x = (x + l.attn_proj.forward(&attention(&q, &k, &v, Some(0))?)?)?;
+        let x = (x + l
+            .attn_proj
+            .forward(&attention(&q, &k, &v, Some(0), false)?)?)?;
         let h = l.ln_2.forward(&x, c.norm_eps)?;
         let m = l.mlp_proj.forward(&l.c_fc.forward(&h)?.gelu()?)?;
         x + m

@@ -4,8 +4,13 @@
 //! No fused op without a backward is used (candle-nn's `rms_norm`, `softmax_last_dim` and
 //! `rope` record none), so the same code serves inference and training. Like HF's eager
 //! implementation, RMSNorm and softmax run in f32 and cast back.
+//!
+//! [`Ops`] picks the implementations: `kernels = "fused"` runs vramlab-kernels' RMSNorm, RoPE,
+//! SwiGLU (and softmax inside eager attention), each with its own backward;
+//! `attention = "flash"` runs its tiled attention, which never materializes the scores.
 use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Linear, Named};
 use super::{Config, KvCache, Trainable};
+use crate::scenario::spec::{Attention, Kernels, Ops};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
 use std::collections::HashMap;
@@ -30,6 +35,7 @@ pub struct Llama {
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Option<Tensor>,
+    ops: Ops,
 }
 
 fn rotate_half(x: &Tensor) -> candle_core::Result<Tensor> {
@@ -106,7 +112,54 @@ impl Llama {
             layers,
             norm,
             lm_head,
+            ops: Ops::default(),
         })
+    }
+
+    /// The same model running the op implementations `ops`.
+    pub fn with_ops(mut self, ops: Ops) -> Self {
+        self.ops = ops;
+        self
+    }
+
+    /// Switches the op implementations (an inference group shares one loaded model).
+    pub fn set_ops(&mut self, ops: Ops) {
+        self.ops = ops;
+    }
+
+    fn norm(&self, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+        match self.ops.kernels {
+            Kernels::Reference => rms_norm(x, w, self.cfg.norm_eps),
+            Kernels::Fused => vramlab_kernels::rms_norm(x, w, self.cfg.norm_eps),
+        }
+    }
+
+    fn rope(&self, x: &Tensor, (cos, sin): &(Tensor, Tensor)) -> candle_core::Result<Tensor> {
+        match self.ops.kernels {
+            Kernels::Reference => apply_rope(x, cos, sin),
+            Kernels::Fused => vramlab_kernels::rope(x, cos, sin),
+        }
+    }
+
+    /// q (b, h, s, hd), k and v (b, kvh, total, hd) → (b, s, h·hd), causal for queries at
+    /// pos..pos+s.
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: usize,
+    ) -> candle_core::Result<Tensor> {
+        let fused = self.ops.kernels == Kernels::Fused;
+        match self.ops.attention {
+            Attention::Eager => attention(q, k, v, Some(pos), fused),
+            Attention::Flash => {
+                let (b, h, s, hd) = q.dims4()?;
+                let scale = 1.0 / (hd as f32).sqrt();
+                let mask = vramlab_kernels::AttnMask::CAUSAL;
+                vramlab_kernels::flash_attention(q, k, v, scale, mask)?.reshape((b, s, h * hd))
+            }
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -131,32 +184,26 @@ impl Llama {
         cache: Option<&mut KvCache>,
     ) -> candle_core::Result<Tensor> {
         let (c, l) = (&self.cfg, &self.layers[i]);
-        let h = rms_norm(x, &l.input_norm, c.norm_eps)?;
-        let q = apply_rope(
-            &split_heads(&l.q.forward(&h)?, c.num_heads)?,
-            &rope.0,
-            &rope.1,
-        )?;
-        let k = apply_rope(
-            &split_heads(&l.k.forward(&h)?, c.num_kv_heads)?,
-            &rope.0,
-            &rope.1,
-        )?;
+        let h = self.norm(x, &l.input_norm)?;
+        let q = self.rope(&split_heads(&l.q.forward(&h)?, c.num_heads)?, rope)?;
+        let k = self.rope(&split_heads(&l.k.forward(&h)?, c.num_kv_heads)?, rope)?;
         let v = split_heads(&l.v.forward(&h)?, c.num_kv_heads)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(i, &k, &v)?,
             None => (k, v),
         };
-        let x = (x + l.o.forward(&attention(&q, &k, &v, Some(pos))?)?)?;
-        let h = rms_norm(&x, &l.post_norm, c.norm_eps)?;
-        let m = l
-            .down
-            .forward(&(l.gate.forward(&h)?.silu()? * l.up.forward(&h)?)?)?;
-        x + m
+        let x = (x + l.o.forward(&self.attend(&q, &k, &v, pos)?)?)?;
+        let h = self.norm(&x, &l.post_norm)?;
+        let (gate, up) = (l.gate.forward(&h)?, l.up.forward(&h)?);
+        let act = match self.ops.kernels {
+            Kernels::Reference => (gate.silu()? * up)?,
+            Kernels::Fused => vramlab_kernels::swiglu(&gate, &up)?,
+        };
+        x + l.down.forward(&act)?
     }
 
     fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let x = rms_norm(x, &self.norm, self.cfg.norm_eps)?;
+        let x = self.norm(x, &self.norm)?;
         Linear::new(self.lm_head.as_ref().unwrap_or(&self.embed).clone(), None).forward(&x)
     }
 

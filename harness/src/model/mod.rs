@@ -17,6 +17,7 @@ pub use llama::Llama;
 pub use source::Source;
 pub use trainable::Trainable;
 
+use crate::scenario::spec::Ops;
 use candle_core::DType;
 
 /// Bytes of one element of `dtype`.
@@ -70,14 +71,24 @@ pub fn lora_target<'a>(
     }
 }
 
-/// Builds the model of `cfg`'s architecture for training from HF-named tensors.
+/// Builds the model of `cfg`'s architecture for training from HF-named tensors, running the
+/// op implementations `ops` (fused kernels and flash attention: llama family only so far).
 pub fn build_trainable(
     cfg: &Config,
     tensors: std::collections::HashMap<String, candle_core::Tensor>,
     compute: DType,
+    ops: Ops,
 ) -> anyhow::Result<Box<dyn Trainable>> {
+    if cfg.architecture != Architecture::Llama && ops != Ops::default() {
+        anyhow::bail!(
+            "kernels = \"{}\" / attention = \"{}\": only the llama family runs vramlab-kernels so far ({} uses reference + eager)",
+            ops.kernels.as_str(),
+            ops.attention.as_str(),
+            cfg.architecture.as_str()
+        );
+    }
     Ok(match cfg.architecture {
-        Architecture::Llama => Box::new(Llama::new(cfg, tensors, compute)?),
+        Architecture::Llama => Box::new(Llama::new(cfg, tensors, compute)?.with_ops(ops)),
         Architecture::Gpt2 => Box::new(gpt2::Gpt2::new(cfg, tensors, compute)?),
         Architecture::Bert => Box::new(bert::Bert::new(cfg, tensors, compute)?),
     })

@@ -269,8 +269,16 @@ pub fn causal_mask(
 
 /// Multi-head attention core. q: (b, h, s, hd), k and v: (b, kvh, total, hd) with h a multiple
 /// of kvh (GQA without copying K/V: the query heads sharing a KV head become rows).
-/// `causal_pos`: Some(pos) applies a causal mask for queries at pos..pos+s. Returns (b, s, h·hd).
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal_pos: Option<usize>) -> Result<Tensor> {
+/// `causal_pos`: Some(pos) applies a causal mask for queries at pos..pos+s. `fused_softmax`
+/// runs vramlab-kernels' softmax (it keeps only its output) instead of the f32 composition.
+/// Returns (b, s, h·hd).
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal_pos: Option<usize>,
+    fused_softmax: bool,
+) -> Result<Tensor> {
     let (b, h, s, hd) = q.dims4()?;
     let (kvh, total) = (k.dim(1)?, k.dim(2)?);
     let g = h / kvh;
@@ -286,7 +294,12 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal_pos: Option<usize>) 
         }
         _ => scores,
     };
-    let out = softmax(&scores)?.matmul(v)?;
+    let p = if fused_softmax {
+        vramlab_kernels::softmax_last_dim(&scores)?
+    } else {
+        softmax(&scores)?
+    };
+    let out = p.matmul(v)?;
     out.reshape((b, h, s, hd))?
         .transpose(1, 2)?
         .contiguous()?

@@ -1,13 +1,15 @@
 //! Pure grid expansion: a [`Spec`] → the ordered list of points. Points are ordered model-major,
 //! then precision, so the points that share loaded weights are contiguous.
-use super::spec::{Checkpointing, Mode, Optimizer, Precision, Spec, SweepSpec, Trainable};
+use super::spec::{
+    Attention, Checkpointing, Kernels, Mode, Ops, Optimizer, Precision, Spec, SweepSpec, Trainable,
+};
 use crate::model::KvKind;
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Point {
-    /// Stable id: `model/infer/precision/bB/cC/kv[/rR]` or
-    /// `model/train/precision/bB/cC/optimizer/checkpointing/gaN/trainable[/rR]`.
+    /// Stable id: `model/infer/precision/bB/cC/kv[/fused][/flash][/rR]` or
+    /// `model/train/precision/bB/cC/optimizer/checkpointing/gaN/trainable[/fused][/flash][/rR]`.
     pub id: String,
     /// The model source string as written in the scenario (before `${VAR}` expansion).
     pub source: String,
@@ -24,6 +26,8 @@ pub struct Point {
     pub repeat: usize,
     /// Training axes (meaningful when `mode` is train).
     pub train: TrainAxes,
+    /// The op implementations (`kernels`, `attention`); both modes.
+    pub ops: Ops,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -41,6 +45,17 @@ pub fn model_id_of(source: &str) -> String {
     crate::model::Source::parse(source)
         .map(|s| s.model_id())
         .unwrap_or_else(|_| source.to_string())
+}
+
+/// kernels × attention of one sweep table.
+fn ops_axes(s: &SweepSpec) -> Vec<Ops> {
+    let mut v = Vec::new();
+    for &kernels in &s.kernels {
+        for &attention in &s.attention {
+            v.push(Ops { kernels, attention });
+        }
+    }
+    v
 }
 
 pub fn expand(spec: &Spec) -> Vec<Point> {
@@ -103,33 +118,43 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                 for &batch in &s.batch {
                     for &context in &s.context {
                         for (tag, kv, train) in axes {
-                            for repeat in 0..s.repeats {
-                                let (batch, context) = (batch as usize, context as usize);
-                                let mut id = format!(
-                                    "{model_id}/{}/{}/b{batch}/c{context}/{tag}",
-                                    mode.as_str(),
-                                    precision.as_str(),
-                                );
-                                if s.repeats > 1 {
-                                    id.push_str(&format!("/r{repeat}"));
+                            for ops in ops_axes(s) {
+                                for repeat in 0..s.repeats {
+                                    let (batch, context) = (batch as usize, context as usize);
+                                    let mut id = format!(
+                                        "{model_id}/{}/{}/b{batch}/c{context}/{tag}",
+                                        mode.as_str(),
+                                        precision.as_str(),
+                                    );
+                                    // Ids of default ops stay as they were before these axes.
+                                    if ops.kernels != Kernels::Reference {
+                                        id.push_str(&format!("/{}", ops.kernels.as_str()));
+                                    }
+                                    if ops.attention != Attention::Eager {
+                                        id.push_str(&format!("/{}", ops.attention.as_str()));
+                                    }
+                                    if s.repeats > 1 {
+                                        id.push_str(&format!("/r{repeat}"));
+                                    }
+                                    out.push(Point {
+                                        id,
+                                        source: source.clone(),
+                                        model_id: model_id.clone(),
+                                        mode,
+                                        precision,
+                                        batch,
+                                        context,
+                                        prompt_len: s
+                                            .prompt_len
+                                            .unwrap_or(context.saturating_sub(s.decode_steps)),
+                                        decode_steps: s.decode_steps,
+                                        decode_every: s.decode_every,
+                                        kv_cache: *kv,
+                                        repeat,
+                                        train: train.unwrap_or(default_train),
+                                        ops,
+                                    });
                                 }
-                                out.push(Point {
-                                    id,
-                                    source: source.clone(),
-                                    model_id: model_id.clone(),
-                                    mode,
-                                    precision,
-                                    batch,
-                                    context,
-                                    prompt_len: s
-                                        .prompt_len
-                                        .unwrap_or(context.saturating_sub(s.decode_steps)),
-                                    decode_steps: s.decode_steps,
-                                    decode_every: s.decode_every,
-                                    kv_cache: *kv,
-                                    repeat,
-                                    train: train.unwrap_or(default_train),
-                                });
                             }
                         }
                     }
@@ -201,6 +226,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("training policy"), "{e}");
+    }
+
+    #[test]
+    fn kernels_attention_and_fused_optimizer_axes() {
+        let text = "name = \"k\"\n[model]\nsource = \"hf:/m/M\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\ncontext = [64]\noptimizer = [\"adamw\", \"adamw-fused\"]\nkernels = [\"reference\", \"fused\"]\nattention = [\"eager\", \"flash\"]\n";
+        let pts = expand(&Spec::parse(Path::new("k.toml"), text).unwrap());
+        let ids: Vec<&str> = pts.iter().map(|p| p.id.as_str()).collect();
+        // Default ops keep the ids they had before the axes existed.
+        assert_eq!(
+            ids[..4],
+            [
+                "M/train/f32/b1/c64/adamw/none/ga1/full",
+                "M/train/f32/b1/c64/adamw/none/ga1/full/flash",
+                "M/train/f32/b1/c64/adamw/none/ga1/full/fused",
+                "M/train/f32/b1/c64/adamw/none/ga1/full/fused/flash",
+            ]
+        );
+        assert_eq!(
+            ids[7],
+            "M/train/f32/b1/c64/adamw-fused/none/ga1/full/fused/flash"
+        );
+        assert_eq!(pts[7].train.optimizer, Optimizer::AdamwFused);
+        assert_eq!(
+            pts[7].ops,
+            Ops {
+                kernels: Kernels::Fused,
+                attention: Attention::Flash
+            }
+        );
+        let bad = text.replace("\"flash\"]", "\"sdpa\"]");
+        let e = Spec::parse(Path::new("k.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sdpa"), "{e}");
     }
 
     #[test]

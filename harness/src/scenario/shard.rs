@@ -46,7 +46,8 @@ pub fn cost(shape: &Shape, p: &Point) -> u64 {
         context: p.context as u64,
         optimizer: match p.train.optimizer {
             super::spec::Optimizer::Sgd => Optimizer::Sgd,
-            super::spec::Optimizer::Adamw => Optimizer::Adamw,
+            // The same state; the fused step's smaller transient matters little to a cost.
+            super::spec::Optimizer::Adamw | super::spec::Optimizer::AdamwFused => Optimizer::Adamw,
         },
         checkpointing: p.train.checkpointing == super::spec::Checkpointing::Layer,
         trainable: p.train.trainable,

@@ -90,7 +90,62 @@ impl Precision {
 #[serde(rename_all = "lowercase")]
 pub enum Optimizer {
     Sgd,
+    /// candle-nn's AdamW (allocates temporaries of several times each parameter tensor).
     Adamw,
+    /// vramlab-kernels' in-place AdamW: no temporaries.
+    #[serde(rename = "adamw-fused")]
+    AdamwFused,
+}
+
+/// Which implementation of RMSNorm/LayerNorm, RoPE, SwiGLU and softmax a model runs:
+/// compositions of candle ops (`reference`) or vramlab-kernels' fused ops with a hand-written
+/// backward (`fused`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernels {
+    #[default]
+    Reference,
+    Fused,
+}
+
+/// How a model computes attention: `eager` materializes the b·heads·s² scores and
+/// probabilities (and keeps them for the backward); `flash` is vramlab-kernels' tiled
+/// attention, which keeps only the output and a log-sum-exp per row.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    #[default]
+    Eager,
+    Flash,
+}
+
+/// The op implementations a point runs with (the `kernels` and `attention` axes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Ops {
+    pub kernels: Kernels,
+    pub attention: Attention,
+}
+
+impl Kernels {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Kernels::Reference => "reference",
+            Kernels::Fused => "fused",
+        }
+    }
+}
+
+impl Attention {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Attention::Eager => "eager",
+            Attention::Flash => "flash",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -144,6 +199,7 @@ impl Optimizer {
         match self {
             Optimizer::Sgd => "sgd",
             Optimizer::Adamw => "adamw",
+            Optimizer::AdamwFused => "adamw-fused",
         }
     }
 }
@@ -216,6 +272,12 @@ fn default_accum() -> Vec<i64> {
 fn default_trainable() -> Vec<Trainable> {
     vec![Trainable::Full]
 }
+fn default_kernels() -> Vec<Kernels> {
+    vec![Kernels::Reference]
+}
+fn default_attention() -> Vec<Attention> {
+    vec![Attention::Eager]
+}
 fn default_train_steps() -> usize {
     1
 }
@@ -246,6 +308,12 @@ pub struct SweepSpec {
     pub decode_every: usize,
     #[serde(default = "default_repeats")]
     pub repeats: usize,
+    /// `reference` and/or `fused` (norms, RoPE, SwiGLU, softmax); llama family.
+    #[serde(default = "default_kernels")]
+    pub kernels: Vec<Kernels>,
+    /// `eager` and/or `flash`; llama family.
+    #[serde(default = "default_attention")]
+    pub attention: Vec<Attention>,
     // Training axes (mode = "train"); `context` is the training sequence length.
     #[serde(default = "default_optimizer")]
     pub optimizer: Vec<Optimizer>,
@@ -416,6 +484,8 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
         nonempty("batch", s.batch.len())?;
         nonempty("context", s.context.len())?;
         nonempty("kv_cache", s.kv_cache.len())?;
+        nonempty("kernels", s.kernels.len())?;
+        nonempty("attention", s.attention.len())?;
         let train = s.mode.contains(&Mode::Train);
         if train {
             nonempty("optimizer", s.optimizer.len())?;

@@ -36,6 +36,8 @@ pub struct TrainSpec {
 enum AnyOpt {
     Sgd(SGD),
     AdamW(AdamW),
+    /// vramlab-kernels' in-place AdamW.
+    Fused(vramlab_kernels::AdamWState),
 }
 
 impl AnyOpt {
@@ -50,12 +52,21 @@ impl AnyOpt {
                     ..Default::default()
                 },
             )?),
+            Opt::AdamwFused => AnyOpt::Fused(vramlab_kernels::AdamWState::new(
+                vars,
+                vramlab_kernels::AdamWParams {
+                    lr,
+                    weight_decay: 0.0,
+                    ..Default::default()
+                },
+            )?),
         })
     }
     fn step(&mut self, g: &GradStore) -> Result<()> {
         match self {
             AnyOpt::Sgd(o) => o.step(g)?,
             AnyOpt::AdamW(o) => o.step(g)?,
+            AnyOpt::Fused(o) => o.step(g)?,
         }
         Ok(())
     }

@@ -47,10 +47,10 @@ pub fn training(
     vars: &[(String, candle_core::Var)],
     compute: DType,
     (batch, seq): (usize, usize),
-    sets: &[crate::scenario::spec::Trainable],
+    sets: &[(crate::scenario::spec::Trainable, crate::scenario::spec::Ops)],
 ) -> Result<()> {
-    for &set in sets {
-        let (m, trainable) = crate::runner::trainable_model(cfg, vars, set, compute)?;
+    for &(set, ops) in sets {
+        let (m, trainable) = crate::runner::trainable_model(cfg, vars, set, compute, ops)?;
         let dev = trainable
             .first()
             .map(|v| v.device().clone())

@@ -93,6 +93,16 @@ pub struct Record {
     pub message: String,
 }
 
+/// The columns a row of schema `version` must have: every column of this version less those
+/// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
+pub fn columns_of(version: u32) -> Vec<String> {
+    const ADDED: [(&str, u32); 1] = [("attention", 2)];
+    columns()
+        .into_iter()
+        .filter(|c| !ADDED.iter().any(|(a, v)| a == c && version < *v))
+        .collect()
+}
+
 impl Record {
     /// Fills what a row of an older schema version lacks with what that version meant.
     pub fn upgrade(&mut self) {

@@ -96,11 +96,12 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
         ));
     }
     let runtime_col = headers.iter().position(|h| h == "runtime");
-    // Only an older version may lack columns (they read as empty); a row of this version needs
-    // them all.
-    let missing = crate::record::columns()
-        .into_iter()
-        .find(|c| !headers.iter().any(|h| h == c));
+    // A row needs every column of its own schema version; columns added later read as empty.
+    let missing = |version: u32| {
+        crate::record::columns_of(version)
+            .into_iter()
+            .find(|c| !headers.iter().any(|h| h == c))
+    };
     let mut out = Vec::new();
     let mut runtime = Vec::new();
     for (i, row) in rd.records().enumerate() {
@@ -118,7 +119,7 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
                     ),
                 ));
             }
-            if let (Some(c), Ok(SCHEMA_VERSION)) = (&missing, v.trim().parse::<u32>()) {
+            if let Some(c) = v.trim().parse::<u32>().ok().and_then(missing) {
                 return Err(bad_file(path, format!("row {line}: missing field `{c}`")));
             }
         }

@@ -3,7 +3,7 @@
 use crate::error::InputError;
 use crate::estimate::{
     self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvCacheKind, Mode,
-    Optimizer, Precision, Query, Runtime, Shape, Sharding, Trainable, CATALOG,
+    Optimizer, OptimizerImpl, Precision, Query, Runtime, Shape, Sharding, Trainable, CATALOG,
 };
 use crate::fit::Constants;
 use crate::units::{gb, gb_gib, gib};
@@ -65,7 +65,11 @@ pub struct Args {
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.1)]
     pub headroom: f64,
-    /// Attention kernel: flash never materializes the b·heads·s² scores; eager does.
+    /// Training with torch: how AdamW's step runs (its transient: foreach ≈ the parameter
+    /// bytes, for-loop ≈ the largest tensor, fused ≈ 0).
+    #[arg(long, value_enum, default_value = "foreach")]
+    pub optimizer_impl: OptimizerImpl,
+    /// Attention kernel: flash and sdpa never materialize the b·heads·s² scores; eager does.
     #[arg(long, value_enum, default_value = "flash")]
     pub attention: Attention,
     /// Inference KV cache kind (selects the fitted group).
@@ -138,6 +142,7 @@ pub fn run(a: Args) -> Result<()> {
         kv_cache: a.kv_cache,
         runtime: a.runtime,
         backend: a.backend,
+        optimizer_impl: a.optimizer_impl,
     };
     let gpu = match &a.gpu {
         None => None,

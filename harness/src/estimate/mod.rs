@@ -68,10 +68,27 @@ pub enum Sharding {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
-    /// Fused attention: scores are never materialized (FlashAttention, SDPA, vLLM).
+    /// FlashAttention: scores are never materialized (also vLLM).
     Flash,
-    /// Scores b·heads·s² are materialized (vramlab's own candle models).
+    /// PyTorch `scaled_dot_product_attention` (flash or memory-efficient kernel): no scores
+    /// saved for the backward.
+    Sdpa,
+    /// Scores b·heads·s² are materialized and saved (transformers' eager path, vramlab's own
+    /// candle models).
     Eager,
+}
+
+/// How a torch optimizer step runs over the parameters (its transient differs, DESIGN.md §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerImpl {
+    /// torch's multi-tensor path (the CUDA default): `_foreach_sqrt` of v allocates one
+    /// temporary per parameter at once ≈ 1 × the trainable parameter bytes.
+    Foreach,
+    /// One parameter at a time: temporaries of the largest tensor only.
+    ForLoop,
+    /// `fused=True`: one kernel, no temporaries (≈ 0).
+    Fused,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -97,6 +114,8 @@ pub struct Query {
     pub kv_cache: KvCacheKind,
     pub runtime: Runtime,
     pub backend: Backend,
+    /// torch only (candle-nn's AdamW has one implementation).
+    pub optimizer_impl: OptimizerImpl,
 }
 
 impl Default for Query {
@@ -115,6 +134,7 @@ impl Default for Query {
             kv_cache: KvCacheKind::Preallocated,
             runtime: Runtime::Torch,
             backend: Backend::Cuda,
+            optimizer_impl: OptimizerImpl::Foreach,
         }
     }
 }
@@ -130,6 +150,10 @@ pub struct Breakdown {
     pub logits: u64,
     pub gradients: u64,
     pub optimizer: u64,
+    /// The optimizer step's transient beyond the backward's activations and logits: a training
+    /// peak is the larger of the backward (states + activations + logits) and the step
+    /// (states + the implementation's transient), so only the excess adds.
+    pub step_transient: u64,
     /// The runtime constant: 0 analytically; a fit's constant where one applies.
     pub runtime_constant: u64,
     /// Device terms (CUDA queries only; sourced defaults, see the constants above).
@@ -154,6 +178,7 @@ impl Breakdown {
             ("logits", self.logits),
             ("gradients", self.gradients),
             ("optimizer state", self.optimizer),
+            ("optimizer step transient", self.step_transient),
             ("runtime constant", self.runtime_constant),
             ("CUDA context", self.cuda_context),
             ("cuBLAS workspace", self.cublas_workspace),
@@ -184,7 +209,7 @@ fn analytic_infer(m: &Shape, q: &Query) -> Breakdown {
     // f32 softmax copies.
     let mlp = b * s * (3 * m.ffn * w + 2 * m.hidden * 4);
     let scores = match q.attention {
-        Attention::Flash => 0,
+        Attention::Flash | Attention::Sdpa => 0,
         Attention::Eager => b * m.heads * s * s * (w + 8),
     };
     Breakdown {
@@ -223,7 +248,7 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     let aw = q.precision.act_bytes();
     // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit; scaled for f32.
     let score_term = match q.attention {
-        Attention::Flash => 0,
+        Attention::Flash | Attention::Sdpa => 0,
         Attention::Eager => 5 * a * s * s * b,
     };
     let per_layer = (34 * s * b * h + score_term) * aw / 2;
@@ -231,6 +256,14 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
         l * s * b * h * aw + per_layer
     } else {
         l * per_layer
+    };
+    let logits = b * s * m.vocab * (aw + 4);
+    let optimizer = shard(t * opt_per_param, s1);
+    // The step's transient, over this GPU's share of the updated parameters.
+    let transient = if optimizer == 0 {
+        0
+    } else {
+        step_transient(m, q, shard(t, s1))
     };
     Breakdown {
         weights: shard((p + adapters) * wb, s3),
@@ -240,11 +273,30 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
             0
         },
         activations,
-        logits: b * s * m.vocab * (aw + 4),
+        logits,
         gradients: shard(grads, s2),
-        optimizer: shard(t * opt_per_param, s1),
+        optimizer,
+        step_transient: transient.saturating_sub(activations + logits),
         source: "analytic".into(),
         ..device_terms(q)
+    }
+}
+
+/// The AdamW step's transient bytes over `t` updated parameters (DESIGN.md §9): candle-nn's
+/// about 14 × the largest tensor (measured on CPU, DESIGN.md §8); torch foreach 1 × the
+/// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
+/// fused none. SGD keeps no state and has no transient here.
+fn step_transient(m: &Shape, q: &Query, t: u64) -> u64 {
+    if q.optimizer != Optimizer::Adamw {
+        return 0;
+    }
+    let wb = q.precision.weight_bytes();
+    let largest = (m.vocab * m.hidden).max(m.hidden * m.ffn).min(t) * wb;
+    match (q.runtime, q.optimizer_impl) {
+        (Runtime::Candle, _) => 14 * largest,
+        (Runtime::Torch, OptimizerImpl::Foreach) => t * wb,
+        (Runtime::Torch, OptimizerImpl::ForLoop) => largest,
+        (Runtime::Torch, OptimizerImpl::Fused) => 0,
     }
 }
 
@@ -424,6 +476,8 @@ pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdow
         }
         sum.max(0.0).round() as u64
     };
+    // The fitted phases (forward, backward, optimizer) already carry the step's transient.
+    e.step_transient = 0;
     e.runtime_constant = part(&["const"], true);
     e.activations = part(&["act", "attn"], true);
     // The head family's constant (a converted weight) belongs with the logits.
@@ -879,5 +933,59 @@ mod tests {
             estimate(&m, &infer, Some(&c)).kv,
             2 * 32 * 8 * 128 * 2 * 2048 * 3
         );
+    }
+
+    #[test]
+    fn a_training_peak_is_the_larger_of_backward_and_optimizer_step() {
+        let m = resolve("llama-3.1-8b").unwrap();
+        let t = Query {
+            mode: Mode::Train,
+            precision: Precision::MixedBf16,
+            batch: 1,
+            context: 128,
+            ..q()
+        };
+        let at = |runtime, optimizer_impl| {
+            estimate(
+                &m,
+                &Query {
+                    runtime,
+                    optimizer_impl,
+                    ..t
+                },
+                None,
+            )
+        };
+        let fused = at(Runtime::Torch, OptimizerImpl::Fused);
+        let backward = fused.activations + fused.logits;
+        assert_eq!(fused.step_transient, 0);
+        // foreach: `_foreach_sqrt(v)` over every f32 parameter at once.
+        let foreach = at(Runtime::Torch, OptimizerImpl::Foreach);
+        assert_eq!(
+            foreach.step_transient,
+            (m.params * 4).saturating_sub(backward)
+        );
+        let states = |e: &Breakdown| e.total() - e.activations - e.logits - e.step_transient;
+        assert_eq!(states(&foreach), states(&fused));
+        assert_eq!(
+            foreach.total() - states(&foreach),
+            backward.max(m.params * 4)
+        );
+        // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32).
+        let candle = at(Runtime::Candle, OptimizerImpl::Foreach);
+        assert_eq!(
+            candle.step_transient,
+            (14 * 128_256 * 4096 * 4u64).saturating_sub(backward)
+        );
+        // At a long context the backward dominates and the step adds nothing.
+        let long = estimate(
+            &m,
+            &Query {
+                context: 65_536,
+                ..t
+            },
+            None,
+        );
+        assert_eq!(long.step_transient, 0);
     }
 }

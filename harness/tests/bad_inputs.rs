@@ -536,7 +536,7 @@ fn constants_malformed() {
 fn constants_wrong_type() {
     estimate(
         "constants-wrong-type.toml",
-        "not a vramlab constants file: line 14: invalid type: string \"eight\"",
+        "not a vramlab constants file: line 18: invalid type: string \"eight\"",
     );
 }
 

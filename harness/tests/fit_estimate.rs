@@ -257,6 +257,10 @@ fn fitted_estimate(constants: &Path, mode: &str, (b, c): (u32, u32), source: &st
         &c,
         "--constants",
         constants.to_str().unwrap(),
+        "--runtime",
+        "candle",
+        "--backend",
+        "cpu",
     ]);
     let got = j["source"].as_str().unwrap();
     assert!(got.starts_with(source), "{got}");
@@ -371,4 +375,60 @@ fn synthetic_training_fit_estimate_end_to_end() {
         (est - measured).abs() / measured < 0.03,
         "estimate {est} measured {measured}"
     );
+}
+
+/// CPU candle constants answering a torch query on an H200: refused in one line (exit 2);
+/// with --allow-transfer a warning line, and the exact KV bytes whatever the constants say.
+#[test]
+fn cpu_constants_are_refused_for_a_gpu_query_and_never_change_exact_terms() {
+    let c = "results/cpu/cpu-smollm2.constants.toml";
+    let base = [
+        "estimate",
+        "--model",
+        "llama-3.1-8b",
+        "--constants",
+        c,
+        "--gpu",
+        "h200",
+    ];
+    let out = vramlab().args(base).assert().code(2);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(c) && err.contains("--allow-transfer"), "{err}");
+    let out = vramlab()
+        .args(base)
+        .args(["--allow-transfer", "--json"])
+        .assert()
+        .success();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.starts_with("warning: "), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert!(j["constants"].as_str().unwrap().contains("on cpu"), "{j}");
+    // 2 (K, V) · 32 layers · 8 KV heads · 128 head_dim · 2 B · 4096 tokens.
+    assert_eq!(row(&j, "KV cache"), 2 * 32 * 8 * 128 * 2 * 4096);
+    let analytic = estimate_json(&["--model", "llama-3.1-8b"]);
+    for r in ["weights", "KV cache", "gradients", "optimizer state"] {
+        assert_eq!(row(&j, r), row(&analytic, r), "{r}");
+    }
+    // Constants of another schema or runtime are one-line errors naming the file.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join(c)).unwrap();
+    for (name, bad) in [
+        ("old.toml", text.replacen("schema = 2", "schema = 1", 1)),
+        (
+            "rt.toml",
+            text.replacen("runtime = \"candle\"", "runtime = \"jax\"", 1),
+        ),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bad).unwrap();
+        let out = vramlab()
+            .args(["estimate", "--model", "llama-3.1-8b", "--constants"])
+            .arg(&p)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(name), "{err}");
+    }
 }

@@ -2,8 +2,8 @@
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
 use crate::error::InputError;
 use crate::estimate::{
-    self, gpu_by_name, smallest_gpu, Attention, Breakdown, GpuFit, KvCacheKind, Mode, Optimizer,
-    Precision, Query, Shape, Sharding, Trainable, CATALOG,
+    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvCacheKind, Mode,
+    Optimizer, OptimizerImpl, Precision, Query, Runtime, Shape, Sharding, Trainable, CATALOG,
 };
 use crate::fit::Constants;
 use crate::units::{gb, gb_gib, gib};
@@ -36,9 +36,23 @@ pub struct Args {
     /// query and value projections; gradients and optimizer state cover the adapters only).
     #[arg(long, default_value = "full", value_parser = parse_trainable)]
     pub trainable: Trainable,
-    /// Fitted constants from `vramlab fit` (default: built-in analytic constants).
+    /// Fitted constants from `vramlab fit` (default: built-in analytic constants). They supply
+    /// only the uncertain rows (runtime constant, activations, logits); weights, KV cache,
+    /// gradients and optimizer state are always exact. Used only when their runtime and
+    /// backend match the query's (else exit 2; see --allow-transfer).
     #[arg(long)]
     pub constants: Option<PathBuf>,
+    /// Use constants measured on another runtime or backend anyway (prints a warning line).
+    #[arg(long)]
+    pub allow_transfer: bool,
+    /// The runtime the job will use: torch (PyTorch + transformers, what most users run) or
+    /// candle (vramlab's own workloads).
+    #[arg(long, value_enum, default_value = "torch")]
+    pub runtime: Runtime,
+    /// The device kind: cuda (adds the CUDA context, cuBLAS workspace and allocator rounding
+    /// rows) or cpu (to compare with `vramlab sweep` on this machine).
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub backend: Backend,
     /// A GPU to fit (h100-80, a100-40, l4, h200, mi300x, … or a size such as 48gb).
     #[arg(long)]
     pub gpu: Option<String>,
@@ -51,7 +65,11 @@ pub struct Args {
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.1)]
     pub headroom: f64,
-    /// Attention kernel: flash never materializes the b·heads·s² scores; eager does.
+    /// Training with torch: how AdamW's step runs (its transient: foreach ≈ the parameter
+    /// bytes, for-loop ≈ the largest tensor, fused ≈ 0).
+    #[arg(long, value_enum, default_value = "foreach")]
+    pub optimizer_impl: OptimizerImpl,
+    /// Attention kernel: flash and sdpa never materialize the b·heads·s² scores; eager does.
     #[arg(long, value_enum, default_value = "flash")]
     pub attention: Attention,
     /// Inference KV cache kind (selects the fitted group).
@@ -74,6 +92,7 @@ struct Report<'a> {
     query: &'a Query,
     headroom: f64,
     source: &'a str,
+    constants: &'a str,
     breakdown: Vec<Row>,
     total_bytes: u64,
     smallest_gpu_gb: Option<u64>,
@@ -96,11 +115,16 @@ pub fn run(a: Args) -> Result<()> {
         return Err(InputError::arg("--batch, --context and --gpus must be at least 1").into());
     }
     let m = estimate::resolve(&a.model)?;
+    let mut notes = Vec::new();
     let constants: Option<Constants> = match &a.constants {
         None => None,
         Some(p) => {
             let c = Constants::load(p)?;
             c.check_architecture(p, &m.architecture)?;
+            if let Some(w) = c.check_query(p, a.runtime, a.backend.as_str(), a.allow_transfer)? {
+                eprintln!("warning: {w}");
+                notes.push(format!("warning: {w}"));
+            }
             Some(c)
         }
     };
@@ -116,6 +140,9 @@ pub fn run(a: Args) -> Result<()> {
         gpus: a.gpus,
         attention: a.attention,
         kv_cache: a.kv_cache,
+        runtime: a.runtime,
+        backend: a.backend,
+        optimizer_impl: a.optimizer_impl,
     };
     let gpu = match &a.gpu {
         None => None,
@@ -131,7 +158,21 @@ pub fn run(a: Args) -> Result<()> {
         })?),
     };
     let e = estimate::estimate(&m, &q, constants.as_ref());
-    let mut notes = Vec::new();
+    let used = match (&a.constants, &constants) {
+        (Some(p), Some(c)) => format!(
+            "{} ({} on {}, {}; models {}); {}",
+            p.display(),
+            c.runtime.as_str(),
+            c.backend,
+            c.device,
+            c.models.join(", "),
+            e.source
+        ),
+        _ => format!(
+            "analytic (no --constants); device terms: sourced {} defaults",
+            a.backend.as_str()
+        ),
+    };
     if constants.is_some() && e.source == "analytic" {
         notes.push(match estimate::group_key(&m, &q, "*") {
             Some(k) => format!(
@@ -143,6 +184,14 @@ pub fn run(a: Args) -> Result<()> {
                     .into()
             }
         });
+    }
+    if let Some((g, _)) = constants
+        .as_ref()
+        .and_then(|c| estimate::fitted_group(c, &m, &q))
+    {
+        for (t, why) in &g.model.held {
+            notes.push(format!("{}: term {t} {why}", g.key.label()));
+        }
     }
     if a.context > m.max_position {
         notes.push(format!(
@@ -161,6 +210,7 @@ pub fn run(a: Args) -> Result<()> {
             query: &q,
             headroom: a.headroom,
             source: &e.source,
+            constants: &used,
             breakdown: e
                 .rows()
                 .into_iter()
@@ -175,15 +225,17 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print_text(&m, &q, &e, &a, small, fit.as_ref(), &notes);
+    print_text(&m, &q, &e, &a, &used, small, fit.as_ref(), &notes);
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // one call site; the report's parts, borrowed
 fn print_text(
     m: &Shape,
     q: &Query,
     e: &Breakdown,
     a: &Args,
+    used: &str,
     small: Option<&estimate::GpuClass>,
     fit: Option<&GpuFit>,
     notes: &[String],
@@ -216,7 +268,7 @@ fn print_text(
             String::new()
         }
     );
-    println!("constants: {}", e.source);
+    println!("constants: {used}");
     println!(
         "{:<24} {:>12} {:>12} {:>10}",
         "per GPU", "GB", "GiB", "B/param"

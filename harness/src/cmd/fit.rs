@@ -2,7 +2,7 @@
 //! report held-out error (DESIGN.md §9).
 use crate::error::{bad_file, InputError};
 use crate::export::csv::read;
-use crate::fit::{fit_all, ErrStats, TERMS};
+use crate::fit::{fit_all, ErrStats, Runtime, TERMS};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -31,6 +31,22 @@ pub fn run(a: Args) -> Result<()> {
     for p in &a.csv {
         records.extend(read(p)?);
     }
+    // One constants file describes one runtime on one backend (`estimate` matches on both).
+    for r in &records {
+        let first = &records[0];
+        if (Runtime::of(r), &r.backend) != (Runtime::of(first), &first.backend) {
+            return Err(bad_file(
+                &a.csv[0],
+                format!(
+                    "the CSVs mix {} on {} with {} on {}; fit each runtime and backend separately",
+                    Runtime::of(first).as_str(),
+                    first.backend,
+                    Runtime::of(r).as_str(),
+                    r.backend
+                ),
+            ));
+        }
+    }
     let sources = a.csv.iter().map(|p| p.display().to_string()).collect();
     let report = fit_all(&records, sources, a.conservative, a.folds);
     if report.constants.group.is_empty() {
@@ -57,11 +73,7 @@ pub fn run(a: Args) -> Result<()> {
         {
             let coef = TERMS.map(|t| {
                 let c = g.model.get(t);
-                let mark = if g.model.fixed.iter().any(|f| f == t) {
-                    "*"
-                } else {
-                    " "
-                };
+                let mark = if g.model.is_held(t) { "*" } else { " " };
                 format!("{:>10}{mark}", format!("{c:.4e}"))
             });
             println!(
@@ -72,6 +84,9 @@ pub fn run(a: Args) -> Result<()> {
                 g.r2,
                 coef.join("")
             );
+            for (t, why) in &g.model.held {
+                println!("{:<44}   * {t}: {why}", "");
+            }
             for (i, c) in g.model.candidates.iter().enumerate() {
                 let terms: Vec<String> = c.iter().map(|(t, v)| format!("{t} {v:.4e}")).collect();
                 println!("{:<44}   + max candidate {i}: {}", "", terms.join(", "));
@@ -99,7 +114,17 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
     }
-    println!("(* = term constant in the group, held at its prior coefficient)");
+    println!(
+        "(weight, kv, optimizer and grad are exact bytes with coefficient 1, never fitted; * = held at its analytic prior)"
+    );
+    let c = &report.constants;
+    println!(
+        "constants from {} on {} ({}), models {}",
+        c.runtime.as_str(),
+        c.backend,
+        c.device,
+        c.models.join(", ")
+    );
     let text = toml::to_string_pretty(&report.constants)?;
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;

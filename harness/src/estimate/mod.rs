@@ -9,12 +9,41 @@
 pub mod model;
 
 use crate::features::Features;
+pub use crate::fit::Runtime;
 use crate::fit::{self, Constants, GroupKey, Target};
 pub use model::{resolve, Shape};
 use serde::Serialize;
 
-/// Runtime overhead the analytic path assumes: CUDA context, kernels and cuBLAS workspace.
-pub const RUNTIME_OVERHEAD: u64 = 512 << 20;
+/// CUDA context with the runtime's kernels loaded, outside any allocator: 512 MiB, the order of
+/// the "non-torch memory" vLLM logs at start-up on CUDA ≥ 11.7 with lazy module loading
+/// (vllm/worker/worker.py, `non_torch_allocations`); the 1343 MiB HF measured on CUDA 11.2
+/// (transformers docs, model_memory_anatomy.md) predates lazy loading.
+pub const CUDA_CONTEXT: u64 = 512 << 20;
+/// cuBLAS workspace per handle: PyTorch's documented default `CUBLAS_WORKSPACE_CONFIG`
+/// `:4096:2:16:8` (2 × 4096 KiB + 8 × 16 KiB; PyTorch docs, "Reproducibility" / CUDA
+/// semantics, cuBLAS workspaces).
+pub const CUBLAS_WORKSPACE: u64 = 2 * (4096 << 10) + 8 * (16 << 10);
+/// Caching-allocator rounding: one large segment of slack, `kLargeBuffer` = 20 MiB in
+/// c10/cuda/CUDACachingAllocator.cpp (requests of 1–10 MiB are served from 20 MiB segments).
+pub const ALLOCATOR_ROUNDING: u64 = 20 << 20;
+
+/// The device a query is for: CUDA GPUs (the catalog), or the CPU (candle's CPU backend, to
+/// check an estimate against `vramlab sweep` on this machine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Cuda,
+    Cpu,
+}
+
+impl Backend {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
 
 pub use crate::scenario::spec::{Mode, Precision, Trainable};
 
@@ -39,10 +68,27 @@ pub enum Sharding {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
-    /// Fused attention: scores are never materialized (FlashAttention, SDPA, vLLM).
+    /// FlashAttention: scores are never materialized (also vLLM).
     Flash,
-    /// Scores b·heads·s² are materialized (vramlab's own candle models).
+    /// PyTorch `scaled_dot_product_attention` (flash or memory-efficient kernel): no scores
+    /// saved for the backward.
+    Sdpa,
+    /// Scores b·heads·s² are materialized and saved (transformers' eager path, vramlab's own
+    /// candle models).
     Eager,
+}
+
+/// How a torch optimizer step runs over the parameters (its transient differs, DESIGN.md §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerImpl {
+    /// torch's multi-tensor path (the CUDA default): `_foreach_sqrt` of v allocates one
+    /// temporary per parameter at once ≈ 1 × the trainable parameter bytes.
+    Foreach,
+    /// One parameter at a time: temporaries of the largest tensor only.
+    ForLoop,
+    /// `fused=True`: one kernel, no temporaries (≈ 0).
+    Fused,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -66,6 +112,10 @@ pub struct Query {
     pub gpus: u64,
     pub attention: Attention,
     pub kv_cache: KvCacheKind,
+    pub runtime: Runtime,
+    pub backend: Backend,
+    /// torch only (candle-nn's AdamW has one implementation).
+    pub optimizer_impl: OptimizerImpl,
 }
 
 impl Default for Query {
@@ -82,6 +132,9 @@ impl Default for Query {
             gpus: 1,
             attention: Attention::Flash,
             kv_cache: KvCacheKind::Preallocated,
+            runtime: Runtime::Torch,
+            backend: Backend::Cuda,
+            optimizer_impl: OptimizerImpl::Foreach,
         }
     }
 }
@@ -97,7 +150,16 @@ pub struct Breakdown {
     pub logits: u64,
     pub gradients: u64,
     pub optimizer: u64,
-    pub runtime_overhead: u64,
+    /// The optimizer step's transient beyond the backward's activations and logits: a training
+    /// peak is the larger of the backward (states + activations + logits) and the step
+    /// (states + the implementation's transient), so only the excess adds.
+    pub step_transient: u64,
+    /// The runtime constant: 0 analytically; a fit's constant where one applies.
+    pub runtime_constant: u64,
+    /// Device terms (CUDA queries only; sourced defaults, see the constants above).
+    pub cuda_context: u64,
+    pub cublas_workspace: u64,
+    pub allocator_rounding: u64,
     /// Where the figures come from: "analytic" or the fitted group.
     pub source: String,
 }
@@ -116,7 +178,11 @@ impl Breakdown {
             ("logits", self.logits),
             ("gradients", self.gradients),
             ("optimizer state", self.optimizer),
-            ("runtime overhead", self.runtime_overhead),
+            ("optimizer step transient", self.step_transient),
+            ("runtime constant", self.runtime_constant),
+            ("CUDA context", self.cuda_context),
+            ("cuBLAS workspace", self.cublas_workspace),
+            ("allocator rounding", self.allocator_rounding),
         ]
     }
 }
@@ -143,7 +209,7 @@ fn analytic_infer(m: &Shape, q: &Query) -> Breakdown {
     // f32 softmax copies.
     let mlp = b * s * (3 * m.ffn * w + 2 * m.hidden * 4);
     let scores = match q.attention {
-        Attention::Flash => 0,
+        Attention::Flash | Attention::Sdpa => 0,
         Attention::Eager => b * m.heads * s * s * (w + 8),
     };
     Breakdown {
@@ -151,9 +217,8 @@ fn analytic_infer(m: &Shape, q: &Query) -> Breakdown {
         kv: f.kv_bytes,
         activations: mlp.max(scores),
         logits: b * m.vocab * 4,
-        runtime_overhead: RUNTIME_OVERHEAD,
         source: "analytic".into(),
-        ..Default::default()
+        ..device_terms(q)
     }
 }
 
@@ -183,7 +248,7 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     let aw = q.precision.act_bytes();
     // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit; scaled for f32.
     let score_term = match q.attention {
-        Attention::Flash => 0,
+        Attention::Flash | Attention::Sdpa => 0,
         Attention::Eager => 5 * a * s * s * b,
     };
     let per_layer = (34 * s * b * h + score_term) * aw / 2;
@@ -191,6 +256,14 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
         l * s * b * h * aw + per_layer
     } else {
         l * per_layer
+    };
+    let logits = b * s * m.vocab * (aw + 4);
+    let optimizer = shard(t * opt_per_param, s1);
+    // The step's transient, over this GPU's share of the updated parameters.
+    let transient = if optimizer == 0 {
+        0
+    } else {
+        step_transient(m, q, shard(t, s1))
     };
     Breakdown {
         weights: shard((p + adapters) * wb, s3),
@@ -200,12 +273,52 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
             0
         },
         activations,
-        logits: b * s * m.vocab * (aw + 4),
+        logits,
         gradients: shard(grads, s2),
-        optimizer: shard(t * opt_per_param, s1),
-        runtime_overhead: RUNTIME_OVERHEAD,
+        optimizer,
+        step_transient: transient.saturating_sub(activations + logits),
         source: "analytic".into(),
-        ..Default::default()
+        ..device_terms(q)
+    }
+}
+
+/// The AdamW step's transient bytes over `t` updated parameters (DESIGN.md §9): candle-nn's
+/// about 14 × the largest tensor (measured on CPU, DESIGN.md §8); torch foreach 1 × the
+/// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
+/// fused none. SGD keeps no state and has no transient here.
+fn step_transient(m: &Shape, q: &Query, t: u64) -> u64 {
+    if q.optimizer != Optimizer::Adamw {
+        return 0;
+    }
+    let wb = q.precision.weight_bytes();
+    let largest = (m.vocab * m.hidden).max(m.hidden * m.ffn).min(t) * wb;
+    match (q.runtime, q.optimizer_impl) {
+        (Runtime::Candle, _) => 14 * largest,
+        (Runtime::Torch, OptimizerImpl::Foreach) => t * wb,
+        (Runtime::Torch, OptimizerImpl::ForLoop) => largest,
+        (Runtime::Torch, OptimizerImpl::Fused) => 0,
+    }
+}
+
+/// The device rows of a query: the sourced defaults on CUDA, none on the CPU.
+fn device_terms(q: &Query) -> Breakdown {
+    match q.backend {
+        Backend::Cuda => Breakdown {
+            cuda_context: CUDA_CONTEXT,
+            cublas_workspace: CUBLAS_WORKSPACE,
+            allocator_rounding: ALLOCATOR_ROUNDING,
+            ..Default::default()
+        },
+        Backend::Cpu => Breakdown::default(),
+    }
+}
+
+/// Gradient bytes of a training query (unsharded: fits know one GPU).
+pub fn grad_bytes(m: &Shape, q: &Query) -> u64 {
+    if q.optimizer == Optimizer::None {
+        0
+    } else {
+        m.trainable_params(q.trainable).0 * q.precision.weight_bytes()
     }
 }
 
@@ -267,42 +380,9 @@ pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
     })
 }
 
-/// The fitted group for a query ([`group_key`]) at terms `x`, preferring a CUDA fit over a
-/// CPU one. For training, a step's peak is the largest of its phases' peaks (that is how
-/// `step_total` is measured), so where the forward, backward and optimizer groups are all
-/// fitted, the phase predicting the most at `x` answers; else the `step_total` group.
-pub fn fitted_group<'a>(
-    c: &'a Constants,
-    m: &Shape,
-    q: &Query,
-    x: &fit::Terms,
-) -> Option<&'a fit::GroupFit> {
-    ["cuda", "cpu"].iter().find_map(|b| {
-        let key = group_key(m, q, b)?;
-        if q.mode == Mode::Train {
-            let phases: Option<Vec<&fit::GroupFit>> = fit::STEP_PHASES
-                .iter()
-                .map(|ph| {
-                    let k = GroupKey {
-                        phase: ph.to_string(),
-                        ..key.clone()
-                    };
-                    c.find(&k, Target::PeakAllocated)
-                })
-                .collect();
-            if let Some(p) = phases {
-                return p
-                    .into_iter()
-                    .max_by(|a, b| a.model.predict(x).total_cmp(&b.model.predict(x)));
-            }
-        }
-        c.find(&key, Target::PeakAllocated)
-    })
-}
-
-/// Estimates a query, with fitted constants where a matching group exists.
-pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdown {
-    let x = match q.mode {
+/// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
+pub fn query_terms(m: &Shape, q: &Query, phase: &str) -> fit::Terms {
+    match q.mode {
         Mode::Infer => fit::terms(
             &infer_features(m, q),
             q.batch,
@@ -310,7 +390,8 @@ pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdow
             q.context,
             q.precision.act_bytes(),
         ),
-        // The steady state: every step after the first holds the optimizer state throughout.
+        // The steady state: every step after the first holds the optimizer state throughout;
+        // gradients are live from the backward on.
         Mode::Train => fit::train_terms(
             &train_features(m, q),
             q.batch,
@@ -318,44 +399,90 @@ pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdow
             1,
             true,
             q.precision.act_bytes(),
+            if phase == "forward" {
+                0
+            } else {
+                grad_bytes(m, q)
+            },
         ),
-    };
-    let Some(g) = constants.and_then(|c| fitted_group(c, m, q, &x)) else {
-        return match q.mode {
-            Mode::Infer => analytic_infer(m, q),
-            Mode::Train => analytic_train(m, q),
-        };
-    };
-    let mut e = Breakdown {
-        source: format!(
-            "fitted {} ({}, {} model)",
-            g.key.label(),
-            g.target.as_str(),
-            g.model.kind()
-        ),
-        ..Default::default()
-    };
-    let parts = [(&g.model.coef, true)]
-        .into_iter()
-        .chain(g.model.active(&x).map(|c| (c, false)));
-    for (coef, resident) in parts {
-        for (j, term) in fit::TERMS.iter().enumerate() {
-            let bytes = (coef.get(*term).copied().unwrap_or(0.0) * x[j])
-                .max(0.0)
-                .round() as u64;
-            let row = match *term {
-                "weight" => &mut e.weights,
-                "kv" => &mut e.kv,
-                "logits" => &mut e.logits,
-                // Gradients scale with the trainable parameters like the state does (AdamW),
-                // so a training fit carries them in this coefficient (or in the constant).
-                "optimizer" => &mut e.optimizer,
-                "const" if resident => &mut e.runtime_overhead,
-                _ => &mut e.activations,
-            };
-            *row += bytes;
+    }
+}
+
+/// The fitted group for a query ([`group_key`]) on the constants' own backend, with the
+/// query's terms in that group's phase. For training, a step's peak is the largest of its
+/// phases' peaks (that is how `step_total` is measured), so where the forward, backward and
+/// optimizer groups are all fitted, the phase predicting the most answers; else the
+/// `step_total` group.
+pub fn fitted_group<'a>(
+    c: &'a Constants,
+    m: &Shape,
+    q: &Query,
+) -> Option<(&'a fit::GroupFit, fit::Terms)> {
+    let key = group_key(m, q, &c.backend)?;
+    let at = |g: &'a fit::GroupFit| (g, query_terms(m, q, &g.key.phase));
+    if q.mode == Mode::Train {
+        let phases: Option<Vec<_>> = fit::STEP_PHASES
+            .iter()
+            .map(|ph| {
+                let k = GroupKey {
+                    phase: ph.to_string(),
+                    ..key.clone()
+                };
+                c.find(&k, Target::PeakAllocated).map(at)
+            })
+            .collect();
+        if let Some(p) = phases {
+            return p
+                .into_iter()
+                .max_by(|a, b| a.0.model.predict(&a.1).total_cmp(&b.0.model.predict(&b.1)));
         }
     }
+    c.find(&key, Target::PeakAllocated).map(at)
+}
+
+/// Estimates a query. Weights, KV cache, gradients and optimizer state are always the
+/// analytic (exact) bytes; where a fitted group applies, it supplies only the uncertain rows
+/// (runtime constant, activations, logits), each term at its fitted coefficient or, where the
+/// group could not identify it, at the analytic prior the fit held it at (and subtracted:
+/// the fitted constant is consistent with it). Device rows are the sourced defaults.
+pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdown {
+    let mut e = match q.mode {
+        Mode::Infer => analytic_infer(m, q),
+        Mode::Train => analytic_train(m, q),
+    };
+    let Some((g, x)) = constants.and_then(|c| fitted_group(c, m, q)) else {
+        return e;
+    };
+    e.source = format!(
+        "fitted {} ({}, {} model)",
+        g.key.label(),
+        g.target.as_str(),
+        g.model.kind()
+    );
+    // Bytes of `terms` in the resident part and the active candidate.
+    let part = |terms: &[&str], resident_const: bool| -> u64 {
+        let idx = |t: &str| fit::TERMS.iter().position(|n| *n == t).expect("term");
+        let mut sum = 0.0;
+        for t in terms {
+            if *t != "const" || resident_const {
+                sum += g.model.get(t) * x[idx(t)];
+            }
+        }
+        if let Some(c) = g.model.active(&x) {
+            for t in terms {
+                if *t != "const" || !resident_const {
+                    sum += c.get(*t).copied().unwrap_or(0.0) * x[idx(t)];
+                }
+            }
+        }
+        sum.max(0.0).round() as u64
+    };
+    // The fitted phases (forward, backward, optimizer) already carry the step's transient.
+    e.step_transient = 0;
+    e.runtime_constant = part(&["const"], true);
+    e.activations = part(&["act", "attn"], true);
+    // The head family's constant (a converted weight) belongs with the logits.
+    e.logits = part(&["logits", "const"], false);
     e
 }
 
@@ -715,5 +842,151 @@ mod tests {
         assert!(total(g.largest_batch + 1) > g.budget_bytes);
         let tokens = g.kv_capacity_tokens.unwrap();
         assert!(tokens >= g.largest_batch * 4096);
+    }
+
+    /// Constants with absurd coefficients (KV 0, weights 0.1, a huge constant) for the llama
+    /// inference `total` group and the three AdamW training phases.
+    fn wild_constants() -> Constants {
+        let mut group = Vec::new();
+        let key = |mode: &str, kv: &str, train: &str, phase: &str| GroupKey {
+            architecture: "llama".into(),
+            backend: "cuda".into(),
+            precision: "bf16".into(),
+            mode: mode.into(),
+            kv_cache: kv.into(),
+            train: train.into(),
+            phase: phase.into(),
+        };
+        let mut keys = vec![key("infer", "preallocated", "", "total")];
+        for ph in fit::STEP_PHASES {
+            keys.push(key("train", "", "adamw+none+full", ph));
+        }
+        for k in keys {
+            let coef = [
+                ("const", 3e9),
+                ("weight", 0.1),
+                ("kv", 0.0),
+                ("act", 9.0),
+                ("logits", 5.0),
+                ("attn", 1.0),
+                ("optimizer", 0.0),
+                ("grad", 0.0),
+            ]
+            .into_iter()
+            .map(|(t, v)| (t.to_string(), v))
+            .collect();
+            group.push(fit::GroupFit {
+                key: k,
+                target: Target::PeakAllocated,
+                rows: 9,
+                points: 9,
+                r2: 1.0,
+                conservative: false,
+                model: fit::Model {
+                    coef,
+                    ..Default::default()
+                },
+                kfold: None,
+                loco: None,
+            });
+        }
+        Constants {
+            schema: fit::CONSTANTS_SCHEMA,
+            vramlab_version: "test".into(),
+            runtime: Runtime::Torch,
+            backend: "cuda".into(),
+            device: "test".into(),
+            models: vec![],
+            fit_error: None,
+            terms: fit::TERMS.iter().map(|t| t.to_string()).collect(),
+            sources: vec![],
+            group,
+        }
+    }
+
+    #[test]
+    fn constants_never_change_the_exact_rows() {
+        let m = resolve("llama-3.1-8b").unwrap();
+        let c = wild_constants();
+        let infer = Query {
+            batch: 3,
+            context: 2048,
+            ..q()
+        };
+        let train = Query {
+            mode: Mode::Train,
+            batch: 2,
+            context: 1024,
+            ..q()
+        };
+        for query in [infer, train] {
+            let (a, f) = (estimate(&m, &query, None), estimate(&m, &query, Some(&c)));
+            assert!(f.source.starts_with("fitted"), "{}", f.source);
+            assert_eq!(
+                (a.weights, a.kv, a.gradients, a.optimizer, a.weight_copies),
+                (f.weights, f.kv, f.gradients, f.optimizer, f.weight_copies)
+            );
+            // The fitted constant does answer the uncertain row.
+            assert_eq!(f.runtime_constant, 3_000_000_000);
+        }
+        // Llama-3.1-8B at 2048 tokens × 3: 2 (K,V) · 32 layers · 8 kv heads · 128 · 2 B per token.
+        assert_eq!(
+            estimate(&m, &infer, Some(&c)).kv,
+            2 * 32 * 8 * 128 * 2 * 2048 * 3
+        );
+    }
+
+    #[test]
+    fn a_training_peak_is_the_larger_of_backward_and_optimizer_step() {
+        let m = resolve("llama-3.1-8b").unwrap();
+        let t = Query {
+            mode: Mode::Train,
+            precision: Precision::MixedBf16,
+            batch: 1,
+            context: 128,
+            ..q()
+        };
+        let at = |runtime, optimizer_impl| {
+            estimate(
+                &m,
+                &Query {
+                    runtime,
+                    optimizer_impl,
+                    ..t
+                },
+                None,
+            )
+        };
+        let fused = at(Runtime::Torch, OptimizerImpl::Fused);
+        let backward = fused.activations + fused.logits;
+        assert_eq!(fused.step_transient, 0);
+        // foreach: `_foreach_sqrt(v)` over every f32 parameter at once.
+        let foreach = at(Runtime::Torch, OptimizerImpl::Foreach);
+        assert_eq!(
+            foreach.step_transient,
+            (m.params * 4).saturating_sub(backward)
+        );
+        let states = |e: &Breakdown| e.total() - e.activations - e.logits - e.step_transient;
+        assert_eq!(states(&foreach), states(&fused));
+        assert_eq!(
+            foreach.total() - states(&foreach),
+            backward.max(m.params * 4)
+        );
+        // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32).
+        let candle = at(Runtime::Candle, OptimizerImpl::Foreach);
+        assert_eq!(
+            candle.step_transient,
+            (14 * 128_256 * 4096 * 4u64).saturating_sub(backward)
+        );
+        // At a long context the backward dominates and the step adds nothing.
+        let long = estimate(
+            &m,
+            &Query {
+                context: 65_536,
+                ..t
+            },
+            None,
+        );
+        assert_eq!(long.step_transient, 0);
     }
 }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Term names, in column order.
-pub const TERMS: [&str; 7] = [
+pub const TERMS: [&str; 8] = [
     "const",
     "weight",
     "kv",
@@ -32,11 +32,35 @@ pub const TERMS: [&str; 7] = [
     "logits",
     "attn",
     "optimizer",
+    "grad",
 ];
 pub const N_TERMS: usize = TERMS.len();
-/// Coefficient a term keeps when it does not vary inside a group (it cannot be identified
-/// there): weights, KV and optimizer state are resident bytes, counted once.
-const PRIOR: [f64; N_TERMS] = [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+/// Exact terms: weights, KV cache, optimizer state and gradients are known to the byte from
+/// shapes and dtypes (and verified exactly on CPU). They enter every prediction with a
+/// coefficient of exactly 1 and are never fitted: a fit only sees the target minus them.
+pub const EXACT: [usize; 4] = [1, 2, 6, 7];
+/// The uncertain terms a fit estimates, in the order they are admitted when the design
+/// cannot identify them all: the runtime constant first, then per-token activations, logits
+/// and attention scores.
+pub const UNCERTAIN: [usize; 4] = [0, 3, 4, 5];
+
+/// The analytic prior coefficient of an uncertain term, held when a group cannot identify it
+/// (DESIGN.md §9): training activations follow Korthikanti et al. (34 B per token·hidden per
+/// layer at 16 bits = 17 × `act`), training logits the 16-bit logits plus their f32 loss copy
+/// ((bytes + 4) / bytes × `logits`), inference logits the f32 last-position logits
+/// (4 / bytes × `logits`); the inference transient per layer, the attention scores (zero under
+/// fused attention) and the runtime constant (zero without a measurement) have no
+/// model-independent coefficient, so their prior is 0 and `estimate` uses its analytic row.
+pub fn prior(term: usize, mode: &str, dtype_bytes: u64) -> f64 {
+    let b = dtype_bytes.max(1) as f64;
+    match (TERMS[term], mode) {
+        ("weight" | "kv" | "optimizer" | "grad", _) => 1.0,
+        ("act", "train") => 17.0,
+        ("logits", "train") => (b + 4.0) / b,
+        ("logits", _) => 4.0 / b,
+        _ => 0.0,
+    }
+}
 
 pub type Terms = [f64; N_TERMS];
 
@@ -77,8 +101,20 @@ pub fn phase_tokens(phase: Phase, prompt_len: u64, kv_tokens: u64) -> (u64, u64)
     }
 }
 
-/// The regression terms of one point and phase.
+/// The regression terms of one point and phase (no gradients live: inference, forward).
 pub fn terms(f: &Features, batch: u64, s: u64, t: u64, dtype_bytes: u64) -> Terms {
+    with_grads(f, batch, s, t, dtype_bytes, 0)
+}
+
+/// [`terms`] with `grad_bytes` of gradients live in the phase.
+pub fn with_grads(
+    f: &Features,
+    batch: u64,
+    s: u64,
+    t: u64,
+    dtype_bytes: u64,
+    grad_bytes: u64,
+) -> Terms {
     [
         1.0,
         f.weight_bytes as f64,
@@ -87,6 +123,7 @@ pub fn terms(f: &Features, batch: u64, s: u64, t: u64, dtype_bytes: u64) -> Term
         f.logits_bytes as f64,
         (batch * s * t * dtype_bytes) as f64,
         f.optimizer_bytes as f64,
+        grad_bytes as f64,
     ]
 }
 
@@ -110,6 +147,7 @@ pub fn train_terms(
     grad_accum: u64,
     optimizer_live: bool,
     dtype_bytes: u64,
+    grad_bytes: u64,
 ) -> Terms {
     let ga = grad_accum.max(1);
     let f = Features {
@@ -118,7 +156,22 @@ pub fn train_terms(
         optimizer_bytes: if optimizer_live { f.optimizer_bytes } else { 0 },
         ..*f
     };
-    terms(&f, batch / ga, seq, seq, dtype_bytes)
+    with_grads(&f, batch / ga, seq, seq, dtype_bytes, grad_bytes)
+}
+
+/// Gradient bytes live in a training phase of a row: from the backward on (candle drops the
+/// gradient store after the optimizer step, so a forward holds none). AdamW rows know them
+/// exactly (half the state: m and v per trainable parameter); SGD rows of full training
+/// update every weight; otherwise 0 (the constant absorbs them).
+fn grad_bytes(r: &Record, f: &Features, phase: Phase) -> u64 {
+    if !matches!(phase, Phase::Backward | Phase::Optimizer | Phase::StepTotal) {
+        return 0;
+    }
+    match (r.optimizer.as_str(), r.trainable.as_str()) {
+        ("adamw", _) => f.optimizer_bytes / 2,
+        ("sgd", "full") => f.weight_bytes,
+        _ => 0,
+    }
 }
 
 /// The terms of a CSV row, or `None` for a row that cannot be fitted (not ok, no features).
@@ -144,6 +197,7 @@ pub fn record_terms(r: &Record) -> Option<Terms> {
             r.grad_accum.unwrap_or(1),
             live,
             bytes,
+            grad_bytes(r, &f, phase),
         ));
     }
     let (s, t) = phase_tokens(phase, r.prompt_len.unwrap_or(0), r.kv_tokens.unwrap_or(0));
@@ -254,12 +308,19 @@ impl GroupKey {
 pub struct Sample {
     pub x: Terms,
     pub y: f64,
+    /// The analytic prior coefficient of each term ([`prior`]) for the row's mode and dtype.
+    pub prior: Terms,
     pub point: String,
     pub context: u64,
     /// The training step (0 for inference rows).
     pub step: u64,
     /// "point_id phase step" — how the worst row is named.
     pub row: String,
+}
+
+/// The priors of every term for a mode and dtype width.
+pub fn priors(mode: &str, dtype_bytes: u64) -> Terms {
+    std::array::from_fn(|j| prior(j, mode, dtype_bytes))
 }
 
 impl Sample {
@@ -269,6 +330,7 @@ impl Sample {
         Some(Sample {
             x: record_terms(r)?,
             y,
+            prior: priors(&r.mode, precision_bytes(&r.precision)?),
             point: r.point_id.clone(),
             context: r.context,
             step: r.step.unwrap_or(0),
@@ -281,11 +343,13 @@ impl Sample {
 /// any: a phase's peak is resident bytes plus the largest transient (DESIGN.md §9).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Model {
-    /// Coefficient per term name: the resident part (the whole model when linear).
+    /// Coefficient per term name: the resident part (the whole model when linear). The exact
+    /// terms ([`EXACT`]) are always here with coefficient 1.
     pub coef: BTreeMap<String, f64>,
-    /// Terms held at their prior because they do not vary in the group.
-    #[serde(default)]
-    pub fixed: Vec<String>,
+    /// Uncertain terms the group's design cannot identify (rank-deficient, or fewer points
+    /// than free terms), held at their analytic prior ([`prior`]): term → why.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub held: BTreeMap<String, String>,
     /// Transient families, of which the largest counts (empty: a single linear model).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<BTreeMap<String, f64>>,
@@ -323,69 +387,116 @@ impl Model {
     pub fn get(&self, term: &str) -> f64 {
         self.coef.get(term).copied().unwrap_or(0.0)
     }
+
+    /// Whether `term` was held at its prior rather than fitted.
+    pub fn is_held(&self, term: &str) -> bool {
+        self.held.contains_key(term)
+    }
 }
 
-/// Terms of the resident part of a max model: the constant, weights, KV and optimizer state.
-const RESIDENT: [usize; 4] = [0, 1, 2, 6];
+/// Terms of the resident part of a max model: the constant and the exact terms.
+const RESIDENT: [usize; 5] = [0, 1, 2, 6, 7];
 /// The transient families a max model chooses between: the per-layer transients (MLP
 /// intermediates ∝ act, attention scores ∝ attn), and the head (a constant such as a converted
 /// weight, plus the logits).
 const FAMILIES: [&[usize]; 2] = [&[3, 5], &[0, 4]];
 
-/// NNLS with `resident` terms on every row and the terms of `families[assign[i]]` on row i.
-/// Resident terms that are constant across the samples keep their prior coefficient (and are
-/// subtracted from the target); the rest and the constant are solved.
+/// Numerical rank of the columns `cols` of `a`, each scaled to unit norm.
+fn rank(a: &DMatrix<f64>, cols: &[usize]) -> usize {
+    let m = DMatrix::from_fn(a.nrows(), cols.len(), |i, k| {
+        let c = a.column(cols[k]);
+        a[(i, cols[k])] / c.norm().max(f64::MIN_POSITIVE)
+    });
+    let sv = m.singular_values();
+    let top = sv.iter().copied().fold(0.0, f64::max);
+    sv.iter().filter(|&&v| v > 1e-9 * top.max(1e-300)).count()
+}
+
+/// NNLS of the uncertain terms: `resident` terms on every row and the terms of
+/// `families[assign[i]]` on row i. Exact terms enter with coefficient 1 (subtracted from the
+/// target, never fitted). Uncertain columns are admitted in order while they raise the rank
+/// and there are more points than admitted terms; the others are held at their prior.
 fn solve(samples: &[Sample], resident: &[usize], families: &[&[usize]], assign: &[usize]) -> Model {
-    let varies = |j: usize| {
-        let v0 = samples[0].x[j];
-        samples
-            .iter()
-            .any(|s| (s.x[j] - v0).abs() > 1e-9 * v0.abs().max(1.0))
-    };
-    let fixed: Vec<usize> = resident
-        .iter()
-        .copied()
-        .filter(|&j| j != 0 && !varies(j))
-        .collect();
     let mut cols: Vec<(Option<usize>, usize)> = resident
         .iter()
-        .filter(|j| !fixed.contains(j))
+        .filter(|j| !EXACT.contains(j))
         .map(|&j| (None, j))
         .collect();
     for (f, fam) in families.iter().enumerate() {
         cols.extend(fam.iter().map(|&j| (Some(f), j)));
     }
-    let a = DMatrix::from_fn(samples.len(), cols.len(), |i, k| match cols[k] {
+    let full = DMatrix::from_fn(samples.len(), cols.len(), |i, k| match cols[k] {
         (None, j) => samples[i].x[j],
         (Some(f), j) if assign[i] == f => samples[i].x[j],
         _ => 0.0,
     });
+    let mut points: Vec<&str> = samples.iter().map(|s| s.point.as_str()).collect();
+    points.sort();
+    points.dedup();
+    // Columns that are zero on every row carry no term here (and predict nothing).
+    let present: Vec<usize> = (0..cols.len())
+        .filter(|&k| full.column(k).iter().any(|v| *v != 0.0))
+        .collect();
+    let mut keep: Vec<usize> = Vec::new();
+    let mut held: Vec<usize> = Vec::new();
+    for &k in &present {
+        let mut trial = keep.clone();
+        trial.push(k);
+        if trial.len() < points.len().max(2) && rank(&full, &trial) == trial.len() {
+            keep = trial;
+        } else {
+            held.push(k);
+        }
+    }
+    let prior = samples[0].prior;
+    let a = DMatrix::from_fn(samples.len(), keep.len(), |i, k| full[(i, keep[k])]);
     let b = DVector::from_iterator(
         samples.len(),
-        samples
-            .iter()
-            .map(|s| s.y - fixed.iter().map(|&j| PRIOR[j] * s.x[j]).sum::<f64>()),
+        samples.iter().enumerate().map(|(i, s)| {
+            s.y - EXACT.iter().map(|&j| s.x[j]).sum::<f64>()
+                - held
+                    .iter()
+                    .map(|&k| prior[cols[k].1] * full[(i, k)])
+                    .sum::<f64>()
+        }),
     );
     let sol = nnls::nnls(&a, &b);
-    let mut coef: BTreeMap<String, f64> = fixed
-        .iter()
-        .map(|&j| (TERMS[j].to_string(), PRIOR[j]))
-        .collect();
+    let mut coef: BTreeMap<String, f64> =
+        EXACT.iter().map(|&j| (TERMS[j].to_string(), 1.0)).collect();
     let mut candidates = vec![BTreeMap::new(); families.len()];
-    for (k, &(f, j)) in cols.iter().enumerate() {
+    let mut put = |k: usize, v: f64| {
+        let (f, j) = cols[k];
         let map = match f {
             None => &mut coef,
             Some(f) => &mut candidates[f],
         };
-        map.insert(TERMS[j].to_string(), sol[k]);
+        map.insert(TERMS[j].to_string(), v);
+    };
+    for (i, &k) in keep.iter().enumerate() {
+        put(k, sol[i]);
     }
+    for &k in &held {
+        put(k, prior[cols[k].1]);
+    }
+    let held = held
+        .iter()
+        .map(|&k| {
+            let j = cols[k].1;
+            (
+                TERMS[j].to_string(),
+                format!(
+                    "held at analytic prior {}: not identified ({} of {} free terms identifiable from {} points)",
+                    prior[j],
+                    keep.len(),
+                    present.len(),
+                    points.len()
+                ),
+            )
+        })
+        .collect();
     Model {
         coef,
-        fixed: fixed
-            .iter()
-            .filter(|&&j| samples[0].x[j] != 0.0)
-            .map(|&j| TERMS[j].to_string())
-            .collect(),
+        held,
         candidates,
     }
 }
@@ -654,11 +765,51 @@ pub struct GroupFit {
     pub loco: Option<ErrStats>,
 }
 
+/// The constants schema this build reads and writes (2: exact terms never fitted, held
+/// terms, provenance).
+pub const CONSTANTS_SCHEMA: u32 = 2;
+
+/// The software that ran the measured workloads: their uncertain terms (activations saved
+/// per layer, logits path, optimizer transients, allocator) differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// vramlab's own candle workloads (`vramlab sweep`).
+    Candle,
+    /// PyTorch + transformers (`scripts/torch_probe.py`).
+    Torch,
+}
+
+impl Runtime {
+    /// The runtime that wrote a CSV row (the torch probe writes `kernels = torch`).
+    pub fn of(r: &Record) -> Runtime {
+        if r.kernels == "torch" || r.candle_version.is_empty() {
+            Runtime::Torch
+        } else {
+            Runtime::Candle
+        }
+    }
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Runtime::Candle => "candle",
+            Runtime::Torch => "torch",
+        }
+    }
+}
+
 /// The constants file `fit` writes and `estimate --constants` reads.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Constants {
     pub schema: u32,
     pub vramlab_version: String,
+    /// Where the constants came from: the runtime, backend and device that measured the rows,
+    /// and the models measured.
+    pub runtime: Runtime,
+    pub backend: String,
+    pub device: String,
+    pub models: Vec<String>,
+    /// Held-out error of the fit over all groups (k-fold by point, peak allocated).
+    pub fit_error: Option<ErrStats>,
     pub terms: Vec<String>,
     pub sources: Vec<String>,
     pub group: Vec<GroupFit>,
@@ -803,10 +954,24 @@ pub fn fit_all(
         }
         envelope.insert(target.as_str(), env);
     }
+    let distinct = |f: fn(&Record) -> String| {
+        let mut v: Vec<String> = records.iter().map(f).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let fit_error = heldout
+        .get(Target::PeakAllocated.as_str())
+        .and_then(|(k, _)| ErrStats::of(k));
     FitReport {
         constants: Constants {
-            schema: 1,
+            schema: CONSTANTS_SCHEMA,
             vramlab_version: env!("CARGO_PKG_VERSION").into(),
+            runtime: records.first().map(Runtime::of).unwrap_or(Runtime::Candle),
+            backend: distinct(|r| r.backend.clone()).join("+"),
+            device: distinct(|r| r.device_name.clone()).join("+"),
+            models: distinct(|r| r.model_id.clone()),
+            fit_error,
             terms: TERMS.iter().map(|s| s.to_string()).collect(),
             sources,
             group,
@@ -829,6 +994,17 @@ impl Constants {
     /// [`Constants::load`] on text already read; `path` is only used in messages.
     pub fn parse(path: &std::path::Path, text: &str) -> anyhow::Result<Constants> {
         use crate::error::bad_file;
+        let schema = toml::from_str::<toml::Table>(text)
+            .ok()
+            .and_then(|t| t.get("schema").and_then(|v| v.as_integer()));
+        if let Some(v) = schema.filter(|&v| v != CONSTANTS_SCHEMA as i64) {
+            return Err(bad_file(
+                path,
+                format!(
+                    "constants schema {v} is not the supported {CONSTANTS_SCHEMA} (refit with `vramlab fit`)"
+                ),
+            ));
+        }
         let c: Constants = toml::from_str(text).map_err(|e| {
             let msg = e.message().trim().to_string();
             let at = match e.span() {
@@ -840,12 +1016,6 @@ impl Constants {
             };
             bad_file(path, format!("not a vramlab constants file: {at}{msg}"))
         })?;
-        if c.schema != 1 {
-            return Err(bad_file(
-                path,
-                format!("constants schema {} is not the supported 1", c.schema),
-            ));
-        }
         Ok(c)
     }
 
@@ -880,6 +1050,38 @@ impl Constants {
         ))
     }
 
+    /// Whether these constants may answer a query for `runtime` on `backend`: Ok(None) when
+    /// they match; a one-line error naming `path` when they do not (their uncertain terms
+    /// describe another runtime or device); Ok(Some(warning)) with `allow_transfer`.
+    pub fn check_query(
+        &self,
+        path: &std::path::Path,
+        runtime: Runtime,
+        backend: &str,
+        allow_transfer: bool,
+    ) -> anyhow::Result<Option<String>> {
+        if self.runtime == runtime && self.backend == backend {
+            return Ok(None);
+        }
+        let what = format!(
+            "constants measured with {} on {} ({}) answer a {} query on {}",
+            self.runtime.as_str(),
+            self.backend,
+            self.device,
+            runtime.as_str(),
+            backend
+        );
+        if allow_transfer {
+            return Ok(Some(format!(
+                "{what} (--allow-transfer: their runtime constant, activations and logits may not hold there)"
+            )));
+        }
+        Err(crate::error::bad_file(
+            path,
+            format!("{what}; refusing (pass --allow-transfer to use them anyway)"),
+        ))
+    }
+
     /// The group fitted for this key and target, if any.
     pub fn find(&self, key: &GroupKey, target: Target) -> Option<&GroupFit> {
         self.group
@@ -896,6 +1098,7 @@ mod tests {
         Sample {
             x,
             y,
+            prior: priors("infer", 4),
             point: point.into(),
             context,
             step: 2,
@@ -910,7 +1113,7 @@ mod tests {
         let (mut bwd, mut opt, mut step) = (Vec::new(), Vec::new(), Vec::new());
         for i in 1..=12u64 {
             let act = 20.0 * i as f64;
-            let x = [1.0, 0.0, 0.0, act, 0.0, 0.0, 0.0];
+            let x = [1.0, 0.0, 0.0, act, 0.0, 0.0, 0.0, 0.0];
             let p = format!("p{i}");
             let (b, o) = (1000.0 + 5.0 * act, 1800.0);
             bwd.push(sample(x, b, &p, 64));
@@ -928,20 +1131,20 @@ mod tests {
     }
 
     #[test]
-    fn constant_weights_keep_their_prior_and_the_rest_is_solved() {
-        // peak = 1000 (weights, coefficient 1) + 50 + 2·kv + 3·act
+    fn exact_terms_enter_with_coefficient_one_and_the_rest_is_solved() {
+        // peak = 1000 (weights) + kv (exact, coefficient 1) + 50 + 3·act
         let pts: Vec<Sample> = (1..=6)
             .map(|i| {
                 let (kv, act) = (10.0 * i as f64, (i * i) as f64);
-                let x = [1.0, 1000.0, kv, act, 0.0, 0.0, 0.0];
-                sample(x, 1050.0 + 2.0 * kv + 3.0 * act, &format!("p{i}"), 64 * i)
+                let x = [1.0, 1000.0, kv, act, 0.0, 0.0, 0.0, 0.0];
+                sample(x, 1050.0 + kv + 3.0 * act, &format!("p{i}"), 64 * i)
             })
             .collect();
         let m = fit_linear(&pts);
-        assert_eq!(m.get("weight"), 1.0);
-        assert_eq!(m.fixed, vec!["weight".to_string()]);
+        assert_eq!((m.get("weight"), m.get("kv")), (1.0, 1.0));
+        assert!(m.held.is_empty(), "{m:?}");
         assert!((m.get("const") - 50.0).abs() < 1e-6, "{m:?}");
-        assert!((m.get("kv") - 2.0).abs() < 1e-9 && (m.get("act") - 3.0).abs() < 1e-9);
+        assert!((m.get("act") - 3.0).abs() < 1e-9);
         assert!((r2(&m, &pts) - 1.0).abs() < 1e-12);
         let h = kfold("g", &pts, 3, fit_linear);
         assert_eq!(h.len(), 6);
@@ -955,7 +1158,7 @@ mod tests {
         let pts: Vec<Sample> = (1..=12)
             .map(|i| {
                 let (act, attn, logits) = (i as f64, (i * i) as f64 / 4.0, 4.0);
-                let x = [1.0, 0.0, 0.0, act, logits, attn, 0.0];
+                let x = [1.0, 0.0, 0.0, act, logits, attn, 0.0, 0.0];
                 let y = 100.0 + (2.0 * act + 3.0 * attn).max(40.0 + logits);
                 sample(x, y, &format!("p{i}"), 16 * i)
             })
@@ -973,7 +1176,7 @@ mod tests {
     fn conservative_envelope_bounds_under_prediction() {
         let pts: Vec<Sample> = [(1.0, 10.0), (2.0, 30.0), (3.0, 25.0), (4.0, 42.0)]
             .iter()
-            .map(|&(a, y)| sample([1.0, 0.0, 0.0, a, 0.0, 0.0, 0.0], y, "p", 1))
+            .map(|&(a, y)| sample([1.0, 0.0, 0.0, a, 0.0, 0.0, 0.0, 0.0], y, "p", 1))
             .collect();
         let mut m = fit_linear(&pts);
         make_conservative(&mut m, &pts, 0.01);
@@ -992,7 +1195,10 @@ mod tests {
             optimizer_bytes: 1,
         };
         // attn = b · s · T · bytes = 2 · 3 · 4 · 2
-        assert_eq!(terms(&f, 2, 3, 4, 2), [1.0, 7.0, 5.0, 3.0, 2.0, 48.0, 1.0]);
+        assert_eq!(
+            terms(&f, 2, 3, 4, 2),
+            [1.0, 7.0, 5.0, 3.0, 2.0, 48.0, 1.0, 0.0]
+        );
         assert_eq!(phase_tokens(Phase::Decode, 96, 100), (1, 100));
         assert_eq!(phase_tokens(Phase::Prefill, 96, 96), (96, 96));
     }
@@ -1018,10 +1224,12 @@ mod tests {
                     (196_608 * b) as f64,
                     (b * t * 4) as f64,
                     0.0,
+                    0.0,
                 ];
                 v.push(Sample {
                     x,
                     y,
+                    prior: priors("infer", 4),
                     point: format!("b{b}/c{cap}"),
                     context: cap,
                     step,
@@ -1036,9 +1244,10 @@ mod tests {
     fn collinear_exactly_linear_decode_group_is_fitted_exactly() {
         let pts = smollm2_decode();
         let m = fit_linear(&pts);
-        // Exact solution: weights·1 (held, constant) + kv·1 + const + c·act (act ∝ logits).
-        assert_eq!(m.fixed, vec!["weight".to_string()]);
-        assert!((m.get("kv") - 1.0).abs() < 1e-6, "{m:?}");
+        // Exact solution: weights·1 + kv·1 (exact) + const + c·act (act ∝ logits: logits is
+        // not identified and is held at its prior, the act coefficient absorbs the rest).
+        assert_eq!((m.get("weight"), m.get("kv")), (1.0, 1.0));
+        assert!(m.is_held("logits"), "{m:?}");
         for s in &pts {
             assert!((m.predict(&s.x) - s.y).abs() < 1e-6 * s.y, "{m:?}");
         }
@@ -1047,5 +1256,50 @@ mod tests {
         let (_, hk, _) = select("g", &pts, 5);
         assert_eq!(hk.len(), 16);
         assert!(ErrStats::of(&hk).unwrap().worst < 1e-6, "{hk:?}");
+    }
+
+    #[test]
+    fn a_four_point_group_holds_what_it_cannot_identify_and_keeps_exact_terms() {
+        // The shape of a `total` group: batch {1, 4} × context {128, 512}. Four points and four
+        // uncertain terms (const, act ∝ b·s, logits ∝ b, attn ∝ b·s²): NNLS alone would trade
+        // the KV term away; here KV and weights stay exact and at most three terms are fitted.
+        let mut pts = Vec::new();
+        for (b, s) in [(1u64, 128u64), (1, 512), (4, 128), (4, 512)] {
+            let (kv, act, logits, attn) = (
+                (46_080 * b * s) as f64,
+                (69_120 * b * s) as f64,
+                (196_608 * b) as f64,
+                (b * s * s * 2) as f64,
+            );
+            let x = [1.0, 5e8, kv, act, logits, attn, 0.0, 0.0];
+            let y = 5e8 + kv + 3e7 + 0.7 * act + 2.0 * logits + 0.1 * attn;
+            let mut smp = sample(x, y, &format!("b{b}/c{s}"), s);
+            smp.prior = priors("infer", 2);
+            pts.push(smp);
+        }
+        for m in [fit_linear(&pts), fit_max(&pts)] {
+            assert_eq!((m.get("weight"), m.get("kv")), (1.0, 1.0), "{m:?}");
+            assert_eq!((m.get("optimizer"), m.get("grad")), (1.0, 1.0));
+            // Fitted terms leave a residual degree of freedom: fewer than the 4 points.
+            let fitted = m.coef.len() - EXACT.len()
+                + m.candidates.iter().map(|c| c.len()).sum::<usize>()
+                - m.held.len();
+            assert!(fitted < 4, "{m:?}");
+            for (t, why) in &m.held {
+                let j = TERMS.iter().position(|n| n == t).unwrap();
+                assert!(why.starts_with("held at analytic prior"), "{why}");
+                let coef = m
+                    .coef
+                    .get(t)
+                    .or_else(|| m.candidates.iter().find_map(|c| c.get(t)))
+                    .copied();
+                assert_eq!(coef, Some(prior(j, "infer", 2)), "{t}: {m:?}");
+            }
+        }
+        // The linear fit cannot identify all four uncertain terms; it says so in the file.
+        let m = fit_linear(&pts);
+        assert!(!m.held.is_empty(), "{m:?}");
+        let text = toml::to_string(&m).unwrap();
+        assert!(text.contains("[held]"), "{text}");
     }
 }

@@ -855,6 +855,7 @@ mod tests {
             mode: mode.into(),
             kv_cache: kv.into(),
             train: train.into(),
+            ops: String::new(),
             phase: phase.into(),
         };
         let mut keys = vec![key("infer", "preallocated", "", "total")];

@@ -175,6 +175,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                                             lr=s.get("lr", 1e-4))))
     default_train = dict(optimizer="adamw", checkpointing="none", grad_accum=1, trainable="full",
                          steps=s.get("train_steps", 1), lr=s.get("lr", 1e-4))
+    ops_k, ops_a = s.get("kernels", ["reference"]), s.get("attention", ["eager"])
     points = []
     for source in as_list(s.get("source", spec["model"]["source"])):
         mid = model_id(source)
@@ -183,9 +184,15 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                 axes = train_axes if mode == "train" else infer_axes
                 for batch in s["batch"]:
                     for context in s["context"]:
-                        for tag, kv, train in axes:
+                        for tag, kv, train, kernels, attention in [
+                                (*a, k, t) for a in axes for k in ops_k for t in ops_a]:
                             for repeat in range(repeats):
                                 pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}/{tag}"
+                                # As grid.rs: ids of the default ops carry no suffix.
+                                if kernels != "reference":
+                                    pid += f"/{kernels}"
+                                if attention != "eager":
+                                    pid += f"/{attention}"
                                 if repeats > 1:
                                     pid += f"/r{repeat}"
                                 points.append(dict(
@@ -431,8 +438,10 @@ def features(shape: dict, p: dict, phase: str, kv_tokens: int, params: int, trai
 
 SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
               "prompt_len", "decode_every", "repeats", "optimizer", "checkpointing", "grad_accum",
-              "trainable", "train_steps", "lr"}
+              "trainable", "train_steps", "lr", "kernels", "attention"}
+# Our fused kernels and flash attention are candle ops; the probe's attention is --attention.
 RUNNABLE = {"mode": {"infer", "train"}, "precision": set(PRECISION_BYTES),
+            "kernels": {"reference"}, "attention": {"eager"},
             "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
 
 

@@ -66,13 +66,12 @@ pub fn run(args: Args) -> Result<()> {
             .sum();
         anyhow::ensure!(made == bytes, "created {made} B, the config says {bytes} B");
         println!(
-            "created {} tensors, {} parameters, {} of {:?} weights on {} in {secs:.2} s ({} threads)",
+            "created {} tensors, {} parameters, {} of {:?} weights on {} in {secs:.2} s",
             tensors.len(),
             cfg.param_count(),
             crate::units::gb_gib(bytes),
             dtype,
-            args.device,
-            rayon::current_num_threads()
+            args.device
         );
         return Ok(());
     };

@@ -58,10 +58,11 @@ fn values<T: Copy>(name: &str, n: usize, seed: u64, from: impl Fn(f32) -> T) -> 
 /// The seed of the synthetic weights of sweeps.
 pub const SEED: u64 = 0x5eed;
 
-/// Creates the tensors of `cfg` in `dtype` on `device`, one tensor per task in parallel
-/// (rayon), with the values [`write`] would store. Each tensor is allocated once, at its exact
-/// size in `dtype`, on the host for the CPU; for a GPU each is built on the host and copied, so
-/// the device holds exactly the weights.
+/// Creates the tensors of `cfg` in `dtype` on `device`, with the values [`write`] would store.
+/// Each tensor is allocated once, at its exact size in `dtype`. On the CPU they are made one
+/// after another, so the load row's peak is the same in every run (tensors made in parallel
+/// would overlap their temporaries differently each time); for a GPU each is built on the host
+/// and copied, one tensor per rayon task in parallel, and the device holds exactly the weights.
 pub fn generate(
     cfg: &Config,
     dtype: DType,
@@ -70,25 +71,27 @@ pub fn generate(
 ) -> Result<std::collections::HashMap<String, candle_core::Tensor>> {
     use candle_core::Tensor;
     use rayon::prelude::*;
-    cfg.tensor_shapes()
-        .into_par_iter()
-        .enumerate()
-        .map(|(i, (name, shape))| {
-            let n: usize = shape.iter().product();
-            let seed = seed.wrapping_add(i as u64);
-            let t = match dtype {
-                DType::F32 => Tensor::from_vec(values(&name, n, seed, |v| v), shape, device),
-                DType::F16 => {
-                    Tensor::from_vec(values(&name, n, seed, half::f16::from_f32), shape, device)
-                }
-                DType::BF16 => {
-                    Tensor::from_vec(values(&name, n, seed, half::bf16::from_f32), shape, device)
-                }
-                other => anyhow::bail!("synthetic weights in {other:?}"),
-            }?;
-            Ok((name, t))
-        })
-        .collect()
+    let make = |(i, (name, shape)): (usize, (String, Vec<usize>))| -> Result<(String, Tensor)> {
+        let n: usize = shape.iter().product();
+        let seed = seed.wrapping_add(i as u64);
+        let t = match dtype {
+            DType::F32 => Tensor::from_vec(values(&name, n, seed, |v| v), shape, device),
+            DType::F16 => {
+                Tensor::from_vec(values(&name, n, seed, half::f16::from_f32), shape, device)
+            }
+            DType::BF16 => {
+                Tensor::from_vec(values(&name, n, seed, half::bf16::from_f32), shape, device)
+            }
+            other => anyhow::bail!("synthetic weights in {other:?}"),
+        }?;
+        Ok((name, t))
+    };
+    let shapes = cfg.tensor_shapes();
+    if device.is_cpu() {
+        shapes.into_iter().enumerate().map(make).collect()
+    } else {
+        shapes.into_par_iter().enumerate().map(make).collect()
+    }
 }
 
 impl View for &Lazy {

@@ -16,4 +16,11 @@ PY=${VRAMLAB_TORCH_PYTHON:-$("$root/scripts/torch-env.sh")}
 cargo build --quiet --release -p vramlab-preload --manifest-path "$root/Cargo.toml"
 SO=${CARGO_TARGET_DIR:-$root/target}/release/libvramlab_preload.so
 [ -f "$SO" ] || { echo "scripts/torch-cpu.sh: $SO was not built" >&2; exit 1; }
+# ld.so splits LD_PRELOAD on spaces and colons: from a checkout under such a path, preload a copy.
+case "$SO" in
+  *[[:space:]:]*)
+    copy="$(mktemp -d "${TMPDIR:-/tmp}/vramlab-preload.XXXXXX")/libvramlab_preload.so"
+    cp "$SO" "$copy"
+    SO=$copy ;;
+esac
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LD_PRELOAD=$SO exec "$PY" "$root/scripts/torch_probe.py" --device cpu "$@"

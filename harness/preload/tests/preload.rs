@@ -9,7 +9,10 @@ fn preload_so() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let so = exe.with_file_name("libvramlab_preload.so");
     assert!(so.exists(), "{} not built", so.display());
-    so
+    // ld.so splits LD_PRELOAD on spaces and colons: a checkout under such a path needs a copy.
+    let copy = std::env::temp_dir().join(format!("vramlab-preload-{}.so", std::process::id()));
+    std::fs::copy(&so, &copy).unwrap();
+    copy
 }
 
 fn build_probe(tag: &str) -> PathBuf {

@@ -466,6 +466,21 @@ fn e<E: std::fmt::Display>(err: E) -> anyhow::Error {
     anyhow::anyhow!("drawing: {err}")
 }
 
+/// The legend every chart draws, in its upper-left corner.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     f: &Figure,
@@ -523,14 +538,7 @@ fn draw<DB: DrawingBackend>(
                     PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
                 });
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .label_font((FAMILY, 13))
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(e)?;
+            legend(&mut chart)?;
         }
         Chart::Bars {
             categories,
@@ -603,14 +611,7 @@ fn draw<DB: DrawingBackend>(
                         Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
                     });
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .label_font((FAMILY, 13))
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(e)?;
+            legend(&mut chart)?;
         }
     }
     root.present().map_err(e)?;

@@ -26,10 +26,12 @@ pub struct InferShape {
     pub context: usize,
     pub prompt_len: usize,
     pub kv: KvKind,
+    pub kv_window: crate::model::config::KvWindow,
     pub dtype_bytes: usize,
 }
 
-/// Features of an inference phase. `kv_tokens` is the live token count at the phase's end.
+/// Features of an inference phase. `kv_tokens` is the live token count at the phase's end
+/// (what the cache holds: at most a capped window).
 pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Features {
     let (b, w) = (p.batch as u64, p.dtype_bytes as u64);
     let weight_bytes = cfg.param_count() * w;
@@ -40,8 +42,8 @@ pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Fe
         };
     }
     let held = match p.kv {
-        KvKind::Preallocated => p.context,
-        KvKind::Growing => kv_tokens,
+        KvKind::Preallocated => cfg.kv_tokens_held(p.context, p.kv_window),
+        KvKind::Growing => cfg.kv_tokens_held(kv_tokens, p.kv_window),
     } as u64;
     let s = match phase {
         Phase::Decode => 1,
@@ -77,7 +79,7 @@ pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
     };
     cfg.tensor_shapes()
         .iter()
-        .filter_map(|(n, s)| crate::model::lora_target(cfg.architecture, n, s))
+        .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
         .map(|(_, i, o)| r as u64 * (i + o) as u64)
         .sum()
 }
@@ -86,7 +88,7 @@ pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
 pub fn trainable_params(cfg: &Config, trainable: Trainable) -> u64 {
     cfg.tensor_shapes()
         .iter()
-        .filter(|(n, _)| !crate::model::is_frozen(trainable, n))
+        .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
         .map(|(_, s)| s.iter().product::<usize>() as u64)
         .sum::<u64>()
         + adapter_params(cfg, trainable)
@@ -136,6 +138,7 @@ mod tests {
             context: 128,
             prompt_len: 100,
             kv: KvKind::Preallocated,
+            kv_window: Default::default(),
             dtype_bytes: 4,
         };
         let f = infer(&c, &shape, Phase::Prefill, 100);

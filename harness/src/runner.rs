@@ -3,16 +3,17 @@
 use crate::export::Exporter;
 use crate::features::{self, InferShape};
 use crate::meter::{measure, Meter};
-use crate::model::{build_trainable, weights, Config, Llama, Source, Trainable as TrainableModel};
+pub use crate::model::trainable::{to_vars, trainable_model};
+use crate::model::{weights, Config, InferenceModel, Source};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::spec::{Ops, Trainable};
 use crate::scenario::{Mode, Point};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
 use anyhow::Result;
-use candle_core::{Device, Tensor, Var};
+use candle_core::{Device, Var};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Fields shared by every record of a run.
 #[derive(Clone, Debug, Default)]
@@ -79,7 +80,7 @@ pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> R
             cuda_version: c.cuda_version.clone(),
             candle_version: env!("VRAMLAB_CANDLE").into(),
             model_id: p.model_id.clone(),
-            architecture: prep.config.architecture.as_str().into(),
+            architecture: prep.config.architecture.name().into(),
             param_count: prep.config.param_count(),
             weight_source: prep.source.kind().into(),
             mode: p.mode.as_str().into(),
@@ -152,11 +153,7 @@ impl Runner<'_> {
             let first = &points[i];
             let n = points[i..]
                 .iter()
-                .take_while(|p| {
-                    p.source == first.source
-                        && p.precision == first.precision
-                        && p.mode == first.mode
-                })
+                .take_while(|p| crate::scenario::grid::same_group(p, first))
                 .count();
             let group = &points[i..i + n];
             i += n;
@@ -178,7 +175,7 @@ impl Runner<'_> {
                 Ok(if train {
                     Loaded::Vars(to_vars(t)?)
                 } else {
-                    Loaded::Model(Llama::new(
+                    Loaded::Model(prep.config.architecture.inference(
                         &prep.config,
                         t,
                         first.precision.compute_dtype(),
@@ -297,12 +294,23 @@ impl Runner<'_> {
                     exporter.write(&rec)
                 };
                 let res = match &mut loaded {
-                    Loaded::Model(model) => {
-                        model.set_ops(p.ops);
-                        inference::run(model, &infer_spec(p), self.meter.as_mut(), &mut |r| {
-                            emit(r, None)
+                    Loaded::Model(InferenceModel::Decoder(model)) => {
+                        model.set_ops(p.ops).and_then(|()| {
+                            inference::run(
+                                model.as_ref(),
+                                &infer_spec(p),
+                                self.meter.as_mut(),
+                                &mut |r| emit(r, None),
+                            )
                         })
                     }
+                    Loaded::Model(InferenceModel::Encoder(model)) => inference::encode(
+                        model.as_ref(),
+                        p.batch,
+                        p.context,
+                        self.meter.as_mut(),
+                        &mut |r| emit(r, None),
+                    ),
                     Loaded::Vars(vars) => {
                         run_training(&prep.config, vars, p, self.meter.as_mut(), &mut |r, l| {
                             emit(r, Some(l))
@@ -358,7 +366,12 @@ fn failed(base: &Record, phase: Phase, status: Status, message: &str) -> Record 
 fn warm_up(cfg: &Config, loaded: &Loaded, points: &[Point]) -> Result<()> {
     let max = |f: &dyn Fn(&Point) -> usize| points.iter().map(f).max().unwrap_or(1);
     match loaded {
-        Loaded::Model(m) => warmup::model(m, max(&|p| p.batch), max(&|p| p.prompt_len)),
+        Loaded::Model(InferenceModel::Decoder(m)) => {
+            warmup::decoder(m.as_ref(), max(&|p| p.batch), max(&|p| p.prompt_len))
+        }
+        Loaded::Model(InferenceModel::Encoder(m)) => {
+            warmup::encoder(m.as_ref(), max(&|p| p.batch), max(&|p| p.context))
+        }
         Loaded::Vars(v) => {
             let mut sets: Vec<(Trainable, Ops)> =
                 points.iter().map(|p| (p.train.trainable, p.ops)).collect();
@@ -383,77 +396,8 @@ fn warm_up(cfg: &Config, loaded: &Loaded, points: &[Point]) -> Result<()> {
 
 /// What a group loads: a ready inference model, or the weights as training variables.
 enum Loaded {
-    Model(Llama),
+    Model(InferenceModel),
     Vars(Vec<(String, Var)>),
-}
-
-/// Turns loaded tensors into variables (each is copied once; the copy is a load transient).
-pub fn to_vars(t: HashMap<String, Tensor>) -> Result<Vec<(String, Var)>> {
-    let mut names: Vec<String> = t.keys().cloned().collect();
-    names.sort();
-    let mut t = t;
-    let mut out = Vec::with_capacity(names.len());
-    for n in names {
-        let tensor = t.remove(&n).expect("listed above");
-        out.push((n, Var::from_tensor(&tensor)?));
-    }
-    Ok(out)
-}
-
-/// The seed of LoRA's A matrices (B starts at zero, as in PEFT, so the adapted model starts
-/// equal to the base model).
-const LORA_SEED: u64 = 0x10_4a;
-
-/// Rank-`rank` LoRA adapters for the target modules among `vars` (sorted by name): A (r, in)
-/// uniform in ±1/√in (PEFT's Kaiming-uniform bound), B (out, r) zero, both in the variable's
-/// dtype and on its device, named by `nn::lora_names`.
-fn lora_adapters(cfg: &Config, vars: &[(String, Var)], rank: u32) -> Result<Vec<(String, Var)>> {
-    use rand::{rngs::StdRng, Rng, SeedableRng};
-    let mut rng = StdRng::seed_from_u64(LORA_SEED);
-    let r = rank as usize;
-    let mut out = Vec::new();
-    for (n, v) in vars {
-        let Some((module, i, o)) = crate::model::lora_target(cfg.architecture, n, v.dims()) else {
-            continue;
-        };
-        let bound = 1.0 / (i as f32).sqrt();
-        let a: Vec<f32> = (0..r * i)
-            .map(|_| rng.random_range(-bound..bound))
-            .collect();
-        let a = Tensor::from_vec(a, (r, i), v.device())?.to_dtype(v.dtype())?;
-        let [a_name, b_name] = crate::model::nn::lora_names(module);
-        out.push((a_name, Var::from_tensor(&a)?));
-        let b = Var::zeros((o, r), v.dtype(), v.device())?;
-        out.push((b_name, b));
-    }
-    Ok(out)
-}
-
-/// The model of one training point: frozen tensors are detached views of their variable
-/// (same storage, no gradient); `lora-rN` adds fresh adapter variables, the only trainable
-/// ones. Returns the model and the trainable variables.
-pub fn trainable_model(
-    cfg: &Config,
-    vars: &[(String, Var)],
-    set: Trainable,
-    compute: candle_core::DType,
-    ops: crate::scenario::spec::Ops,
-) -> Result<(Box<dyn TrainableModel>, Vec<Var>)> {
-    let adapters = match set {
-        Trainable::Lora(r) => lora_adapters(cfg, vars, r)?,
-        _ => Vec::new(),
-    };
-    let mut tensors = HashMap::with_capacity(vars.len() + adapters.len());
-    let mut trainable = Vec::with_capacity(vars.len());
-    for (n, v) in vars.iter().chain(&adapters) {
-        if crate::model::is_frozen(set, n) {
-            tensors.insert(n.clone(), v.as_tensor().detach());
-        } else {
-            tensors.insert(n.clone(), v.as_tensor().clone());
-            trainable.push(v.clone());
-        }
-    }
-    Ok((build_trainable(cfg, tensors, compute, ops)?, trainable))
 }
 
 fn run_training(
@@ -489,6 +433,7 @@ fn infer_shape(p: &Point) -> InferShape {
         context: p.context,
         prompt_len: p.prompt_len,
         kv: p.kv_cache,
+        kv_window: p.kv_window,
         dtype_bytes: p.precision.dtype().size_in_bytes(),
     }
 }
@@ -501,6 +446,7 @@ fn infer_spec(p: &Point) -> inference::InferSpec {
         decode_steps: p.decode_steps,
         decode_every: p.decode_every,
         kv: p.kv_cache,
+        kv_window: p.kv_window,
     }
 }
 

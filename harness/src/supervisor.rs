@@ -104,6 +104,7 @@ pub fn is_final(r: &Record, p: &Point) -> bool {
     matches!(r.status, Some(Status::Oom) | Some(Status::Error))
         || match p.mode {
             Mode::Infer => r.phase == Some(Phase::Total),
+            Mode::Encode => r.phase == Some(Phase::Forward),
             Mode::Train => {
                 r.phase == Some(Phase::StepTotal) && r.step == Some(p.train.steps as u64)
             }
@@ -236,9 +237,7 @@ pub fn supervise(
         let first = &points[i];
         let end = i + points[i..]
             .iter()
-            .take_while(|p| {
-                p.source == first.source && p.precision == first.precision && p.mode == first.mode
-            })
+            .take_while(|p| crate::scenario::grid::same_group(p, first))
             .count();
         // Set once a worker of this group died in the group's warm-up: later workers warm up
         // each point at its own shapes (`--point-warmup`).

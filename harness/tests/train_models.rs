@@ -336,7 +336,7 @@ fn lora_attaches(arch: &str, cfg: &Config, tensors: HashMap<String, Tensor>) {
     let (model, adapters) =
         vramlab::runner::trainable_model(cfg, &vars, Set::Lora(4), DType::F32, Default::default())
             .unwrap();
-    let targets_per_layer = vramlab::model::lora_targets(cfg.architecture).len();
+    let targets_per_layer = cfg.architecture.lora_targets().len();
     assert_eq!(
         adapters.len(),
         2 * targets_per_layer * cfg.num_layers,

@@ -78,13 +78,21 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
             models.insert(p.source.clone(), Prepared { source, config });
         }
         let arch = models[&p.source].config.architecture;
-        if p.mode == crate::scenario::Mode::Infer && arch != crate::model::Architecture::Llama {
+        let wanted = match p.mode {
+            crate::scenario::Mode::Infer => Some((crate::model::Role::Decoder, "encode")),
+            crate::scenario::Mode::Encode => Some((crate::model::Role::Encoder, "infer")),
+            crate::scenario::Mode::Train => None,
+        };
+        if let Some((role, other)) = wanted.filter(|(role, _)| arch.role() != *role) {
             return Err(bad_file(
                 path,
                 format!(
-                    "{} is a {} model: inference sweeps support the llama family; use mode = [\"train\"]",
+                    "{} is a {} model ({}): mode = \"{}\" needs a {}; use mode = [\"{other}\"] or [\"train\"]",
                     p.model_id,
-                    arch.as_str()
+                    arch.name(),
+                    if role == crate::model::Role::Decoder { "an encoder" } else { "a decoder" },
+                    p.mode.as_str(),
+                    if role == crate::model::Role::Decoder { "decoder" } else { "encoder" },
                 ),
             ));
         }
@@ -483,7 +491,7 @@ fn worker(args: &Args, w: Worker<'_>) -> Result<()> {
     let group_of = |p: &Point| -> Vec<Point> {
         points
             .iter()
-            .filter(|q| q.source == p.source && q.precision == p.precision && q.mode == p.mode)
+            .filter(|q| crate::scenario::grid::same_group(q, p))
             .cloned()
             .collect()
     };

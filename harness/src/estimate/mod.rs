@@ -347,6 +347,8 @@ pub fn train_features(m: &Shape, q: &Query) -> Features {
 /// set. None for a sharded training job (the fits know one GPU) or no optimizer.
 pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
     let (kv_cache, train, phase) = match q.mode {
+        // Encoders have no fitted groups yet: analytic only.
+        Mode::Encode => return None,
         Mode::Infer => {
             let kv = match q.kv_cache {
                 KvCacheKind::Preallocated => "preallocated",
@@ -383,7 +385,7 @@ pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
 /// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
 pub fn query_terms(m: &Shape, q: &Query, phase: &str) -> fit::Terms {
     match q.mode {
-        Mode::Infer => fit::terms(
+        Mode::Infer | Mode::Encode => fit::terms(
             &infer_features(m, q),
             q.batch,
             q.context,
@@ -448,6 +450,12 @@ pub fn fitted_group<'a>(
 pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdown {
     let mut e = match q.mode {
         Mode::Infer => analytic_infer(m, q),
+        // One forward over the batch: no cache, no LM head.
+        Mode::Encode => Breakdown {
+            kv: 0,
+            logits: 0,
+            ..analytic_infer(m, q)
+        },
         Mode::Train => analytic_train(m, q),
     };
     let Some((g, x)) = constants.and_then(|c| fitted_group(c, m, q)) else {
@@ -706,6 +714,7 @@ mod tests {
             context: 200,
             prompt_len: 200,
             kv: crate::model::KvKind::Preallocated,
+            kv_window: Default::default(),
             dtype_bytes: 2,
         };
         let want = crate::features::infer(&cfg, &shape, crate::record::Phase::Total, 200);

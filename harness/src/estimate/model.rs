@@ -72,7 +72,7 @@ impl Shape {
     pub fn from_config(name: &str, c: &Config) -> Shape {
         Shape {
             name: name.to_string(),
-            architecture: c.architecture.as_str().to_string(),
+            architecture: c.architecture.name().to_string(),
             params: c.param_count(),
             layers: c.num_layers as u64,
             hidden: c.hidden_size as u64,

@@ -11,11 +11,141 @@
 //! embedding), passed through the pooler (dense + tanh), and compared by mean squared error
 //! with a fixed target of 0.5 in every dimension. The pooler is in the loss so that every
 //! parameter of the checkpoint receives a gradient.
+use super::arch::{
+    checked, no_ops, parse_json, Architecture, Encoder, InferenceModel, Role, Tensors,
+};
 use super::nn::{attention, embedding, split_heads, Linear, Named, Norm};
 use super::{Config, Trainable};
+use crate::scenario::spec::Ops;
 use anyhow::Result;
-use candle_core::{DType, Tensor};
-use std::collections::HashMap;
+use candle_core::{DType, Device, Tensor};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::Path;
+
+/// BERT's `config.json` keys.
+#[derive(Clone, Debug, Deserialize)]
+struct BertJson {
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    max_position_embeddings: usize,
+    type_vocab_size: Option<usize>,
+    layer_norm_eps: Option<f64>,
+}
+
+/// BERT encoders (`model_type = "bert"`).
+pub struct BertArch;
+
+impl Architecture for BertArch {
+    fn name(&self) -> &'static str {
+        "bert"
+    }
+    fn model_types(&self) -> &'static [&'static str] {
+        &["bert"]
+    }
+    fn role(&self) -> Role {
+        Role::Encoder
+    }
+    fn parse(&self, path: &Path, v: &Value) -> Result<Config> {
+        let j: BertJson = parse_json(path, v)?;
+        let (d, heads) = (j.hidden_size, j.num_attention_heads);
+        checked(
+            path,
+            Config {
+                vocab_size: j.vocab_size,
+                hidden_size: d,
+                intermediate_size: j.intermediate_size,
+                num_layers: j.num_hidden_layers,
+                num_heads: heads,
+                num_kv_heads: heads,
+                head_dim: d / heads.max(1),
+                max_position_embeddings: j.max_position_embeddings,
+                norm_eps: j.layer_norm_eps.unwrap_or(1e-12),
+                qkv_bias: true,
+                o_bias: true,
+                type_vocab_size: j.type_vocab_size.unwrap_or(2),
+                learned_positions: true,
+                ..Config::new(&BertArch, "bert")
+            },
+        )
+    }
+    /// Names as in sentence-transformers' MiniLM (no `bert.` prefix).
+    fn tensor_shapes(&self, c: &Config) -> Vec<(String, Vec<usize>)> {
+        let (d, f) = (c.hidden_size, c.intermediate_size);
+        let mut out = vec![
+            (
+                "embeddings.word_embeddings.weight".to_string(),
+                vec![c.vocab_size, d],
+            ),
+            (
+                "embeddings.position_embeddings.weight".to_string(),
+                vec![c.max_position_embeddings, d],
+            ),
+            (
+                "embeddings.token_type_embeddings.weight".to_string(),
+                vec![c.type_vocab_size, d],
+            ),
+            ("embeddings.LayerNorm.weight".to_string(), vec![d]),
+            ("embeddings.LayerNorm.bias".to_string(), vec![d]),
+        ];
+        for i in 0..c.num_layers {
+            for (name, shape) in [
+                ("attention.self.query.weight", vec![d, d]),
+                ("attention.self.query.bias", vec![d]),
+                ("attention.self.key.weight", vec![d, d]),
+                ("attention.self.key.bias", vec![d]),
+                ("attention.self.value.weight", vec![d, d]),
+                ("attention.self.value.bias", vec![d]),
+                ("attention.output.dense.weight", vec![d, d]),
+                ("attention.output.dense.bias", vec![d]),
+                ("attention.output.LayerNorm.weight", vec![d]),
+                ("attention.output.LayerNorm.bias", vec![d]),
+                ("intermediate.dense.weight", vec![f, d]),
+                ("intermediate.dense.bias", vec![f]),
+                ("output.dense.weight", vec![d, f]),
+                ("output.dense.bias", vec![d]),
+                ("output.LayerNorm.weight", vec![d]),
+                ("output.LayerNorm.bias", vec![d]),
+            ] {
+                out.push((format!("encoder.layer.{i}.{name}"), shape));
+            }
+        }
+        out.push(("pooler.dense.weight".to_string(), vec![d, d]));
+        out.push(("pooler.dense.bias".to_string(), vec![d]));
+        out
+    }
+    fn to_hf_json(&self, c: &Config) -> Value {
+        serde_json::json!({
+            "architectures": ["BertModel"], "model_type": "bert",
+            "vocab_size": c.vocab_size, "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_layers,
+            "num_attention_heads": c.num_heads,
+            "max_position_embeddings": c.max_position_embeddings,
+            "type_vocab_size": c.type_vocab_size, "layer_norm_eps": c.norm_eps,
+            "hidden_act": "gelu",
+        })
+    }
+    fn lora_targets(&self) -> &'static [&'static str] {
+        &["attention.self.query", "attention.self.value"]
+    }
+    fn trainable(
+        &self,
+        c: &Config,
+        t: Tensors,
+        compute: DType,
+        ops: Ops,
+    ) -> Result<Box<dyn Trainable>> {
+        no_ops(self.name(), ops)?;
+        Ok(Box::new(Bert::new(c, t, compute)?))
+    }
+    fn inference(&self, c: &Config, t: Tensors, compute: DType) -> Result<InferenceModel> {
+        Ok(InferenceModel::Encoder(Box::new(Bert::new(c, t, compute)?)))
+    }
+}
 
 /// The regression target of the training loss, in every dimension.
 pub const POOLED_TARGET: f64 = 0.5;
@@ -46,7 +176,7 @@ pub struct Bert {
 impl Bert {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
-    pub fn new(cfg: &Config, t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
+    pub fn new(cfg: &Config, t: Tensors, compute: DType) -> Result<Self> {
         let mut t = Named(t);
         let word = t.take("embeddings.word_embeddings.weight")?;
         let position = t.take("embeddings.position_embeddings.weight")?;
@@ -150,5 +280,20 @@ impl Trainable for Bert {
     fn loss(&self, x: &Tensor, _targets: &Tensor) -> candle_core::Result<Tensor> {
         let p = self.pool(&Self::mean_pool(x)?)?.to_dtype(DType::F32)?;
         (p - POOLED_TARGET)?.sqr()?.mean_all()
+    }
+}
+
+impl Encoder for Bert {
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn device(&self) -> &Device {
+        self.word.device()
+    }
+
+    /// The sentence embedding: mean pooling of the last hidden states.
+    fn encode(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        Bert::encode(self, ids)
     }
 }

@@ -1,7 +1,7 @@
 //! GGUF: metadata → [`Config`], GGUF tensor names → HF names, dequantization, and undoing
 //! llama.cpp's q/k row permutation (its converter stores them for interleaved RoPE; our model
 //! uses the HF rotate-half layout).
-use super::config::Architecture;
+use super::arch::Arch;
 use super::Config;
 use crate::error::bad_file;
 use anyhow::Result;
@@ -217,12 +217,17 @@ pub fn config_of(path: &Path, c: &Content) -> Result<Config> {
         .and_then(|v| v.to_string().ok())
         .ok_or_else(|| bad_file(path, "missing GGUF metadata key `general.architecture`"))?
         .clone();
-    if arch != "llama" && arch != "qwen2" && arch != "mistral" {
+    // llama.cpp's converter writes the llama decoder family's tensors under these names.
+    let family = match arch.as_str() {
+        "llama" | "qwen2" | "mistral" => Arch::of_model_type(&arch),
+        _ => None,
+    };
+    let Some(family) = family else {
         return Err(bad_file(
             path,
             format!("unknown architecture `{arch}` (supported: llama, mistral, qwen2)"),
         ));
-    }
+    };
     let k = |s: &str| format!("{arch}.{s}");
     let hidden = meta_usize(path, c, &k("embedding_length"))?;
     let heads = meta_usize(path, c, &k("attention.head_count"))?;
@@ -232,8 +237,6 @@ pub fn config_of(path: &Path, c: &Content) -> Result<Config> {
     };
     let qkv_bias = c.tensor_infos.contains_key("blk.0.attn_q.bias");
     let cfg = Config {
-        architecture: Architecture::Llama,
-        model_type: arch.clone(),
         vocab_size: vocab,
         hidden_size: hidden,
         intermediate_size: meta_usize(path, c, &k("feed_forward_length"))?,
@@ -253,7 +256,7 @@ pub fn config_of(path: &Path, c: &Content) -> Result<Config> {
         tie_word_embeddings: !c.tensor_infos.contains_key("output.weight"),
         qkv_bias,
         o_bias: c.tensor_infos.contains_key("blk.0.attn_output.bias"),
-        type_vocab_size: 0,
+        ..Config::new(family.get(), &arch)
     };
     cfg.validate().map_err(|e| bad_file(path, e))?;
     Ok(cfg)

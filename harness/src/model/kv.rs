@@ -5,6 +5,12 @@
 //!   longer and frees the old one, so the live bytes are exactly
 //!   `kv_bytes_per_token · tokens · batch` (plus two tensors' metadata per layer) at every step,
 //!   and the step's transient is one extra copy of that layer's cache.
+//!
+//! A sliding-window model (Mistral) under `kv_window = "model"` keeps only the last `window`
+//! tokens: the cache holds min(context, window) tokens, and token i lives at slot i mod
+//! window (a ring buffer; `growing` drops the oldest tokens instead). A decode step's query
+//! sees exactly the window, in slot order, which softmax attention does not depend on.
+use super::config::KvWindow;
 use super::Config;
 use candle_core::{DType, Device, Result, Tensor};
 use serde::{Deserialize, Serialize};
@@ -27,21 +33,28 @@ impl KvKind {
 
 pub struct KvCache {
     kind: KvKind,
+    /// Tokens the cache holds at most (min(context, window) when capped at a window).
     capacity: usize,
+    /// Whether tokens beyond `capacity` replace the oldest (a capped sliding window).
+    ring: bool,
+    /// Tokens appended so far (the next token's position).
     len: usize,
     layers: Vec<Option<(Tensor, Tensor)>>,
 }
 
 impl KvCache {
-    /// A cache for `capacity` tokens of `batch` sequences. `preallocated` allocates it all now.
+    /// A cache for `context` tokens of `batch` sequences, capped at a sliding-window model's
+    /// window under [`KvWindow::Model`]. `preallocated` allocates it all now.
     pub fn new(
         kind: KvKind,
         cfg: &Config,
         batch: usize,
-        capacity: usize,
+        context: usize,
+        window: KvWindow,
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
+        let capacity = cfg.kv_tokens_held(context, window);
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for _ in 0..cfg.num_layers {
             layers.push(match kind {
@@ -58,6 +71,7 @@ impl KvCache {
         Ok(KvCache {
             kind,
             capacity,
+            ring: capacity < context,
             len: 0,
             layers,
         })
@@ -67,9 +81,18 @@ impl KvCache {
         self.kind
     }
 
-    /// Tokens held (per sequence).
+    /// Tokens appended so far (per sequence): the position of the next token.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Tokens the cache holds now (per sequence): `len()`, capped at a window's capacity.
+    pub fn held(&self) -> usize {
+        if self.ring {
+            self.len.min(self.capacity)
+        } else {
+            self.len
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -77,33 +100,73 @@ impl KvCache {
     }
 
     /// Appends `k`, `v` (batch, n_kv, s, head_dim) at position `self.len()` of `layer` and
-    /// returns the keys and values of all tokens so far. Call [`KvCache::advance`] once every
-    /// layer has appended.
+    /// returns the keys and values the new queries attend to: every token so far; for a
+    /// capped window, the window (a decode step), or the whole new chunk (a first prefill
+    /// longer than the window, which the attention masks to the window). Call
+    /// [`KvCache::advance`] once every layer has appended.
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let s = k.dim(2)?;
         let total = self.len + s;
-        if total > self.capacity {
+        let cap = self.capacity;
+        if total > cap && !self.ring {
             candle_core::bail!(
-                "KV cache full: {} + {s} tokens exceed its capacity of {}",
-                self.len,
-                self.capacity
+                "KV cache full: {} + {s} tokens exceed its capacity of {cap}",
+                self.len
+            )
+        }
+        if total > cap && s > 1 && self.len > 0 {
+            candle_core::bail!(
+                "KV cache: a chunk of {s} tokens after {} cannot be written past the window of {cap} (only the first prefill or single-token steps can)",
+                self.len
             )
         }
         let slot = &mut self.layers[layer];
         match self.kind {
             KvKind::Preallocated => {
                 let (ck, cv) = slot.as_ref().expect("preallocated");
-                ck.slice_set(&k.contiguous()?, 2, self.len)?;
-                cv.slice_set(&v.contiguous()?, 2, self.len)?;
-                Ok((ck.narrow(2, 0, total)?, cv.narrow(2, 0, total)?))
+                if total <= cap {
+                    ck.slice_set(&k.contiguous()?, 2, self.len)?;
+                    cv.slice_set(&v.contiguous()?, 2, self.len)?;
+                    return Ok((ck.narrow(2, 0, total)?, cv.narrow(2, 0, total)?));
+                }
+                // Token i at slot i mod cap: the last `cap` tokens of the chunk, in at most two
+                // contiguous runs.
+                let first = total - cap.min(s) - self.len; // offset in the chunk
+                let mut i = first;
+                while i < s {
+                    let at = (self.len + i) % cap;
+                    let n = (cap - at).min(s - i);
+                    ck.slice_set(&k.narrow(2, i, n)?.contiguous()?, 2, at)?;
+                    cv.slice_set(&v.narrow(2, i, n)?.contiguous()?, 2, at)?;
+                    i += n;
+                }
+                if s == 1 {
+                    Ok((ck.clone(), cv.clone()))
+                } else {
+                    Ok((k.clone(), v.clone()))
+                }
             }
             KvKind::Growing => {
                 let (nk, nv) = match slot.take() {
                     None => (k.contiguous()?, v.contiguous()?),
                     Some((ok, ov)) => (Tensor::cat(&[&ok, k], 2)?, Tensor::cat(&[&ov, v], 2)?),
                 };
-                *slot = Some((nk.clone(), nv.clone()));
-                Ok((nk, nv))
+                let held = nk.dim(2)?;
+                let (sk, sv) = if held > cap {
+                    // Drop the oldest tokens: a copy of the window.
+                    (
+                        nk.narrow(2, held - cap, cap)?.contiguous()?,
+                        nv.narrow(2, held - cap, cap)?.contiguous()?,
+                    )
+                } else {
+                    (nk.clone(), nv.clone())
+                };
+                *slot = Some((sk.clone(), sv.clone()));
+                if held > cap && s > 1 {
+                    Ok((nk, nv))
+                } else {
+                    Ok((sk, sv))
+                }
             }
         }
     }

@@ -8,22 +8,176 @@
 //! [`Ops`] picks the implementations: `kernels = "fused"` runs vramlab-kernels' RMSNorm, RoPE,
 //! SwiGLU (and softmax inside eager attention), each with its own backward;
 //! `attention = "flash"` runs its tiled attention, which never materializes the scores.
-use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Linear, Named};
+use super::arch::{checked, parse_json, Architecture, Decoder, Tensors};
+use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named};
 use super::{Config, KvCache, Trainable};
 use crate::scenario::spec::{Attention, Kernels, Ops};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
-use std::collections::HashMap;
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::Path;
+
+/// The keys of a llama-family `config.json` (Llama 2/3, SmolLM2, TinyLlama; Mistral, Qwen2,
+/// Qwen3 and Phi-3 flatten it into theirs).
+#[derive(Clone, Debug, Deserialize)]
+pub struct DecoderJson {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub max_position_embeddings: usize,
+    pub rope_theta: Option<f64>,
+    pub rms_norm_eps: Option<f64>,
+    pub tie_word_embeddings: Option<bool>,
+    pub attention_bias: Option<bool>,
+}
+
+impl DecoderJson {
+    /// The normalized config; `tie_default` is the architecture's default for
+    /// `tie_word_embeddings` when the file omits it.
+    pub fn config(
+        &self,
+        arch: &'static dyn Architecture,
+        model_type: &str,
+        tie_default: bool,
+    ) -> Config {
+        let heads = self.num_attention_heads;
+        let attention_bias = self.attention_bias.unwrap_or(false);
+        Config {
+            vocab_size: self.vocab_size,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_layers: self.num_hidden_layers,
+            num_heads: heads,
+            num_kv_heads: self.num_key_value_heads.unwrap_or(heads),
+            head_dim: self.head_dim.unwrap_or(self.hidden_size / heads.max(1)),
+            max_position_embeddings: self.max_position_embeddings,
+            rope_theta: self.rope_theta.unwrap_or(10_000.0),
+            norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
+            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(tie_default),
+            qkv_bias: attention_bias,
+            o_bias: attention_bias,
+            ..Config::new(arch, model_type)
+        }
+    }
+}
+
+/// The llama-family keys of a config, as `config.json` writes them (each architecture adds
+/// its own: `architectures`, biases, window).
+pub fn decoder_hf_json(c: &Config, class: &str) -> Value {
+    serde_json::json!({
+        "architectures": [class],
+        "model_type": c.model_type,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "max_position_embeddings": c.max_position_embeddings,
+        "rope_theta": c.rope_theta,
+        "rms_norm_eps": c.norm_eps,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "hidden_act": "silu",
+    })
+}
+
+/// The decoder family's tensors (HF names), in load order, for every variant the normalized
+/// config can describe: q/k/v or fused `qkv_proj`, optional biases, Qwen3's per-head q/k
+/// norms, gate/up or fused `gate_up_proj`, tied or separate head.
+pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
+    let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+    let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
+    let mut out = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![c.vocab_size, d],
+    )];
+    for i in 0..c.num_layers {
+        let p = format!("model.layers.{i}");
+        let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
+        push("input_layernorm.weight", vec![d]);
+        if c.fused_qkv {
+            push("self_attn.qkv_proj.weight", vec![q + 2 * kv, d]);
+        } else {
+            push("self_attn.q_proj.weight", vec![q, d]);
+            push("self_attn.k_proj.weight", vec![kv, d]);
+            push("self_attn.v_proj.weight", vec![kv, d]);
+            if c.qkv_bias {
+                push("self_attn.q_proj.bias", vec![q]);
+                push("self_attn.k_proj.bias", vec![kv]);
+                push("self_attn.v_proj.bias", vec![kv]);
+            }
+        }
+        if c.qk_norm {
+            push("self_attn.q_norm.weight", vec![hd]);
+            push("self_attn.k_norm.weight", vec![hd]);
+        }
+        push("self_attn.o_proj.weight", vec![d, q]);
+        if c.o_bias {
+            push("self_attn.o_proj.bias", vec![d]);
+        }
+        push("post_attention_layernorm.weight", vec![d]);
+        if c.fused_gate_up {
+            push("mlp.gate_up_proj.weight", vec![2 * f, d]);
+        } else {
+            push("mlp.gate_proj.weight", vec![f, d]);
+            push("mlp.up_proj.weight", vec![f, d]);
+        }
+        push("mlp.down_proj.weight", vec![d, f]);
+    }
+    out.push(("model.norm.weight".to_string(), vec![d]));
+    if !c.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![c.vocab_size, d]));
+    }
+    out
+}
+
+/// Llama 2/3, SmolLM2, TinyLlama (`model_type = "llama"`).
+pub struct LlamaArch;
+
+impl Architecture for LlamaArch {
+    fn name(&self) -> &'static str {
+        "llama"
+    }
+    fn model_types(&self) -> &'static [&'static str] {
+        &["llama"]
+    }
+    fn parse(&self, path: &Path, v: &Value) -> Result<Config> {
+        let j: DecoderJson = parse_json(path, v)?;
+        checked(path, j.config(&LlamaArch, "llama", false))
+    }
+    fn to_hf_json(&self, c: &Config) -> Value {
+        let mut v = decoder_hf_json(c, "LlamaForCausalLM");
+        v["attention_bias"] = c.o_bias.into();
+        v
+    }
+}
+
+/// The attention's input projections: separate q, k, v, or Phi-3's fused `qkv_proj`.
+enum Qkv {
+    Split { q: Linear, k: Linear, v: Linear },
+    Fused(Linear),
+}
+
+/// The MLP's gate and up projections: separate, or Phi-3's fused `gate_up_proj`.
+enum GateUp {
+    Split { gate: Linear, up: Linear },
+    Fused(Linear),
+}
 
 struct Layer {
     input_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    qkv: Qkv,
+    /// Qwen3's per-head RMSNorm weights of q and k (head_dim each).
+    qk_norm: Option<(Tensor, Tensor)>,
     o: Linear,
     post_norm: Tensor,
-    gate: Linear,
-    up: Linear,
+    gate_up: GateUp,
     down: Linear,
 }
 
@@ -73,29 +227,47 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Ten
 impl Llama {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
-    pub fn new(cfg: &Config, t: HashMap<String, Tensor>, compute: DType) -> Result<Self> {
+    pub fn new(cfg: &Config, t: Tensors, compute: DType) -> Result<Self> {
         let mut t = Named(t);
         let embed = t.take("model.embed_tokens.weight")?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("model.layers.{i}");
             let mut lin = |m: &str, bias: bool| t.linear(&format!("{p}.{m}"), bias);
-            let q = lin("self_attn.q_proj", cfg.qkv_bias)?;
-            let k = lin("self_attn.k_proj", cfg.qkv_bias)?;
-            let v = lin("self_attn.v_proj", cfg.qkv_bias)?;
+            let qkv = if cfg.fused_qkv {
+                Qkv::Fused(lin("self_attn.qkv_proj", false)?)
+            } else {
+                Qkv::Split {
+                    q: lin("self_attn.q_proj", cfg.qkv_bias)?,
+                    k: lin("self_attn.k_proj", cfg.qkv_bias)?,
+                    v: lin("self_attn.v_proj", cfg.qkv_bias)?,
+                }
+            };
             let o = lin("self_attn.o_proj", cfg.o_bias)?;
-            let gate = lin("mlp.gate_proj", false)?;
-            let up = lin("mlp.up_proj", false)?;
+            let gate_up = if cfg.fused_gate_up {
+                GateUp::Fused(lin("mlp.gate_up_proj", false)?)
+            } else {
+                GateUp::Split {
+                    gate: lin("mlp.gate_proj", false)?,
+                    up: lin("mlp.up_proj", false)?,
+                }
+            };
             let down = lin("mlp.down_proj", false)?;
+            let qk_norm = if cfg.qk_norm {
+                Some((
+                    t.take(&format!("{p}.self_attn.q_norm.weight"))?,
+                    t.take(&format!("{p}.self_attn.k_norm.weight"))?,
+                ))
+            } else {
+                None
+            };
             layers.push(Layer {
                 input_norm: t.take(&format!("{p}.input_layernorm.weight"))?,
                 post_norm: t.take(&format!("{p}.post_attention_layernorm.weight"))?,
-                q,
-                k,
-                v,
+                qkv,
+                qk_norm,
                 o,
-                gate,
-                up,
+                gate_up,
                 down,
             });
         }
@@ -122,11 +294,6 @@ impl Llama {
         self
     }
 
-    /// Switches the op implementations (an inference group shares one loaded model).
-    pub fn set_ops(&mut self, ops: Ops) {
-        self.ops = ops;
-    }
-
     fn norm(&self, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
         match self.ops.kernels {
             Kernels::Reference => rms_norm(x, w, self.cfg.norm_eps),
@@ -151,28 +318,40 @@ impl Llama {
         pos: usize,
     ) -> candle_core::Result<Tensor> {
         let fused = self.ops.kernels == Kernels::Fused;
+        let window = self.cfg.sliding_window;
         match self.ops.attention {
-            Attention::Eager => attention(q, k, v, Some(pos), fused),
+            Attention::Eager => attention(q, k, v, Some(Causal { pos, window }), fused),
             Attention::Flash => {
                 let (b, h, s, hd) = q.dims4()?;
                 let scale = 1.0 / (hd as f32).sqrt();
-                let mask = vramlab_kernels::AttnMask::CAUSAL;
+                let mask = vramlab_kernels::AttnMask {
+                    causal: true,
+                    window,
+                };
                 vramlab_kernels::flash_attention(q, k, v, scale, mask)?.reshape((b, s, h * hd))
             }
         }
     }
 
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
-    /// The compute dtype (also the KV cache dtype).
-    pub fn dtype(&self) -> DType {
-        self.compute
-    }
-
-    pub fn device(&self) -> &Device {
-        self.embed.device()
+    /// q (b, h, s, hd), k and v (b, kvh, s, hd) of hidden states (b, s, d).
+    fn project(&self, l: &Layer, h: &Tensor) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let c = &self.cfg;
+        match &l.qkv {
+            Qkv::Split { q, k, v } => Ok((
+                split_heads(&q.forward(h)?, c.num_heads)?,
+                split_heads(&k.forward(h)?, c.num_kv_heads)?,
+                split_heads(&v.forward(h)?, c.num_kv_heads)?,
+            )),
+            Qkv::Fused(qkv) => {
+                let y = qkv.forward(h)?;
+                let (q, kv) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+                Ok((
+                    split_heads(&y.narrow(2, 0, q)?, c.num_heads)?,
+                    split_heads(&y.narrow(2, q, kv)?, c.num_kv_heads)?,
+                    split_heads(&y.narrow(2, q + kv, kv)?, c.num_kv_heads)?,
+                ))
+            }
+        }
     }
 
     fn block(
@@ -183,18 +362,37 @@ impl Llama {
         rope: &(Tensor, Tensor),
         cache: Option<&mut KvCache>,
     ) -> candle_core::Result<Tensor> {
-        let (c, l) = (&self.cfg, &self.layers[i]);
+        let l = &self.layers[i];
         let h = self.norm(x, &l.input_norm)?;
-        let q = self.rope(&split_heads(&l.q.forward(&h)?, c.num_heads)?, rope)?;
-        let k = self.rope(&split_heads(&l.k.forward(&h)?, c.num_kv_heads)?, rope)?;
-        let v = split_heads(&l.v.forward(&h)?, c.num_kv_heads)?;
+        let (q, k, v) = self.project(l, &h)?;
+        let (q, k) = match &l.qk_norm {
+            Some((qn, kn)) => (self.norm(&q, qn)?, self.norm(&k, kn)?),
+            None => (q, k),
+        };
+        let (q, k) = (self.rope(&q, rope)?, self.rope(&k, rope)?);
         let (k, v) = match cache {
             Some(cache) => cache.append(i, &k, &v)?,
             None => (k, v),
         };
+        // A query at position p sees keys in (p - window, p]: a decode step's query attends to
+        // the window's last keys (the whole cache once it is capped at the window).
+        let (k, v) = match self.cfg.sliding_window {
+            Some(w) if q.dim(2)? == 1 && k.dim(2)? > w => {
+                let t = k.dim(2)?;
+                (k.narrow(2, t - w, w)?, v.narrow(2, t - w, w)?)
+            }
+            _ => (k, v),
+        };
         let x = (x + l.o.forward(&self.attend(&q, &k, &v, pos)?)?)?;
         let h = self.norm(&x, &l.post_norm)?;
-        let (gate, up) = (l.gate.forward(&h)?, l.up.forward(&h)?);
+        let (gate, up) = match &l.gate_up {
+            GateUp::Split { gate, up } => (gate.forward(&h)?, up.forward(&h)?),
+            GateUp::Fused(gu) => {
+                let y = gu.forward(&h)?;
+                let f = self.cfg.intermediate_size;
+                (y.narrow(2, 0, f)?, y.narrow(2, f, f)?)
+            }
+        };
         let act = match self.ops.kernels {
             Kernels::Reference => (gate.silu()? * up)?,
             Kernels::Fused => vramlab_kernels::swiglu(&gate, &up)?,
@@ -205,39 +403,6 @@ impl Llama {
     fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let x = self.norm(x, &self.norm)?;
         Linear::new(self.lm_head.as_ref().unwrap_or(&self.embed).clone(), None).forward(&x)
-    }
-
-    /// Runs the model on token ids (b, s) at positions pos..pos+s, appending to `cache` when
-    /// given. Returns logits (b, s, vocab), or (b, 1, vocab) for the last position only when
-    /// `last_only` (what a generation step needs).
-    pub fn forward(
-        &self,
-        ids: &Tensor,
-        pos: usize,
-        mut cache: Option<&mut KvCache>,
-        last_only: bool,
-    ) -> candle_core::Result<Tensor> {
-        let s = ids.dim(1)?;
-        let rope = rope_tables(&self.cfg, pos, s, self.compute, ids.device())?;
-        let mut x = self.embed(ids)?;
-        for i in 0..self.layers.len() {
-            x = self.block(i, &x, pos, &rope, cache.as_deref_mut())?;
-        }
-        if let Some(cache) = cache {
-            cache.advance(s);
-        }
-        let x = if last_only && s > 1 {
-            x.narrow(1, s - 1, 1)?.contiguous()?
-        } else {
-            x
-        };
-        self.head(&x)
-    }
-
-    /// Greedy next token per sequence from logits (b, s, vocab): (b, 1) u32.
-    pub fn argmax_last(logits: &Tensor) -> candle_core::Result<Tensor> {
-        let s = logits.dim(1)?;
-        logits.narrow(1, s - 1, 1)?.argmax(D::Minus1)
     }
 }
 
@@ -263,5 +428,51 @@ impl Trainable for Llama {
 
     fn loss(&self, x: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
         lm_loss(&self.head(x)?, targets)
+    }
+}
+
+impl Decoder for Llama {
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn dtype(&self) -> DType {
+        self.compute
+    }
+
+    fn device(&self) -> &Device {
+        self.embed.device()
+    }
+
+    fn set_ops(&mut self, ops: Ops) -> Result<()> {
+        self.ops = ops;
+        Ok(())
+    }
+
+    /// Runs the model on token ids (b, s) at positions pos..pos+s, appending to `cache` when
+    /// given. Returns logits (b, s, vocab), or (b, 1, vocab) for the last position only when
+    /// `last_only` (what a generation step needs).
+    fn forward(
+        &self,
+        ids: &Tensor,
+        pos: usize,
+        mut cache: Option<&mut KvCache>,
+        last_only: bool,
+    ) -> candle_core::Result<Tensor> {
+        let s = ids.dim(1)?;
+        let rope = rope_tables(&self.cfg, pos, s, self.compute, ids.device())?;
+        let mut x = self.embed(ids)?;
+        for i in 0..self.layers.len() {
+            x = self.block(i, &x, pos, &rope, cache.as_deref_mut())?;
+        }
+        if let Some(cache) = cache {
+            cache.advance(s);
+        }
+        let x = if last_only && s > 1 {
+            x.narrow(1, s - 1, 1)?.contiguous()?
+        } else {
+            x
+        };
+        self.head(&x)
     }
 }

@@ -254,29 +254,48 @@ pub fn softmax(x: &Tensor) -> Result<Tensor> {
 }
 
 /// Additive causal mask (s, total) for queries at positions pos..pos+s.
+/// A causal mask for queries at positions pos..pos+s over keys at positions 0..total: a query
+/// at position p sees keys in (p - window, p] (all keys up to p without a window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Causal {
+    pub pos: usize,
+    pub window: Option<usize>,
+}
+
 pub fn causal_mask(
-    pos: usize,
+    c: Causal,
     s: usize,
     total: usize,
     dtype: DType,
     dev: &candle_core::Device,
 ) -> Result<Tensor> {
+    let w = c.window.unwrap_or(usize::MAX);
     let m: Vec<f32> = (0..s)
-        .flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+        .flat_map(|i| {
+            let p = c.pos + i;
+            (0..total).map(move |j| {
+                if j > p || p - j >= w {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
     Tensor::from_vec(m, (s, total), dev)?.to_dtype(dtype)
 }
 
 /// Multi-head attention core. q: (b, h, s, hd), k and v: (b, kvh, total, hd) with h a multiple
 /// of kvh (GQA without copying K/V: the query heads sharing a KV head become rows).
-/// `causal_pos`: Some(pos) applies a causal mask for queries at pos..pos+s. `fused_softmax`
+/// `causal`: a causal (and possibly windowed) mask for queries at pos..pos+s; a single query
+/// (a decode step) is given only the keys it may see, so it takes no mask. `fused_softmax`
 /// runs vramlab-kernels' softmax (it keeps only its output) instead of the f32 composition.
 /// Returns (b, s, h·hd).
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    causal_pos: Option<usize>,
+    causal: Option<Causal>,
     fused_softmax: bool,
 ) -> Result<Tensor> {
     let (b, h, s, hd) = q.dims4()?;
@@ -284,9 +303,9 @@ pub fn attention(
     let g = h / kvh;
     let q = q.contiguous()?.reshape((b, kvh, g * s, hd))?;
     let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
-    let scores = match causal_pos {
-        Some(pos) if s > 1 => {
-            let mask = causal_mask(pos, s, total, scores.dtype(), q.device())?;
+    let scores = match causal {
+        Some(c) if s > 1 => {
+            let mask = causal_mask(c, s, total, scores.dtype(), q.device())?;
             scores
                 .reshape((b, kvh, g, s, total))?
                 .broadcast_add(&mask)?

@@ -1,7 +1,11 @@
 //! What the training workload needs from a model: an embedding, a stack of layers that can be
-//! run (and re-run, for checkpointing) one at a time, and a head with its loss.
+//! run (and re-run, for checkpointing) one at a time, and a head with its loss; and the
+//! assembly of a training point's model from the loaded weights (variables, frozen views,
+//! LoRA adapters).
 use super::Config;
-use candle_core::{Result, Tensor};
+use crate::scenario::spec::{Ops, Trainable as TrainableSet};
+use candle_core::{DType, Result, Tensor, Var};
+use std::collections::HashMap;
 
 pub trait Trainable {
     fn config(&self) -> &Config;
@@ -22,4 +26,80 @@ pub trait Trainable {
         }
         self.loss(&x, targets)
     }
+}
+
+/// Turns loaded tensors into variables (each is copied once; the copy is a load transient).
+pub fn to_vars(t: HashMap<String, Tensor>) -> anyhow::Result<Vec<(String, Var)>> {
+    let mut names: Vec<String> = t.keys().cloned().collect();
+    names.sort();
+    let mut t = t;
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let tensor = t.remove(&n).expect("listed above");
+        out.push((n, Var::from_tensor(&tensor)?));
+    }
+    Ok(out)
+}
+
+/// The seed of LoRA's A matrices (B starts at zero, as in PEFT, so the adapted model starts
+/// equal to the base model).
+const LORA_SEED: u64 = 0x10_4a;
+
+/// Rank-`rank` LoRA adapters for the target modules among `vars` (sorted by name): A (r, in)
+/// uniform in ±1/√in (PEFT's Kaiming-uniform bound), B (out, r) zero, both in the variable's
+/// dtype and on its device, named by `nn::lora_names`.
+fn lora_adapters(
+    cfg: &Config,
+    vars: &[(String, Var)],
+    rank: u32,
+) -> anyhow::Result<Vec<(String, Var)>> {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(LORA_SEED);
+    let r = rank as usize;
+    let mut out = Vec::new();
+    for (n, v) in vars {
+        let Some((module, i, o)) = super::lora_target(cfg, n, v.dims()) else {
+            continue;
+        };
+        let bound = 1.0 / (i as f32).sqrt();
+        let a: Vec<f32> = (0..r * i)
+            .map(|_| rng.random_range(-bound..bound))
+            .collect();
+        let a = Tensor::from_vec(a, (r, i), v.device())?.to_dtype(v.dtype())?;
+        let [a_name, b_name] = super::nn::lora_names(module);
+        out.push((a_name, Var::from_tensor(&a)?));
+        let b = Var::zeros((o, r), v.dtype(), v.device())?;
+        out.push((b_name, b));
+    }
+    Ok(out)
+}
+
+/// The model of one training point: frozen tensors are detached views of their variable
+/// (same storage, no gradient); `lora-rN` adds fresh adapter variables, the only trainable
+/// ones. Returns the model and the trainable variables.
+pub fn trainable_model(
+    cfg: &Config,
+    vars: &[(String, Var)],
+    set: TrainableSet,
+    compute: DType,
+    ops: Ops,
+) -> anyhow::Result<(Box<dyn Trainable>, Vec<Var>)> {
+    let adapters = match set {
+        TrainableSet::Lora(r) => lora_adapters(cfg, vars, r)?,
+        _ => Vec::new(),
+    };
+    let mut tensors = HashMap::with_capacity(vars.len() + adapters.len());
+    let mut trainable = Vec::with_capacity(vars.len());
+    for (n, v) in vars.iter().chain(&adapters) {
+        if super::is_frozen(cfg, set, n) {
+            tensors.insert(n.clone(), v.as_tensor().detach());
+        } else {
+            tensors.insert(n.clone(), v.as_tensor().clone());
+            trainable.push(v.clone());
+        }
+    }
+    Ok((
+        cfg.architecture.trainable(cfg, tensors, compute, ops)?,
+        trainable,
+    ))
 }

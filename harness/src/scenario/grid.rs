@@ -1,15 +1,17 @@
 //! Pure grid expansion: a [`Spec`] → the ordered list of points. Points are ordered model-major,
 //! then precision, so the points that share loaded weights are contiguous.
 use super::spec::{
-    Attention, Checkpointing, Kernels, Mode, Ops, Optimizer, Precision, Spec, SweepSpec, Trainable,
+    Attention, Checkpointing, Kernels, KvWindow, Mode, Ops, Optimizer, Precision, Spec, SweepSpec,
+    Trainable,
 };
 use crate::model::KvKind;
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Point {
-    /// Stable id: `model/infer/precision/bB/cC/kv[/fused][/flash][/rR]` or
-    /// `model/train/precision/bB/cC/optimizer/checkpointing/gaN/trainable[/fused][/flash][/rR]`.
+    /// Stable id: `model/infer/precision/bB/cC/kv[/kv-full][/fused][/flash][/rR]`,
+    /// `model/train/precision/bB/cC/optimizer/checkpointing/gaN/trainable[/fused][/flash][/rR]`
+    /// or `model/encode/precision/bB/cC[/rR]`.
     pub id: String,
     /// The model source string as written in the scenario (before `${VAR}` expansion).
     pub source: String,
@@ -23,6 +25,8 @@ pub struct Point {
     pub decode_steps: usize,
     pub decode_every: usize,
     pub kv_cache: KvKind,
+    /// Whether a sliding-window model's cache is capped at its window (inference).
+    pub kv_window: KvWindow,
     pub repeat: usize,
     /// Training axes (meaningful when `mode` is train).
     pub train: TrainAxes,
@@ -38,6 +42,13 @@ pub struct TrainAxes {
     pub trainable: Trainable,
     pub steps: usize,
     pub lr: f64,
+}
+
+/// Whether two points share loaded weights (model source, precision and mode): the one
+/// grouping rule of the runner, the supervisor and the sweep command. `expand` keeps a
+/// group's points contiguous.
+pub fn same_group(a: &Point, b: &Point) -> bool {
+    a.source == b.source && a.precision == b.precision && a.mode == b.mode
 }
 
 /// The model id of a source string, without touching the file system.
@@ -69,11 +80,19 @@ pub fn expand(spec: &Spec) -> Vec<Point> {
 fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
     // The per-mode axes: KV cache kinds for inference; optimizer × checkpointing ×
     // accumulation × trainable set for training.
-    let infer_axes: Vec<(String, KvKind, Option<TrainAxes>)> = s
-        .kv_cache
-        .iter()
-        .map(|&kv| (kv.as_str().to_string(), kv, None))
-        .collect();
+    type Axes = (String, KvKind, KvWindow, Option<TrainAxes>);
+    let mut infer_axes: Vec<Axes> = Vec::new();
+    for &kv in &s.kv_cache {
+        for &w in &s.kv_window {
+            // Ids of the default window stay as they were before this axis.
+            let tag = match w {
+                KvWindow::Model => kv.as_str().to_string(),
+                KvWindow::Full => format!("{}/kv-full", kv.as_str()),
+            };
+            infer_axes.push((tag, kv, w, None));
+        }
+    }
+    let encode_axes: Vec<Axes> = vec![(String::new(), KvKind::Preallocated, KvWindow::Model, None)];
     let mut train_axes = Vec::new();
     for &optimizer in &s.optimizer {
         for &checkpointing in &s.checkpointing {
@@ -93,7 +112,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                         checkpointing.as_str(),
                         trainable.label()
                     );
-                    train_axes.push((tag, KvKind::Preallocated, Some(t)));
+                    train_axes.push((tag, KvKind::Preallocated, KvWindow::Model, Some(t)));
                 }
             }
         }
@@ -114,18 +133,22 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                 let axes = match mode {
                     Mode::Infer => &infer_axes,
                     Mode::Train => &train_axes,
+                    Mode::Encode => &encode_axes,
                 };
                 for &batch in &s.batch {
                     for &context in &s.context {
-                        for (tag, kv, train) in axes {
+                        for (tag, kv, kv_window, train) in axes {
                             for ops in ops_axes(s) {
                                 for repeat in 0..s.repeats {
                                     let (batch, context) = (batch as usize, context as usize);
                                     let mut id = format!(
-                                        "{model_id}/{}/{}/b{batch}/c{context}/{tag}",
+                                        "{model_id}/{}/{}/b{batch}/c{context}",
                                         mode.as_str(),
                                         precision.as_str(),
                                     );
+                                    if !tag.is_empty() {
+                                        id.push_str(&format!("/{tag}"));
+                                    }
                                     // Ids of default ops stay as they were before these axes.
                                     if ops.kernels != Kernels::Reference {
                                         id.push_str(&format!("/{}", ops.kernels.as_str()));
@@ -150,6 +173,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                                         decode_steps: s.decode_steps,
                                         decode_every: s.decode_every,
                                         kv_cache: *kv,
+                                        kv_window: *kv_window,
                                         repeat,
                                         train: train.unwrap_or(default_train),
                                         ops,

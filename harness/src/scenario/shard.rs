@@ -61,6 +61,7 @@ pub fn cost(shape: &Shape, p: &Point) -> u64 {
     let passes = match p.mode {
         Mode::Infer => 1 + p.decode_steps as u64,
         Mode::Train => 3 * (p.train.steps * p.train.grad_accum) as u64,
+        Mode::Encode => 1,
     };
     estimate(shape, &q, None).total().max(1) * passes.max(1)
 }

@@ -10,8 +10,12 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// A decoder's prefill, then decode steps with a growing KV cache.
     Infer,
+    /// Forward, backward and the optimizer's update.
     Train,
+    /// An encoder's inference: one forward over the batch, no cache.
+    Encode,
 }
 
 impl Mode {
@@ -19,6 +23,29 @@ impl Mode {
         match self {
             Mode::Infer => "infer",
             Mode::Train => "train",
+            Mode::Encode => "encode",
+        }
+    }
+}
+
+/// How many tokens a KV cache keeps for a sliding-window model (Mistral): `model` caps it at
+/// the model's window (a ring buffer of min(context, window) tokens, as vLLM and HF do),
+/// `full` keeps every token. The same for models without a window.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum KvWindow {
+    #[default]
+    Model,
+    Full,
+}
+
+impl KvWindow {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            KvWindow::Model => "model",
+            KvWindow::Full => "full",
         }
     }
 }
@@ -248,6 +275,9 @@ pub struct ModelSpec {
     pub source: OneOrMany,
 }
 
+fn default_kv_window() -> Vec<KvWindow> {
+    vec![KvWindow::Model]
+}
 fn default_kv() -> Vec<KvKind> {
     vec![KvKind::Preallocated]
 }
@@ -298,6 +328,9 @@ pub struct SweepSpec {
     pub context: Vec<i64>,
     #[serde(default = "default_kv")]
     pub kv_cache: Vec<KvKind>,
+    /// `model` (cap a sliding-window model's cache at its window) and/or `full`.
+    #[serde(default = "default_kv_window")]
+    pub kv_window: Vec<KvWindow>,
     #[serde(default = "default_decode_steps")]
     pub decode_steps: usize,
     /// Prompt tokens; default `context − decode_steps`.
@@ -484,6 +517,7 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
         nonempty("batch", s.batch.len())?;
         nonempty("context", s.context.len())?;
         nonempty("kv_cache", s.kv_cache.len())?;
+        nonempty("kv_window", s.kv_window.len())?;
         nonempty("kernels", s.kernels.len())?;
         nonempty("attention", s.attention.len())?;
         let train = s.mode.contains(&Mode::Train);

@@ -4,12 +4,15 @@
 //!
 //! Live state between phases is exactly the cache and the (batch, 1) u32 next-token tensor,
 //! so `end_allocated` differences are KV bytes.
+//!
+//! An encoder ([`encode`]) runs one `forward` over the batch: no cache, one row.
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::{KvCache, KvKind, Llama};
+use crate::model::config::KvWindow;
+use crate::model::{Decoder, Encoder, KvCache, KvKind};
 use crate::record::Phase;
 use crate::supervisor::mark_phase;
 use anyhow::Result;
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Tensor, D};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::time::Instant;
 
@@ -21,6 +24,7 @@ pub struct InferSpec {
     pub decode_steps: usize,
     pub decode_every: usize,
     pub kv: KvKind,
+    pub kv_window: KvWindow,
 }
 
 /// One measured phase of a point.
@@ -33,17 +37,30 @@ pub struct PhaseResult {
     pub elapsed_ms: f64,
 }
 
-/// Seeded prompt token ids (batch, len), the same for every run of a point.
-pub fn prompt_ids(model: &Llama, batch: usize, len: usize, seed: u64) -> Result<Tensor> {
+/// Seeded prompt token ids (batch, len) in 0..vocab, the same for every run of a point.
+pub fn prompt_ids(
+    vocab: usize,
+    batch: usize,
+    len: usize,
+    seed: u64,
+    dev: &candle_core::Device,
+) -> Result<Tensor> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let v = model.config().vocab_size as u32;
-    let ids: Vec<u32> = (0..batch * len).map(|_| rng.random_range(0..v)).collect();
-    Ok(Tensor::from_vec(ids, (batch, len), model.device())?)
+    let ids: Vec<u32> = (0..batch * len)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    Ok(Tensor::from_vec(ids, (batch, len), dev)?)
+}
+
+/// Greedy next token per sequence from logits (b, s, vocab): (b, 1) u32.
+pub fn argmax_last(logits: &Tensor) -> candle_core::Result<Tensor> {
+    let s = logits.dim(1)?;
+    logits.narrow(1, s - 1, 1)?.argmax(D::Minus1)
 }
 
 /// Runs one inference point, handing each phase to `emit` as soon as it is measured.
 pub fn run(
-    model: &Llama,
+    model: &dyn Decoder,
     p: &InferSpec,
     meter: &mut dyn Meter,
     emit: &mut dyn FnMut(PhaseResult) -> Result<()>,
@@ -55,16 +72,17 @@ pub fn run(
     mark_phase(Phase::Prefill);
     let base = meter.start()?;
     let t0 = Instant::now();
-    let ids = prompt_ids(model, p.batch, p.prompt_len, 42)?;
+    let ids = prompt_ids(model.config().vocab_size, p.batch, p.prompt_len, 42, &dev)?;
     let mut cache = KvCache::new(
         p.kv,
         model.config(),
         p.batch,
         p.context,
+        p.kv_window,
         model.dtype(),
         &dev,
     )?;
-    let mut next = Llama::argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
+    let mut next = argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
     drop(ids);
     let prefill = meter.finish(base)?;
     let total_t0 = t0;
@@ -73,7 +91,7 @@ pub fn run(
     emit(PhaseResult {
         phase: Phase::Prefill,
         step: Some(0),
-        kv_tokens: cache.len() as u64,
+        kv_tokens: cache.held() as u64,
         mem: prefill,
         elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
     })?;
@@ -86,7 +104,7 @@ pub fn run(
         }
         let (base, t0) = window.expect("opened above");
         let pos = cache.len();
-        next = Llama::argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
+        next = argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
         if t.is_multiple_of(p.decode_every) || t == p.decode_steps {
             let mem = meter.finish(base)?;
             window = None;
@@ -94,13 +112,13 @@ pub fn run(
             emit(PhaseResult {
                 phase: Phase::Decode,
                 step: Some(t as u64),
-                kv_tokens: cache.len() as u64,
+                kv_tokens: cache.held() as u64,
                 mem,
                 elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
             })?;
         }
     }
-    let kv_tokens = cache.len() as u64;
+    let kv_tokens = cache.held() as u64;
     drop((cache, next));
     emit(PhaseResult {
         phase: Phase::Total,
@@ -112,18 +130,19 @@ pub fn run(
 }
 
 /// Greedy decoding of `n` tokens after `prompt` (one sequence), with a preallocated cache.
-pub fn generate(model: &Llama, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+pub fn generate(model: &dyn Decoder, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
     let dev = model.device().clone();
     let mut cache = KvCache::new(
         KvKind::Preallocated,
         model.config(),
         1,
         prompt.len() + n,
+        KvWindow::Model,
         model.dtype(),
         &dev,
     )?;
     let ids = Tensor::new(prompt, &dev)?.unsqueeze(0)?;
-    let mut next = Llama::argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
+    let mut next = argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(next.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?[0]);
@@ -131,7 +150,32 @@ pub fn generate(model: &Llama, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
             break;
         }
         let pos = cache.len();
-        next = Llama::argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
+        next = argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
     }
     Ok(out)
+}
+
+/// One encoder point: a `forward` row for one pass over `batch` sequences of `seq` seeded
+/// tokens; the ids are created and the output freed inside the phase.
+pub fn encode(
+    model: &dyn Encoder,
+    batch: usize,
+    seq: usize,
+    meter: &mut dyn Meter,
+    emit: &mut dyn FnMut(PhaseResult) -> Result<()>,
+) -> Result<()> {
+    mark_phase(Phase::Forward);
+    let base = meter.start()?;
+    let t0 = Instant::now();
+    let ids = prompt_ids(model.config().vocab_size, batch, seq, 42, model.device())?;
+    let out = model.encode(&ids)?;
+    drop((ids, out));
+    let mem = meter.finish(base)?;
+    emit(PhaseResult {
+        phase: Phase::Forward,
+        step: Some(0),
+        kv_tokens: 0,
+        mem,
+        elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
 }

@@ -1,6 +1,8 @@
 //! Warm-up: run every op family once before the first measured phase, so one-off costs
 //! (rayon's pool, gemm's per-thread buffers, lazily loaded kernels) land in no measurement.
-use crate::model::{KvCache, KvKind, Llama};
+use crate::model::config::KvWindow;
+use crate::model::{Decoder, Encoder, KvCache, KvKind};
+use crate::workload::inference::argmax_last;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 
@@ -24,17 +26,36 @@ pub fn device(dev: &Device, dtype: DType) -> Result<()> {
 /// steps with each cache kind. Lazily sized per-thread buffers (gemm's packing memory) grow
 /// to their size for the group here, not inside the first measured point, so a point's
 /// figures do not depend on which points ran before it in the process.
-pub fn model(m: &Llama, batch: usize, prompt: usize) -> Result<()> {
+pub fn decoder(m: &dyn Decoder, batch: usize, prompt: usize) -> Result<()> {
     let dev = m.device().clone();
     for kind in [KvKind::Preallocated, KvKind::Growing] {
-        let mut cache = KvCache::new(kind, m.config(), batch, prompt + 4, m.dtype(), &dev)?;
+        let mut cache = KvCache::new(
+            kind,
+            m.config(),
+            batch,
+            prompt + 4,
+            KvWindow::Model,
+            m.dtype(),
+            &dev,
+        )?;
         let ids = Tensor::zeros((batch, prompt), DType::U32, &dev)?;
-        let mut next = Llama::argmax_last(&m.forward(&ids, 0, Some(&mut cache), true)?)?;
+        let mut next = argmax_last(&m.forward(&ids, 0, Some(&mut cache), true)?)?;
         for t in 0..4 {
-            next = Llama::argmax_last(&m.forward(&next, prompt + t, Some(&mut cache), true)?)?;
+            next = argmax_last(&m.forward(&next, prompt + t, Some(&mut cache), true)?)?;
         }
         let _ = next.to_vec2::<u32>()?;
     }
+    Ok(())
+}
+
+/// Encoder warm-up: one pass at the group's largest (batch, sequence).
+pub fn encoder(m: &dyn Encoder, batch: usize, seq: usize) -> Result<()> {
+    let ids = Tensor::zeros((batch, seq), DType::U32, m.device())?;
+    let _ = m
+        .encode(&ids)?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
     Ok(())
 }
 
@@ -50,7 +71,8 @@ pub fn training(
     sets: &[(crate::scenario::spec::Trainable, crate::scenario::spec::Ops)],
 ) -> Result<()> {
     for &(set, ops) in sets {
-        let (m, trainable) = crate::runner::trainable_model(cfg, vars, set, compute, ops)?;
+        let (m, trainable) =
+            crate::model::trainable::trainable_model(cfg, vars, set, compute, ops)?;
         let dev = trainable
             .first()
             .map(|v| v.device().clone())

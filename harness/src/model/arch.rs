@@ -1,0 +1,214 @@
+//! The [`Architecture`] trait and the registry of architectures.
+//!
+//! One file per architecture (`llama.rs`, `qwen2.rs`, ...) holds everything about it: its
+//! `config.json` (a serde struct) and how it normalizes into [`Config`], its tensor shapes (the
+//! single source for synthetic weights, preflight, features and estimate), the HF-json export,
+//! its LoRA targets, and how its trainable and inference models are built. Adding an
+//! architecture is one new file plus one line in [`REGISTRY`].
+use super::{Config, KvCache, Trainable};
+use crate::error::bad_file;
+use crate::scenario::spec::Ops;
+use anyhow::Result;
+use candle_core::{DType, Device, Tensor};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// HF-named tensors (variables for training, plain tensors for inference).
+pub type Tensors = HashMap<String, Tensor>;
+
+/// Every architecture vramlab implements. Adding one: a new file and one line here.
+pub static REGISTRY: &[&dyn Architecture] = &[
+    &super::llama::LlamaArch,
+    &super::mistral::MistralArch,
+    &super::qwen2::Qwen2Arch,
+    &super::gpt2::Gpt2Arch,
+    &super::bert::BertArch,
+];
+
+/// What an architecture's inference model is: a causal decoder (prefill + decode with a KV
+/// cache) or an encoder (one forward over the batch, no cache).
+pub enum InferenceModel {
+    Decoder(Box<dyn Decoder>),
+    Encoder(Box<dyn Encoder>),
+}
+
+/// A causal decoder, run with a KV cache.
+pub trait Decoder {
+    fn config(&self) -> &Config;
+    /// The compute dtype (also the KV cache's).
+    fn dtype(&self) -> DType;
+    fn device(&self) -> &Device;
+    /// Runs the model on token ids (b, s) at positions pos..pos+s, appending to `cache` when
+    /// given. Returns logits (b, s, vocab), or (b, 1, vocab) for the last position only when
+    /// `last_only` (what a generation step needs).
+    fn forward(
+        &self,
+        ids: &Tensor,
+        pos: usize,
+        cache: Option<&mut KvCache>,
+        last_only: bool,
+    ) -> candle_core::Result<Tensor>;
+    /// Switches the op implementations (an inference group shares one loaded model).
+    fn set_ops(&mut self, ops: Ops) -> Result<()>;
+}
+
+/// An encoder, run once over the batch.
+pub trait Encoder {
+    fn config(&self) -> &Config;
+    fn device(&self) -> &Device;
+    /// Token ids (b, s) → the encoder's output (its pooled embedding, (b, hidden)).
+    fn encode(&self, ids: &Tensor) -> candle_core::Result<Tensor>;
+}
+
+/// Whether an architecture's inference is a decoder or an encoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Decoder,
+    Encoder,
+}
+
+pub trait Architecture: Sync + Send {
+    /// The name in the CSV's `architecture` column, constants and estimates.
+    fn name(&self) -> &'static str;
+    /// The `model_type` values of `config.json` (and GGUF `general.architecture`) it reads.
+    fn model_types(&self) -> &'static [&'static str];
+    fn role(&self) -> Role {
+        Role::Decoder
+    }
+    /// Normalizes an HF `config.json` (already parsed; `path` is for error messages).
+    fn parse(&self, path: &Path, v: &Value) -> Result<Config>;
+    /// Every stored parameter tensor with its HF name and shape, in load order. Default: the
+    /// llama decoder family's (every variant its normalized config describes).
+    fn tensor_shapes(&self, c: &Config) -> Vec<(String, Vec<usize>)> {
+        super::llama::decoder_shapes(c)
+    }
+    /// The config written back as an HF `config.json` (what `synth-weights` writes).
+    fn to_hf_json(&self, c: &Config) -> Value;
+    /// The modules LoRA adapts (PEFT's defaults for the architecture). Default: the
+    /// attention's query and value projections of the llama family.
+    fn lora_targets(&self) -> &'static [&'static str] {
+        &["self_attn.q_proj", "self_attn.v_proj"]
+    }
+    /// (in, out) features of a LoRA target's weight of `shape`: HF's `nn.Linear` stores
+    /// (out, in); GPT-2's Conv1D overrides this.
+    fn lora_in_out(&self, shape: &[usize]) -> Option<(usize, usize)> {
+        match shape {
+            &[o, i] => Some((i, o)),
+            _ => None,
+        }
+    }
+    /// Embedding tables (what `trainable = "frozen-embeddings"` freezes): token, position and
+    /// token-type embeddings. A tied LM head is the token embedding, so it freezes with it.
+    fn is_embedding(&self, name: &str) -> bool {
+        name.contains("embed")
+    }
+    /// The model for training (tensors are variables; activations in `compute`). Default:
+    /// the llama decoder family's model.
+    fn trainable(
+        &self,
+        c: &Config,
+        t: Tensors,
+        compute: DType,
+        ops: Ops,
+    ) -> Result<Box<dyn Trainable>> {
+        Ok(Box::new(super::Llama::new(c, t, compute)?.with_ops(ops)))
+    }
+    /// The model for inference. Default: the llama decoder family's model.
+    fn inference(&self, c: &Config, t: Tensors, compute: DType) -> Result<InferenceModel> {
+        Ok(InferenceModel::Decoder(Box::new(super::Llama::new(
+            c, t, compute,
+        )?)))
+    }
+}
+
+/// A `Copy` handle on a registered architecture; compares by name.
+#[derive(Clone, Copy)]
+pub struct Arch(&'static dyn Architecture);
+
+impl Arch {
+    /// The architecture of `config.json`'s `model_type` (or a GGUF's `general.architecture`).
+    pub fn of_model_type(model_type: &str) -> Option<Arch> {
+        REGISTRY
+            .iter()
+            .find(|a| a.model_types().contains(&model_type))
+            .map(|a| Arch(*a))
+    }
+
+    /// Every `model_type` the registry reads, for error messages.
+    pub fn known_model_types() -> String {
+        REGISTRY
+            .iter()
+            .flat_map(|a| a.model_types().iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    pub fn get(&self) -> &'static dyn Architecture {
+        self.0
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+}
+
+impl From<&'static dyn Architecture> for Arch {
+    fn from(a: &'static dyn Architecture) -> Self {
+        Arch(a)
+    }
+}
+
+impl std::ops::Deref for Arch {
+    type Target = dyn Architecture;
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl PartialEq for Arch {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+impl Eq for Arch {}
+
+impl std::fmt::Debug for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Deserializes `config.json` into an architecture's serde struct; serde's messages name the
+/// key ("missing config key `num_hidden_layers`").
+pub fn parse_json<T: DeserializeOwned>(path: &Path, v: &Value) -> Result<T> {
+    serde_json::from_value(v.clone()).map_err(|e| {
+        let msg = e.to_string().replace("missing field", "missing config key");
+        bad_file(path, msg)
+    })
+}
+
+/// Finishes a normalized config: validates it and names the file on failure.
+pub fn checked(path: &Path, c: Config) -> Result<Config> {
+    c.validate().map_err(|e| bad_file(path, e))?;
+    Ok(c)
+}
+
+/// The inference model of an architecture without one yet: a clear error.
+pub fn no_ops(name: &str, ops: Ops) -> Result<()> {
+    if ops != Ops::default() {
+        anyhow::bail!(
+            "kernels = \"{}\" / attention = \"{}\": only the llama family runs vramlab-kernels so far ({name} uses reference + eager)",
+            ops.kernels.as_str(),
+            ops.attention.as_str(),
+        );
+    }
+    Ok(())
+}

@@ -58,6 +58,30 @@ pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Fe
     }
 }
 
+/// Features of an encoder's phase (`mode = "encode"`): one forward over `batch` sequences of
+/// `seq` tokens, no cache and no LM head.
+pub fn encode(
+    cfg: &Config,
+    batch: usize,
+    seq: usize,
+    dtype_bytes: usize,
+    phase: Phase,
+) -> Features {
+    let w = dtype_bytes as u64;
+    let weight_bytes = cfg.param_count() * w;
+    if phase == Phase::Load {
+        return Features {
+            weight_bytes,
+            ..Default::default()
+        };
+    }
+    Features {
+        weight_bytes,
+        act_bytes: (batch * seq * cfg.hidden_size * cfg.num_layers) as u64 * w,
+        ..Default::default()
+    }
+}
+
 /// What [`train`] needs to know about a training point.
 #[derive(Clone, Copy, Debug)]
 pub struct TrainShape {

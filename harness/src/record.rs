@@ -1,12 +1,14 @@
 //! The one CSV row type (DESIGN.md §5). Column names are stable API; bytes are raw integers.
 //! Columns a row does not use are empty.
 //!
-//! Versions: 1 is the design schema; 2 adds `attention` (eager|flash) after `kernels`. Readers
-//! accept every version: a version-1 row reads with `attention = "eager"` (the only
-//! attention version 1 had).
+//! Versions: 1 is the design schema; 2 adds `attention` (eager|flash) after `kernels`; 3 adds
+//! `kv_window` (model|full, inference rows) after `kv_cache`. Readers accept every version: a
+//! version-1 row reads with `attention = "eager"` (the only attention version 1 had), and an
+//! inference row before version 3 with `kv_window = "full"` (earlier versions never capped a
+//! cache at a window).
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
@@ -62,6 +64,9 @@ pub struct Record {
     pub prompt_len: Option<u64>,
     pub decode_steps: Option<u64>,
     pub kv_cache: String,
+    /// Absent before version 3 (read as `full` for inference rows).
+    #[serde(default)]
+    pub kv_window: String,
     pub optimizer: String,
     pub checkpointing: String,
     pub grad_accum: Option<u64>,
@@ -96,7 +101,7 @@ pub struct Record {
 /// The columns a row of schema `version` must have: every column of this version less those
 /// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
 pub fn columns_of(version: u32) -> Vec<String> {
-    const ADDED: [(&str, u32); 1] = [("attention", 2)];
+    const ADDED: [(&str, u32); 2] = [("attention", 2), ("kv_window", 3)];
     columns()
         .into_iter()
         .filter(|c| !ADDED.iter().any(|(a, v)| a == c && version < *v))
@@ -108,6 +113,9 @@ impl Record {
     pub fn upgrade(&mut self) {
         if self.schema_version < 2 && self.attention.is_empty() {
             self.attention = "eager".into();
+        }
+        if self.schema_version < 3 && self.kv_window.is_empty() && !self.kv_cache.is_empty() {
+            self.kv_window = "full".into();
         }
     }
 
@@ -148,7 +156,7 @@ mod tests {
 backend, device_name, driver_version, cuda_version, candle_version,
 model_id, architecture, param_count, weight_source,
 mode, precision, batch, context, prompt_len, decode_steps,
-kv_cache, optimizer, checkpointing, grad_accum,
+kv_cache, kv_window, optimizer, checkpointing, grad_accum,
 trainable, kernels, attention, pool_release,
 scenario_hash, meter,
 phase, step, kv_tokens,

@@ -67,6 +67,7 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> Record {
     {
         let train = p.mode == Mode::Train;
+        let infer = p.mode == Mode::Infer;
         Record {
             schema_version: SCHEMA_VERSION,
             run_id: c.run_id.clone(),
@@ -87,9 +88,10 @@ pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> R
             precision: p.precision.as_str().into(),
             batch: p.batch as u64,
             context: p.context as u64,
-            prompt_len: (!train).then_some(p.prompt_len as u64),
-            decode_steps: (!train).then_some(p.decode_steps as u64),
-            kv_cache: if train { "" } else { p.kv_cache.as_str() }.into(),
+            prompt_len: infer.then_some(p.prompt_len as u64),
+            decode_steps: infer.then_some(p.decode_steps as u64),
+            kv_cache: if infer { p.kv_cache.as_str() } else { "" }.into(),
+            kv_window: if infer { p.kv_window.as_str() } else { "" }.into(),
             optimizer: if train {
                 p.train.optimizer.as_str()
             } else {
@@ -245,10 +247,18 @@ impl Runner<'_> {
                     }
                 }
                 let features = |phase: Phase, kv_tokens: usize| -> features::Features {
-                    if train {
-                        features::train(&prep.config, &train_shape(p), phase)
-                    } else {
-                        features::infer(&prep.config, &infer_shape(p), phase, kv_tokens)
+                    match p.mode {
+                        Mode::Train => features::train(&prep.config, &train_shape(p), phase),
+                        Mode::Infer => {
+                            features::infer(&prep.config, &infer_shape(p), phase, kv_tokens)
+                        }
+                        Mode::Encode => features::encode(
+                            &prep.config,
+                            p.batch,
+                            p.context,
+                            p.precision.dtype().size_in_bytes(),
+                            phase,
+                        ),
                     }
                 };
                 let row = |phase: Phase, kv_tokens: usize| {
@@ -282,7 +292,7 @@ impl Runner<'_> {
                 let mut emit = |r: PhaseResult, loss: Option<f32>| {
                     let mut rec = row(r.phase, r.kv_tokens as usize);
                     rec.step = r.step;
-                    if !train {
+                    if p.mode == Mode::Infer {
                         rec.kv_tokens = Some(r.kv_tokens);
                     }
                     if let Some(l) = loss {

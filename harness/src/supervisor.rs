@@ -103,8 +103,7 @@ fn parse_phase(s: &str) -> Option<Phase> {
 pub fn is_final(r: &Record, p: &Point) -> bool {
     matches!(r.status, Some(Status::Oom) | Some(Status::Error))
         || match p.mode {
-            Mode::Infer => r.phase == Some(Phase::Total),
-            Mode::Encode => r.phase == Some(Phase::Forward),
+            Mode::Infer | Mode::Encode => r.phase == Some(Phase::Total),
             Mode::Train => {
                 r.phase == Some(Phase::StepTotal) && r.step == Some(p.train.steps as u64)
             }

@@ -233,15 +233,41 @@ fn minilm_forward_is_sane() {
     assert!(d > 1e-3, "reversed sequence gives the same embedding ({d})");
 }
 
-/// MiniLM against an independent reference: a plain-Python implementation of HF's BertModel
-/// (float64 arithmetic on the same safetensors) for "[CLS] the cat sat on the mat . [SEP]"
-/// gave these mean-pooled values, norm, and pooled-regression loss.
+/// The reference values of the two tests below, read from harness/tests/data/
+/// train-models-ref.json. Written by scripts/reference/train_models_ref.py (transformers'
+/// BertModel and GPT2LMHeadModel in float64 on the same weights and inputs):
+/// `$(scripts/torch-env.sh) scripts/reference/train_models_ref.py`.
+fn reference(model: &str) -> serde_json::Value {
+    let p = common::root().join("harness/tests/data/train-models-ref.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v[model].take()
+}
+
+fn json_vec<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Vec<T> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+/// `got` against the reference `want`, element by element within `tol`.
+fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (*g as f64 - w).abs() < tol,
+            "{what} {i}: {g} vs reference {w}"
+        );
+    }
+}
+
+/// MiniLM against transformers' BertModel (float64, same safetensors) for "[CLS] the cat sat
+/// on the mat . [SEP]": every mean-pooled value, the norm, and the pooled-regression loss.
 #[test]
 fn minilm_matches_a_reference_implementation() {
+    let want = reference("minilm");
     let (cfg, t) = minilm();
     let model = Bert::new(&cfg, t, DType::F32).unwrap();
-    let ids: Vec<u32> = vec![101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102];
-    let ids = Tensor::from_vec(ids, (1, 9), &Device::Cpu).unwrap();
+    let ids: Vec<u32> = json_vec(&want["ids"]);
+    let ids = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap();
     let e: Vec<f32> = model
         .encode(&ids)
         .unwrap()
@@ -249,35 +275,37 @@ fn minilm_matches_a_reference_implementation() {
         .unwrap()
         .to_vec1()
         .unwrap();
-    let want = [
-        0.78422f32, -0.094976, -0.221089, 0.349164, -0.360035, 0.199032, 0.181391, 0.174185,
-    ];
-    for (i, (g, w)) in e.iter().zip(want).enumerate() {
-        assert!((g - w).abs() < 1e-4, "dim {i}: {g} vs reference {w}");
-    }
+    assert_close("dim", &e, &json_vec::<f64>(&want["mean_pooled"]), 1e-4);
     let norm = e.iter().map(|v| v * v).sum::<f32>().sqrt();
-    assert!((norm - 6.021478).abs() < 1e-4, "norm {norm}");
+    assert_close("norm", &[norm], &[want["norm"].as_f64().unwrap()], 1e-4);
+    assert_eq!(
+        want["pooled_target"].as_f64(),
+        Some(vramlab::model::bert::POOLED_TARGET)
+    );
     let loss = model
         .forward_loss(&ids, &ids)
         .unwrap()
         .to_scalar::<f32>()
         .unwrap();
-    assert!((loss - 0.256151).abs() < 1e-5, "loss {loss}");
+    assert_close("loss", &[loss], &[want["loss"].as_f64().unwrap()], 1e-5);
 }
 
-/// GPT-2 against an independent reference: a plain-Python implementation of HF's
-/// GPT2LMHeadModel (float64 arithmetic) on formula weights: element k of the ti-th tensor of
-/// `tensor_shapes()` is 0.2·sin(0.37·k + 1.3·ti), plus 1 for LayerNorm weights.
+/// GPT-2 against transformers' GPT2LMHeadModel (float64) on formula weights: element k of the
+/// ti-th tensor, in the reference's tensor order (HF's), is 0.2·sin(0.37·k + 1.3·ti), plus 1
+/// for LayerNorm weights. Every logit of the last position, and the loss.
 #[test]
 fn gpt2_matches_a_reference_implementation() {
-    let v = json!({"model_type": "gpt2", "vocab_size": 50, "n_embd": 16, "n_layer": 2,
-        "n_head": 4, "n_positions": 16, "n_inner": 64});
-    let cfg = Config::from_json(Path::new("gpt2.json"), &v).unwrap();
-    let t: HashMap<String, Tensor> = cfg
-        .tensor_shapes()
-        .into_iter()
+    let want = reference("gpt2");
+    let cfg = Config::from_json(Path::new("gpt2.json"), &want["config"]).unwrap();
+    let mut shapes: HashMap<String, Vec<usize>> = cfg.tensor_shapes().into_iter().collect();
+    let names: Vec<String> = json_vec(&want["tensors"]);
+    let t: HashMap<String, Tensor> = names
+        .iter()
         .enumerate()
-        .map(|(ti, (name, shape))| {
+        .map(|(ti, name)| {
+            let shape = shapes
+                .remove(name)
+                .unwrap_or_else(|| panic!("reference tensor {name} is not in tensor_shapes()"));
             let base = if name.contains("ln_") && name.ends_with(".weight") {
                 1.0
             } else {
@@ -287,38 +315,40 @@ fn gpt2_matches_a_reference_implementation() {
             let vals: Vec<f32> = (0..n)
                 .map(|k| (base + 0.2 * (0.37 * k as f64 + 1.3 * ti as f64).sin()) as f32)
                 .collect();
-            (name, Tensor::from_vec(vals, shape, &Device::Cpu).unwrap())
+            (
+                name.clone(),
+                Tensor::from_vec(vals, shape, &Device::Cpu).unwrap(),
+            )
         })
         .collect();
+    assert!(shapes.is_empty(), "not in the reference: {shapes:?}");
     let model = Gpt2::new(&cfg, t, DType::F32).unwrap();
-    let ids = Tensor::new(&[[3u32, 17, 42, 8, 8, 29]], &Device::Cpu).unwrap();
-    let targets = Tensor::new(&[[17u32, 42, 8, 8, 29, 0]], &Device::Cpu).unwrap();
+    let ids: Vec<u32> = json_vec(&want["ids"]);
+    let targets: Vec<u32> = json_vec(&want["targets"]);
+    let s = ids.len();
+    let ids = Tensor::from_vec(ids, (1, s), &Device::Cpu).unwrap();
+    let targets = Tensor::from_vec(targets, (1, s), &Device::Cpu).unwrap();
     let logits: Vec<f32> = model
         .forward(&ids)
         .unwrap()
         .get(0)
         .unwrap()
-        .get(5)
+        .get(s - 1)
         .unwrap()
         .to_vec1()
         .unwrap();
-    let want = [
-        -2.265538f32,
-        -1.622588,
-        -0.767956,
-        0.186863,
-        1.117305,
-        1.901983,
-    ];
-    for (i, (g, w)) in logits.iter().zip(want).enumerate() {
-        assert!((g - w).abs() < 1e-4, "logit {i}: {g} vs reference {w}");
-    }
+    assert_close(
+        "logit",
+        &logits,
+        &json_vec::<f64>(&want["last_logits"]),
+        1e-4,
+    );
     let loss = model
         .forward_loss(&ids, &targets)
         .unwrap()
         .to_scalar::<f32>()
         .unwrap();
-    assert!((loss - 4.78292).abs() < 1e-4, "loss {loss}");
+    assert_close("loss", &[loss], &[want["loss"].as_f64().unwrap()], 1e-4);
 }
 
 /// `lora-r4` on each architecture: the adapters are the only trainable variables, they add

@@ -1203,46 +1203,41 @@ mod tests {
         assert_eq!(phase_tokens(Phase::Prefill, 96, 96), (96, 96));
     }
 
-    /// The 16 decode rows of llama/cpu/f32/infer/preallocated/decode in
-    /// results/cpu/cpu-smollm2.csv (peak_allocated): collinear (act ∝ logits ∝ batch,
-    /// kv = capacity · batch · const) and exactly linear.
+    /// The group of the 16 decode rows of SmolLM2-135M (llama, CPU, f32, preallocated KV) in
+    /// the committed results/cpu/cpu-smollm2.csv: batch {1, 4} × context {128, 512} × 4 decode
+    /// steps, read by the crate's own reader, with each row's terms from its own `feature_*`
+    /// columns ([`Sample::of`]). A re-measured file changes the figures, never the fixture.
+    const SMOLLM2_DECODE: &str = "llama/cpu/f32/infer/preallocated/decode";
+
     fn smollm2_decode() -> Vec<Sample> {
-        let mut v = Vec::new();
-        for (b, cap, y) in [
-            (1u64, 128u64, 547_433_153.0),
-            (1, 512, 565_127_873.0),
-            (4, 128, 565_731_533.0),
-            (4, 512, 636_510_413.0),
-        ] {
-            for step in [8u64, 16, 24, 32] {
-                let t = cap - 32 + step;
-                let x = [
-                    1.0,
-                    538_060_032.0,
-                    (46_080 * b * cap) as f64,
-                    (69_120 * b) as f64,
-                    (196_608 * b) as f64,
-                    (b * t * 4) as f64,
-                    0.0,
-                    0.0,
-                ];
-                v.push(Sample {
-                    x,
-                    y,
-                    prior: priors("infer", 4),
-                    point: format!("b{b}/c{cap}"),
-                    context: cap,
-                    step,
-                    row: format!("b{b}/c{cap} step {step}"),
-                });
-            }
-        }
-        v
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/cpu/cpu-smollm2.csv");
+        let rows = crate::export::csv::read(&path).unwrap();
+        let pts: Vec<Sample> = rows
+            .iter()
+            .filter(|r| GroupKey::of(r).is_some_and(|k| k.label() == SMOLLM2_DECODE))
+            .map(|r| Sample::of(r, Target::PeakAllocated).expect("an ok row with features"))
+            .collect();
+        assert_eq!(pts.len(), 16, "{}: {SMOLLM2_DECODE}", path.display());
+        pts
     }
 
     #[test]
     fn collinear_exactly_linear_decode_group_is_fitted_exactly() {
         let pts = smollm2_decode();
+        // The design, from SmolLM2-135M's shapes (hidden 576, 30 layers, 3 KV heads of 64,
+        // vocabulary 49,152; f32), per sequence: logits = 49,152 · 4 B, act = one decode
+        // token's hidden state per layer = 576 · 30 · 4 B, KV = 2 · 30 · 3 · 64 · 4 B per
+        // token of the preallocated capacity (the context). So act ∝ logits ∝ batch, and every
+        // row holds the same weights.
+        for s in &pts {
+            let batch = s.x[4] / (49_152.0 * 4.0);
+            assert!(batch == 1.0 || batch == 4.0, "{}: logits {}", s.row, s.x[4]);
+            assert_eq!(s.x[3], (576 * 30 * 4) as f64 * batch, "{}", s.row);
+            let kv = (2 * 30 * 3 * 64 * 4 * s.context) as f64 * batch;
+            assert_eq!(s.x[2], kv, "{}", s.row);
+            assert_eq!(s.x[1], pts[0].x[1], "{}", s.row);
+        }
         let m = fit_linear(&pts);
         // Exact solution: weights·1 + kv·1 (exact) + const + c·act (act ∝ logits: logits is
         // not identified and is held at its prior, the act coefficient absorbs the rest).
@@ -1252,10 +1247,13 @@ mod tests {
             assert!((m.predict(&s.x) - s.y).abs() < 1e-6 * s.y, "{m:?}");
         }
         assert!((r2(&m, &pts) - 1.0).abs() < 1e-9);
-        // Each held-out point is still identified by the other three.
-        let (_, hk, _) = select("g", &pts, 5);
+        // Held out point by point (4 points, so each of the k = 5 folds holds at most one):
+        // each held-out point is still identified by the other three.
+        let (_, hk, loco) = select("g", &pts, 5);
         assert_eq!(hk.len(), 16);
         assert!(ErrStats::of(&hk).unwrap().worst < 1e-6, "{hk:?}");
+        // Two contexts only: leave-one-context-out needs three, so it reports nothing.
+        assert!(loco.is_empty(), "{loco:?}");
     }
 
     #[test]

@@ -1,10 +1,9 @@
 //! `--device` parsing: `cpu` or `cuda:N`, and the meter that goes with it.
 use crate::error::InputError;
-use crate::meter::pool::PoolRelease;
 use crate::meter::{cpu::CpuMeter, Meter};
+use crate::vocab::PoolRelease;
 use anyhow::Result;
 use candle_core::Device;
-use serde::Serialize;
 
 /// The device and meter for a `--device` string, with the pool kept (`pool_release = "keep"`).
 /// Created once per process.
@@ -121,22 +120,7 @@ pub fn name(dev: &Device) -> String {
     }
 }
 
-/// What the manifest records about a GPU (issue 5): `versions.cuda_driver`,
-/// `versions.cuda_runtime`, and the rest under a `gpu` object.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct GpuFacts {
-    pub name: String,
-    pub total_memory: u64,
-    /// The kernel module's version where readable, and the CUDA version the driver supports:
-    /// `580.65.06 (CUDA 13.0)`.
-    pub driver_version: String,
-    /// `cudaRuntimeGetVersion` of the libcudart loaded: `13.0`.
-    pub runtime_version: String,
-    /// `9.0` on an H100/H200.
-    pub compute_capability: String,
-    /// Whether candle allocates through the pool (`cuMemAllocAsync`).
-    pub async_alloc: bool,
-}
+pub use crate::meter::GpuFacts;
 
 /// The GPU facts of a CUDA device; None on CPU (or if the driver will not say).
 pub fn gpu_facts(dev: &Device) -> Option<GpuFacts> {
@@ -166,7 +150,7 @@ mod tests {
     fn cpu_opens_and_has_no_gpu_facts() {
         let (dev, meter) = open("cpu").unwrap();
         assert!(dev.is_cpu());
-        assert_eq!(meter.kind(), "cpu-alloc");
+        assert_eq!(meter.kind(), crate::vocab::MeterKind::CpuAlloc);
         assert_eq!(gpu_facts(&dev), None);
     }
 

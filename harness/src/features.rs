@@ -2,7 +2,7 @@
 //! (DESIGN.md §9). They fill the `feature_*` CSV columns; `fit` regresses on them.
 use crate::model::{Config, KvKind};
 use crate::record::Phase;
-use crate::scenario::spec::Trainable;
+use crate::vocab::Trainable;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Features {

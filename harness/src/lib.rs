@@ -20,6 +20,7 @@ pub mod runner;
 pub mod scenario;
 pub mod supervisor;
 pub mod units;
+pub mod vocab;
 pub mod workload;
 
 /// Every heap allocation of a process linking vramlab is counted (CPU meter, DESIGN.md §4).

@@ -94,9 +94,7 @@ fn ok(r: &Record) -> bool {
 }
 
 fn phase_name(p: Option<Phase>) -> String {
-    p.and_then(|p| serde_json::to_value(p).ok())
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
+    p.map(|p| p.to_string()).unwrap_or_default()
 }
 
 /// "SmolLM2 · candle · cpu · AMD EPYC".

@@ -13,30 +13,7 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Load,
-    /// The warm-up before a group's (or a point's) first measured phase. Only `oom`/`error`
-    /// rows carry it: the warm-up itself is not measured.
-    Warmup,
-    Prefill,
-    Decode,
-    Total,
-    Forward,
-    Backward,
-    Optimizer,
-    StepTotal,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Oom,
-    Error,
-    Skipped,
-}
+pub use crate::vocab::{Phase, Status};
 
 /// `#[serde(default)]`: a CSV of an older schema version, which lacks later columns, still reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -6,8 +6,9 @@ use crate::meter::{measure, Meter};
 pub use crate::model::trainable::{to_vars, trainable_model};
 use crate::model::{weights, Config, InferenceModel, Source};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
-use crate::scenario::spec::{Ops, Trainable};
-use crate::scenario::{Mode, Point};
+use crate::scenario::Point;
+use crate::vocab::Mode;
+use crate::vocab::{Ops, Trainable};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
 use anyhow::Result;
@@ -64,7 +65,12 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 }
 
 /// The fields of a point's rows that do not depend on the phase.
-pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> Record {
+pub fn base_record(
+    c: &RunContext,
+    meter: crate::vocab::MeterKind,
+    p: &Point,
+    prep: &Prepared,
+) -> Record {
     {
         let train = p.mode == Mode::Train;
         let infer = p.mode == Mode::Infer;
@@ -114,7 +120,7 @@ pub fn base_record(c: &RunContext, meter: &str, p: &Point, prep: &Prepared) -> R
             attention: p.ops.attention.as_str().into(),
             pool_release: c.pool_release.clone(),
             scenario_hash: c.scenario_hash.clone(),
-            meter: meter.into(),
+            meter: meter.to_string(),
             ..Default::default()
         }
     }
@@ -468,7 +474,7 @@ fn train_shape(p: &Point) -> features::TrainShape {
         compute_bytes: p.precision.compute_dtype().size_in_bytes(),
         adamw: matches!(
             p.train.optimizer,
-            crate::scenario::spec::Optimizer::Adamw | crate::scenario::spec::Optimizer::AdamwFused
+            crate::vocab::Optimizer::Adamw | crate::vocab::Optimizer::AdamwFused
         ),
         trainable: p.train.trainable,
     }

@@ -13,13 +13,15 @@
 use crate::export::Exporter;
 use crate::meter::alloc::OOM_MARKER;
 use crate::record::{Phase, Record, Status};
-use crate::scenario::{Mode, Point};
+use crate::scenario::Point;
+use crate::vocab::Mode;
 use anyhow::{Context, Result};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use strum::IntoEnumIterator;
 
 static WORKER: AtomicBool = AtomicBool::new(false);
 
@@ -43,32 +45,23 @@ fn report(kind: &str, what: &str) {
     }
 }
 
-/// The phase running now (index into [`PHASES`]), for the row of an in-process failure.
+/// The phase running now (its index in [`Phase`]'s order), for the row of an in-process
+/// failure.
 static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-const PHASES: [Phase; 9] = [
-    Phase::Load,
-    Phase::Warmup,
-    Phase::Prefill,
-    Phase::Decode,
-    Phase::Total,
-    Phase::Forward,
-    Phase::Backward,
-    Phase::Optimizer,
-    Phase::StepTotal,
-];
 
 /// Reports that a phase is starting (called between phases, never inside one), and
 /// remembers it as the running phase.
 pub fn mark_phase(p: Phase) {
-    let i = PHASES.iter().position(|q| *q == p).unwrap_or(0);
+    let i = Phase::iter().position(|q| q == p).unwrap_or(0);
     RUNNING.store(i, Ordering::Relaxed);
-    report("phase", phase_name(p));
+    report("phase", p.as_str());
 }
 
 /// The phase last marked as starting: the one that was running when an error came back.
 pub fn running_phase() -> Phase {
-    PHASES[RUNNING.load(Ordering::Relaxed)]
+    Phase::iter()
+        .nth(RUNNING.load(Ordering::Relaxed))
+        .unwrap_or(Phase::Load)
 }
 
 /// Reports the device's facts (one JSON line) for the parent's manifest.
@@ -79,24 +72,6 @@ pub fn report_device(facts: &serde_json::Value) {
 /// Reports a finished point.
 pub fn point_done(id: &str) {
     report("point-done", id);
-}
-
-pub fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Load => "load",
-        Phase::Warmup => "warmup",
-        Phase::Prefill => "prefill",
-        Phase::Decode => "decode",
-        Phase::Total => "total",
-        Phase::Forward => "forward",
-        Phase::Backward => "backward",
-        Phase::Optimizer => "optimizer",
-        Phase::StepTotal => "step_total",
-    }
-}
-
-fn parse_phase(s: &str) -> Option<Phase> {
-    PHASES.into_iter().find(|p| phase_name(*p) == s)
 }
 
 /// True when `r` is the last row `p` writes (or records its failure).
@@ -195,7 +170,7 @@ fn run_worker(
         .map_while(|l| l.ok())
     {
         if let Some(p) = line.strip_prefix("vramlab-phase ") {
-            phase = parse_phase(p);
+            phase = p.parse::<Phase>().ok();
         } else if let Some(json) = line.strip_prefix("vramlab-device ") {
             if let Ok(v) = serde_json::from_str(json) {
                 on_device(v);
@@ -283,7 +258,7 @@ pub fn supervise(
                         Some(live),
                         format!(
                             "out of memory in {}: {req} B requested with {live} B live, capacity {cap} B",
-                            phase_name(phase)
+                            phase.as_str()
                         ),
                     ),
                     None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),

@@ -3,7 +3,7 @@
 use super::synth_weights::PrecisionArg;
 use crate::error::InputError;
 use crate::model::{gguf, weights, Llama, Source};
-use crate::scenario::Precision;
+use crate::vocab::Precision;
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]

@@ -79,9 +79,9 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
         }
         let arch = models[&p.source].config.architecture;
         let wanted = match p.mode {
-            crate::scenario::Mode::Infer => Some((crate::model::Role::Decoder, "encode")),
-            crate::scenario::Mode::Encode => Some((crate::model::Role::Encoder, "infer")),
-            crate::scenario::Mode::Train => None,
+            crate::vocab::Mode::Infer => Some((crate::model::Role::Decoder, "encode")),
+            crate::vocab::Mode::Encode => Some((crate::model::Role::Encoder, "infer")),
+            crate::vocab::Mode::Train => None,
         };
         if let Some((role, other)) = wanted.filter(|(role, _)| arch.role() != *role) {
             return Err(bad_file(
@@ -353,7 +353,11 @@ pub fn run(args: Args) -> Result<()> {
     let failed_row = |p: &Point, phase: Phase, status: Status, peak: Option<u64>, msg: String| {
         let mut r = base_record(
             &ctx,
-            if cpu { "cpu-alloc" } else { "cuda-pool" },
+            if cpu {
+                crate::vocab::MeterKind::CpuAlloc
+            } else {
+                crate::vocab::MeterKind::CudaPool
+            },
             p,
             &models[&p.source],
         );
@@ -431,7 +435,7 @@ struct Worker<'a> {
     capacity: Option<u64>,
     out: &'a Path,
     scenario_hash: String,
-    pool_release: crate::meter::pool::PoolRelease,
+    pool_release: crate::vocab::PoolRelease,
 }
 
 /// The worker side: measure `points[START..END]` in this process, appending to `out`.

@@ -2,7 +2,7 @@
 //! an HF directory (config.json + model.safetensors) that the real loader reads, or created in
 //! memory on a device (`--in-memory`), as a sweep's `synthetic:` source does, and timed.
 use crate::model::{synth, Config};
-use crate::scenario::Precision;
+use crate::vocab::Precision;
 use anyhow::Result;
 use std::path::PathBuf;
 

@@ -45,7 +45,7 @@ impl Backend {
     }
 }
 
-pub use crate::scenario::spec::{Mode, Precision, Trainable};
+pub use crate::vocab::{Mode, Precision, Trainable};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

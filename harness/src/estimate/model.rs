@@ -3,7 +3,7 @@
 //! Every architecture goes through the normalized `Config` (llama family, gpt2, bert).
 use crate::error::{bad_file, InputError};
 use crate::model::{gguf, Config};
-use crate::scenario::spec::Trainable;
+use crate::vocab::Trainable;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;

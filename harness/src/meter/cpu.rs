@@ -53,8 +53,8 @@ pub fn host_used() -> Result<u64> {
 }
 
 impl Meter for CpuMeter {
-    fn kind(&self) -> &'static str {
-        "cpu-alloc"
+    fn kind(&self) -> crate::vocab::MeterKind {
+        crate::vocab::MeterKind::CpuAlloc
     }
 
     fn trim(&mut self) -> Result<()> {

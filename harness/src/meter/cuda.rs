@@ -124,7 +124,7 @@ fn cuda_version_string(v: i32) -> String {
 }
 
 /// The facts of a CUDA device for the manifest (see `device::gpu_facts`).
-pub fn facts(dev: &candle_core::CudaDevice) -> Result<crate::device::GpuFacts> {
+pub fn facts(dev: &candle_core::CudaDevice) -> Result<super::GpuFacts> {
     let ctx = dev.cuda_stream().context().clone();
     let name = ctx.name().map_err(driver_err)?;
     let total_memory = ctx.total_mem().map_err(driver_err)? as u64;
@@ -150,7 +150,7 @@ pub fn facts(dev: &candle_core::CudaDevice) -> Result<crate::device::GpuFacts> {
         Some(k) => format!("{k} (CUDA {})", cuda_version_string(drv)),
         None => format!("CUDA {}", cuda_version_string(drv)),
     };
-    Ok(crate::device::GpuFacts {
+    Ok(super::GpuFacts {
         name,
         total_memory,
         driver_version,

@@ -46,7 +46,7 @@ pub struct Baseline {
 /// The extension point for backends (CPU counting allocator, CUDA memory pool).
 pub trait Meter {
     /// The `meter` CSV column: `cpu-alloc`, `cuda-pool`, `cuda-meminfo`.
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> crate::vocab::MeterKind;
     /// Synchronize, read the current figures as the baseline, reset the high-water marks.
     fn start(&mut self) -> Result<Baseline>;
     /// Synchronize and read the figures since `start`.
@@ -68,4 +68,21 @@ pub fn measure<T>(
     let out = f()?;
     let mem = meter.finish(base)?;
     Ok((out, mem, t0.elapsed().as_secs_f64() * 1e3))
+}
+
+/// What the manifest records about a GPU (issue 5): `versions.cuda_driver`,
+/// `versions.cuda_runtime`, and the rest under a `gpu` object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GpuFacts {
+    pub name: String,
+    pub total_memory: u64,
+    /// The kernel module's version where readable, and the CUDA version the driver supports:
+    /// `580.65.06 (CUDA 13.0)`.
+    pub driver_version: String,
+    /// `cudaRuntimeGetVersion` of the libcudart loaded: `13.0`.
+    pub runtime_version: String,
+    /// `9.0` on an H100/H200.
+    pub compute_capability: String,
+    /// Whether candle allocates through the pool (`cuMemAllocAsync`).
+    pub async_alloc: bool,
 }

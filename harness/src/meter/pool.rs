@@ -8,8 +8,7 @@
 //! - without async allocation (`has_async_alloc() == false`, plain `cuMemAlloc`) there is no
 //!   pool to read: the meter falls back to `cuMemGetInfo` differences, `meter = cuda-meminfo`.
 use super::{Baseline, Meter, PhaseMemory};
-use anyhow::{bail, Result};
-use std::str::FromStr;
+use anyhow::Result;
 
 /// The pool attributes the meter reads or writes (`CU_MEMPOOL_ATTR_*`, all `cuuint64_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,45 +40,7 @@ pub trait PoolAttrs {
     fn trim_to(&mut self, keep: u64) -> Result<()>;
 }
 
-/// Scenario option `pool_release`: what the pool does with freed memory at a synchronization.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum PoolRelease {
-    /// Keep everything (release threshold u64::MAX), like PyTorch's caching allocator.
-    #[default]
-    Keep,
-    /// Give freed memory back to the driver (release threshold 0), CUDA's default.
-    Release,
-}
-
-impl PoolRelease {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            PoolRelease::Keep => "keep",
-            PoolRelease::Release => "release",
-        }
-    }
-    /// The `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` value.
-    pub fn threshold(&self) -> u64 {
-        match self {
-            PoolRelease::Keep => u64::MAX,
-            PoolRelease::Release => 0,
-        }
-    }
-}
-
-impl FromStr for PoolRelease {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "keep" => Ok(PoolRelease::Keep),
-            "release" => Ok(PoolRelease::Release),
-            other => bail!("bad pool_release `{other}` (expected keep or release)"),
-        }
-    }
-}
+pub use crate::vocab::{MeterKind, PoolRelease};
 
 /// Which way the meter reads memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,8 +101,8 @@ impl<P: PoolAttrs> PoolMeter<P> {
 
 /// The `pool_release` CSV column for a meter of kind `meter_kind`: the option where a pool is
 /// read (`cuda-pool`), empty otherwise.
-pub fn release_column(meter_kind: &str, release: PoolRelease) -> &'static str {
-    if meter_kind == "cuda-pool" {
+pub fn release_column(meter_kind: MeterKind, release: PoolRelease) -> &'static str {
+    if meter_kind == MeterKind::CudaPool {
         release.as_str()
     } else {
         ""
@@ -149,15 +110,15 @@ pub fn release_column(meter_kind: &str, release: PoolRelease) -> &'static str {
 }
 
 /// The manifest's `pool` object for a meter of kind `meter_kind`; null on CPU.
-pub fn pool_json(meter_kind: &str, release: PoolRelease) -> serde_json::Value {
+pub fn pool_json(meter_kind: MeterKind, release: PoolRelease) -> serde_json::Value {
     match meter_kind {
-        "cuda-pool" => serde_json::json!({
+        MeterKind::CudaPool => serde_json::json!({
             "meter": meter_kind,
             "pool": "device's current pool (cuDeviceGetMemPool), used by cuMemAllocAsync",
             "pool_release": release.as_str(),
             "release_threshold": release.threshold(),
         }),
-        "cuda-meminfo" => serde_json::json!({
+        MeterKind::CudaMeminfo => serde_json::json!({
             "meter": meter_kind,
             "pool": null,
             "note": "no async allocation on this device: cuMemAlloc, figures from cuMemGetInfo differences",
@@ -172,10 +133,10 @@ fn device_used<P: PoolAttrs>(pool: &P) -> Result<u64> {
 }
 
 impl<P: PoolAttrs> Meter for PoolMeter<P> {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> MeterKind {
         match self.mode {
-            PoolMode::Pool => "cuda-pool",
-            PoolMode::MemInfo => "cuda-meminfo",
+            PoolMode::Pool => MeterKind::CudaPool,
+            PoolMode::MemInfo => MeterKind::CudaMeminfo,
         }
     }
 
@@ -256,6 +217,7 @@ impl<P: PoolAttrs> Meter for PoolMeter<P> {
 #[cfg(test)]
 pub(crate) mod fake {
     use super::*;
+    use anyhow::bail;
     use std::cell::RefCell;
     use std::collections::HashMap;
 
@@ -379,9 +341,12 @@ mod tests {
     #[test]
     fn fallback_selection() {
         let m = PoolMeter::new(FakePool::new(true), PoolRelease::Keep).unwrap();
-        assert_eq!((m.mode(), m.kind()), (PoolMode::Pool, "cuda-pool"));
+        assert_eq!((m.mode(), m.kind()), (PoolMode::Pool, MeterKind::CudaPool));
         let m = PoolMeter::new(FakePool::new(false), PoolRelease::Keep).unwrap();
-        assert_eq!((m.mode(), m.kind()), (PoolMode::MemInfo, "cuda-meminfo"));
+        assert_eq!(
+            (m.mode(), m.kind()),
+            (PoolMode::MemInfo, MeterKind::CudaMeminfo)
+        );
         // No pool attribute is touched without async allocation.
         assert!(m.pool().log.borrow().iter().all(|l| !l.starts_with("set")));
         assert_eq!(m.pool_release_column(), "");
@@ -517,7 +482,7 @@ mod tests {
         let mut m = PoolMeter::new(FakePool::new(true), PoolRelease::Keep).unwrap();
         let (_, mem, _) = measure(&mut m, || Ok(())).unwrap();
         let mut r = crate::record::Record {
-            meter: m.kind().into(),
+            meter: m.kind().to_string(),
             pool_release: m.pool_release_column().into(),
             ..Default::default()
         };
@@ -531,12 +496,12 @@ mod tests {
         assert_eq!(j["pool_release"], "keep");
         assert_eq!(j["release_threshold"], u64::MAX);
         assert_eq!(
-            pool_json("cpu-alloc", PoolRelease::Keep),
+            pool_json(MeterKind::CpuAlloc, PoolRelease::Keep),
             serde_json::Value::Null
         );
-        assert_eq!(release_column("cuda-meminfo", PoolRelease::Release), "");
+        assert_eq!(release_column(MeterKind::CudaMeminfo, PoolRelease::Release), "");
         assert_eq!(
-            pool_json("cuda-meminfo", PoolRelease::Keep)["meter"],
+            pool_json(MeterKind::CudaMeminfo, PoolRelease::Keep)["meter"],
             "cuda-meminfo"
         );
     }

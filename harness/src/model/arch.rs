@@ -7,7 +7,7 @@
 //! architecture is one new file plus one line in [`REGISTRY`].
 use super::{Config, KvCache, Trainable};
 use crate::error::bad_file;
-use crate::scenario::spec::Ops;
+use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use serde::de::DeserializeOwned;

@@ -16,7 +16,7 @@ use super::arch::{
 };
 use super::nn::{attention, embedding, split_heads, Linear, Named, Norm};
 use super::{Config, Trainable};
-use crate::scenario::spec::Ops;
+use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;

@@ -3,7 +3,7 @@
 //! file, dispatching on `model_type`, the shape invariants, and the counts.
 use super::arch::{Arch, Architecture};
 use crate::error::bad_file;
-pub use crate::scenario::spec::KvWindow;
+pub use crate::vocab::KvWindow;
 use anyhow::Result;
 use serde_json::Value;
 use std::path::Path;

@@ -15,7 +15,7 @@
 use super::arch::{checked, no_ops, parse_json, Architecture, Decoder, InferenceModel, Tensors};
 use super::nn::{attention, embedding, lm_loss, split_heads, Causal, Linear, Named, Norm};
 use super::{Config, KvCache, Trainable};
-use crate::scenario::spec::Ops;
+use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;

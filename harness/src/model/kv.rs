@@ -13,23 +13,8 @@
 use super::config::KvWindow;
 use super::Config;
 use candle_core::{DType, Device, Result, Tensor};
-use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum KvKind {
-    Preallocated,
-    Growing,
-}
-
-impl KvKind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            KvKind::Preallocated => "preallocated",
-            KvKind::Growing => "growing",
-        }
-    }
-}
+pub use crate::vocab::KvKind;
 
 pub struct KvCache {
     kind: KvKind,

@@ -11,7 +11,7 @@
 use super::arch::{checked, parse_json, Architecture, Decoder, Tensors};
 use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named};
 use super::{Config, KvCache, Trainable};
-use crate::scenario::spec::{Attention, Kernels, Ops};
+use crate::vocab::{Attention, Kernels, Ops};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
 use serde::Deserialize;

@@ -33,8 +33,8 @@ pub fn dtype_bytes(dtype: DType) -> usize {
 /// `frozen-embeddings` the embedding tables, `lora-rN` every base weight (only the adapters,
 /// named by [`nn::lora_names`], train). The one rule the training workload and the analytic
 /// features share.
-pub fn is_frozen(cfg: &Config, set: crate::scenario::spec::Trainable, name: &str) -> bool {
-    use crate::scenario::spec::Trainable;
+pub fn is_frozen(cfg: &Config, set: crate::vocab::Trainable, name: &str) -> bool {
+    use crate::vocab::Trainable;
     match set {
         Trainable::Full => false,
         Trainable::FrozenEmbeddings => cfg.architecture.is_embedding(name),

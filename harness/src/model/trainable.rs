@@ -3,7 +3,7 @@
 //! assembly of a training point's model from the loaded weights (variables, frozen views,
 //! LoRA adapters).
 use super::Config;
-use crate::scenario::spec::{Ops, Trainable as TrainableSet};
+use crate::vocab::{Ops, Trainable as TrainableSet};
 use candle_core::{DType, Result, Tensor, Var};
 use std::collections::HashMap;
 

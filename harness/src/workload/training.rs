@@ -12,8 +12,8 @@
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::Trainable;
 use crate::record::Phase;
-use crate::scenario::spec::{Checkpointing, Optimizer as Opt};
 use crate::supervisor::mark_phase;
+use crate::vocab::{Checkpointing, Optimizer as Opt};
 use crate::workload::inference::PhaseResult;
 use anyhow::{anyhow, Result};
 use candle_core::backprop::GradStore;

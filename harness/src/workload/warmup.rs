@@ -68,7 +68,7 @@ pub fn training(
     vars: &[(String, candle_core::Var)],
     compute: DType,
     (batch, seq): (usize, usize),
-    sets: &[(crate::scenario::spec::Trainable, crate::scenario::spec::Ops)],
+    sets: &[(crate::vocab::Trainable, crate::vocab::Ops)],
 ) -> Result<()> {
     for &(set, ops) in sets {
         let (m, trainable) =

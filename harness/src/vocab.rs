@@ -1,0 +1,539 @@
+//! The one vocabulary: every enum the scenario, the CSV, the fit, the estimate and the CLI
+//! share. A leaf module (it uses no other module of the crate). Each enum reads and writes
+//! one spelling everywhere: serde (scenario TOML, CSV, JSON), `Display`/`FromStr` (strum) and
+//! `as_str`, so no string is ever parsed back into meaning by hand.
+use candle_core::DType;
+use serde::{Deserialize, Serialize};
+
+/// `as_str` (the serde and `Display` spelling) for strum's `IntoStaticStr` enums.
+macro_rules! as_str {
+    ($($t:ty),* $(,)?) => {$(
+        impl $t {
+            pub fn as_str(&self) -> &'static str {
+                self.into()
+            }
+        }
+    )*};
+}
+
+/// What a point runs.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Mode {
+    /// A decoder's prefill, then decode steps with a growing KV cache.
+    Infer,
+    /// Forward, backward and the optimizer's update.
+    Train,
+    /// An encoder's inference: one forward over the batch, no cache.
+    Encode,
+}
+
+/// How weights, gradients, optimizer state and activations are stored.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Precision {
+    F32,
+    F16,
+    Bf16,
+    /// f32 master weights (the variables), bf16 compute (training only).
+    MixedBf16,
+    /// f32 master weights, f16 compute (training only).
+    MixedF16,
+}
+
+impl Precision {
+    /// The dtype weights (and, in training, gradients and optimizer state) are stored in.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Precision::F32 | Precision::MixedBf16 | Precision::MixedF16 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+    /// The dtype activations are computed in.
+    pub fn compute_dtype(&self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 | Precision::MixedF16 => DType::F16,
+            Precision::Bf16 | Precision::MixedBf16 => DType::BF16,
+        }
+    }
+    pub fn is_mixed(&self) -> bool {
+        matches!(self, Precision::MixedBf16 | Precision::MixedF16)
+    }
+    /// Bytes per element of stored weights, gradients and optimizer state.
+    pub fn weight_bytes(&self) -> u64 {
+        self.dtype().size_in_bytes() as u64
+    }
+    /// Bytes per element of activations, KV and logits.
+    pub fn act_bytes(&self) -> u64 {
+        self.compute_dtype().size_in_bytes() as u64
+    }
+}
+
+/// The optimizer of a training point.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Optimizer {
+    Sgd,
+    /// candle-nn's AdamW (allocates temporaries of several times each parameter tensor).
+    Adamw,
+    /// vramlab-kernels' in-place AdamW: no temporaries.
+    AdamwFused,
+}
+
+impl Optimizer {
+    /// Whether it keeps AdamW's two moments per parameter.
+    pub fn is_adamw(&self) -> bool {
+        matches!(self, Optimizer::Adamw | Optimizer::AdamwFused)
+    }
+}
+
+/// Which implementation of RMSNorm/LayerNorm, RoPE, SwiGLU and softmax a model runs:
+/// compositions of candle ops (`reference`) or vramlab-kernels' fused ops with a hand-written
+/// backward (`fused`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Kernels {
+    #[default]
+    Reference,
+    Fused,
+}
+
+/// How a model computes attention: `eager` materializes the b·heads·s² scores and
+/// probabilities (and keeps them for the backward); `flash` is vramlab-kernels' tiled
+/// attention, which keeps only the output and a log-sum-exp per row.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Attention {
+    #[default]
+    Eager,
+    Flash,
+}
+
+/// The op implementations a point runs with (the `kernels` and `attention` axes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Ops {
+    pub kernels: Kernels,
+    pub attention: Attention,
+}
+
+/// Activation checkpointing of a training point.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Checkpointing {
+    None,
+    /// Keep each layer's input only; recompute the layer in backward.
+    Layer,
+}
+
+/// What a training point updates: `full`, `frozen-embeddings`, or `lora-rN` (rank-N LoRA
+/// adapters on the architecture's LoRA targets, base weights frozen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Trainable {
+    Full,
+    FrozenEmbeddings,
+    Lora(u32),
+}
+
+/// The largest LoRA rank a scenario may ask for.
+pub const MAX_LORA_RANK: u32 = 4096;
+
+impl std::str::FromStr for Trainable {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "full" => Ok(Trainable::Full),
+            "frozen-embeddings" => Ok(Trainable::FrozenEmbeddings),
+            _ => match s.strip_prefix("lora-r").map(str::parse::<u32>) {
+                Some(Ok(r)) if (1..=MAX_LORA_RANK).contains(&r) => Ok(Trainable::Lora(r)),
+                Some(_) => Err(format!(
+                    "LoRA rank in `{s}` must be an integer from 1 to {MAX_LORA_RANK}"
+                )),
+                None => Err(format!(
+                    "unknown trainable set `{s}`, expected `full`, `frozen-embeddings` or `lora-rN` (e.g. `lora-r8`)"
+                )),
+            },
+        }
+    }
+}
+
+impl TryFrom<String> for Trainable {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Trainable> for String {
+    fn from(t: Trainable) -> String {
+        t.to_string()
+    }
+}
+
+impl std::fmt::Display for Trainable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trainable::Full => f.write_str("full"),
+            Trainable::FrozenEmbeddings => f.write_str("frozen-embeddings"),
+            Trainable::Lora(r) => write!(f, "lora-r{r}"),
+        }
+    }
+}
+
+impl Trainable {
+    /// The scenario and CSV spelling.
+    pub fn label(&self) -> String {
+        self.to_string()
+    }
+
+    /// The kind of set, without a LoRA rank: what fitted groups share.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Trainable::Full => "full",
+            Trainable::FrozenEmbeddings => "frozen-embeddings",
+            Trainable::Lora(_) => "lora",
+        }
+    }
+}
+
+/// The two KV caches (DESIGN.md §5).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum KvKind {
+    /// One (batch, n_kv, capacity, head_dim) tensor per layer for K and V, allocated once.
+    Preallocated,
+    /// Exact-fit growth by concatenation.
+    Growing,
+}
+
+/// How many tokens a KV cache keeps for a sliding-window model (Mistral): `model` caps it at
+/// the model's window (a ring buffer of min(context, window) tokens, as vLLM and HF do),
+/// `full` keeps every token. The same for models without a window.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum KvWindow {
+    #[default]
+    Model,
+    Full,
+}
+
+/// Scenario option `pool_release`: what the CUDA pool does with freed memory at a
+/// synchronization.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum PoolRelease {
+    /// Keep everything (release threshold u64::MAX), like PyTorch's caching allocator.
+    #[default]
+    Keep,
+    /// Give freed memory back to the driver (release threshold 0), CUDA's default.
+    Release,
+}
+
+impl PoolRelease {
+    /// The `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` value.
+    pub fn threshold(&self) -> u64 {
+        match self {
+            PoolRelease::Keep => u64::MAX,
+            PoolRelease::Release => 0,
+        }
+    }
+}
+
+/// How a row's memory was read (the `meter` column).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum MeterKind {
+    /// vramlab's counting global allocator (CPU, candle).
+    CpuAlloc,
+    /// The preloaded counting allocator (CPU, the torch probe).
+    CpuPreload,
+    /// The CUDA memory pool's high-water marks.
+    CudaPool,
+    /// `cuMemGetInfo` differences (no pool).
+    CudaMeminfo,
+    /// `torch.cuda` statistics (the torch probe on a GPU).
+    TorchCuda,
+}
+
+/// A measured phase (DESIGN.md §5), in the order a point runs them.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Phase {
+    Load,
+    /// The warm-up before a group's (or a point's) first measured phase. Only `oom`/`error`
+    /// rows carry it: the warm-up itself is not measured.
+    Warmup,
+    Prefill,
+    Decode,
+    Total,
+    Forward,
+    Backward,
+    Optimizer,
+    StepTotal,
+}
+
+/// How a row ended.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Oom,
+    Error,
+    Skipped,
+}
+
+as_str!(
+    Mode,
+    Precision,
+    Optimizer,
+    Kernels,
+    Attention,
+    Checkpointing,
+    KvKind,
+    KvWindow,
+    PoolRelease,
+    MeterKind,
+    Phase,
+    Status,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    /// serde's spelling (what the CSV and the scenario read) is `Display`'s and `FromStr`'s.
+    fn same<T>(values: &[T])
+    where
+        T: Serialize + std::fmt::Display + FromStr + PartialEq + std::fmt::Debug,
+        <T as FromStr>::Err: std::fmt::Debug,
+    {
+        for v in values {
+            let json = serde_json::to_value(v).unwrap();
+            assert_eq!(json.as_str().unwrap(), v.to_string(), "{v:?}");
+            assert_eq!(&T::from_str(&v.to_string()).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn one_spelling_everywhere() {
+        use strum::IntoEnumIterator;
+        same(&[Mode::Infer, Mode::Train, Mode::Encode]);
+        same(&[
+            Precision::F32,
+            Precision::F16,
+            Precision::Bf16,
+            Precision::MixedBf16,
+            Precision::MixedF16,
+        ]);
+        same(&[Optimizer::Sgd, Optimizer::Adamw, Optimizer::AdamwFused]);
+        same(&[Kernels::Reference, Kernels::Fused]);
+        same(&[Attention::Eager, Attention::Flash]);
+        same(&[Checkpointing::None, Checkpointing::Layer]);
+        same(&[
+            Trainable::Full,
+            Trainable::FrozenEmbeddings,
+            Trainable::Lora(8),
+        ]);
+        same(&[KvKind::Preallocated, KvKind::Growing]);
+        same(&[KvWindow::Model, KvWindow::Full]);
+        same(&[PoolRelease::Keep, PoolRelease::Release]);
+        same(&[
+            MeterKind::CpuAlloc,
+            MeterKind::CpuPreload,
+            MeterKind::CudaPool,
+            MeterKind::CudaMeminfo,
+            MeterKind::TorchCuda,
+        ]);
+        same(&Phase::iter().collect::<Vec<_>>());
+        same(&[Status::Ok, Status::Oom, Status::Error, Status::Skipped]);
+        assert_eq!(Phase::StepTotal.as_str(), "step_total");
+        assert_eq!(Optimizer::AdamwFused.as_str(), "adamw-fused");
+        assert!("lora-r0".parse::<Trainable>().is_err());
+    }
+}

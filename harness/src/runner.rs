@@ -2,7 +2,7 @@
 //! group, and writes each record the moment it is measured. Owns the progress bar.
 use crate::export::Exporter;
 use crate::features::{self, InferShape};
-use crate::meter::{measure, Meter};
+use crate::meter::Meter;
 pub use crate::model::trainable::{to_vars, trainable_model};
 use crate::model::{weights, Config, InferenceModel, Source};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
@@ -175,10 +175,9 @@ impl Runner<'_> {
             ));
             let device = self.device.clone();
             let train = first.mode == Mode::Train;
-            crate::supervisor::mark_phase(Phase::Load);
             // The load runs under the capacity; a device OOM here fails the whole group at
             // once (every point shares these weights), without a reload per point.
-            let load = measure(self.meter.as_mut(), || {
+            let load = crate::workload::phase(self.meter.as_mut(), Phase::Load, || {
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
                 Ok(if train {
                     Loaded::Vars(to_vars(t)?)

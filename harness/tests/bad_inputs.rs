@@ -480,7 +480,7 @@ fn fit(name: &str, needle: &str) {
 fn csv_wrong_schema_version() {
     fit(
         "csv-wrong-schema-version.csv",
-        "row 2: schema_version `9` is not one of the supported 1..=2",
+        "row 2: schema_version `9` is not one of the supported 1..=3",
     );
 }
 

@@ -499,7 +499,10 @@ mod tests {
             pool_json(MeterKind::CpuAlloc, PoolRelease::Keep),
             serde_json::Value::Null
         );
-        assert_eq!(release_column(MeterKind::CudaMeminfo, PoolRelease::Release), "");
+        assert_eq!(
+            release_column(MeterKind::CudaMeminfo, PoolRelease::Release),
+            ""
+        );
         assert_eq!(
             pool_json(MeterKind::CudaMeminfo, PoolRelease::Keep)["meter"],
             "cuda-meminfo"

@@ -6,11 +6,11 @@
 //! so `end_allocated` differences are KV bytes.
 //!
 //! An encoder ([`encode`]) runs one `forward` over the batch: no cache, one row.
+use super::phase;
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::config::KvWindow;
 use crate::model::{Decoder, Encoder, KvCache, KvKind};
 use crate::record::Phase;
-use crate::supervisor::mark_phase;
 use anyhow::Result;
 use candle_core::{DType, Tensor, D};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -69,23 +69,22 @@ pub fn run(
 
     // Prefill: the prompt batch and the cache (all of it, for `preallocated`) are created
     // inside the phase; the prompt is freed before its end.
-    mark_phase(Phase::Prefill);
-    let base = meter.start()?;
-    let t0 = Instant::now();
-    let ids = prompt_ids(model.config().vocab_size, p.batch, p.prompt_len, 42, &dev)?;
-    let mut cache = KvCache::new(
-        p.kv,
-        model.config(),
-        p.batch,
-        p.context,
-        p.kv_window,
-        model.dtype(),
-        &dev,
-    )?;
-    let mut next = argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
-    drop(ids);
-    let prefill = meter.finish(base)?;
-    let total_t0 = t0;
+    let total_t0 = Instant::now();
+    let ((mut cache, mut next), prefill, ms) = phase(meter, Phase::Prefill, || {
+        let ids = prompt_ids(model.config().vocab_size, p.batch, p.prompt_len, 42, &dev)?;
+        let mut cache = KvCache::new(
+            p.kv,
+            model.config(),
+            p.batch,
+            p.context,
+            p.kv_window,
+            model.dtype(),
+            &dev,
+        )?;
+        let next = argmax_last(&model.forward(&ids, 0, Some(&mut cache), true)?)?;
+        drop(ids);
+        Ok((cache, next))
+    })?;
     // A running envelope, not a Vec of phases: a growing Vec would show in the figures.
     let mut total = prefill;
     emit(PhaseResult {
@@ -93,30 +92,29 @@ pub fn run(
         step: Some(0),
         kv_tokens: cache.held() as u64,
         mem: prefill,
-        elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+        elapsed_ms: ms,
     })?;
 
-    let mut window = None;
-    for t in 1..=p.decode_steps {
-        if window.is_none() {
-            mark_phase(Phase::Decode);
-            window = Some((meter.start()?, Instant::now()));
-        }
-        let (base, t0) = window.expect("opened above");
-        let pos = cache.len();
-        next = argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
-        if t.is_multiple_of(p.decode_every) || t == p.decode_steps {
-            let mem = meter.finish(base)?;
-            window = None;
-            total = PhaseMemory::span(&total, &[mem]);
-            emit(PhaseResult {
-                phase: Phase::Decode,
-                step: Some(t as u64),
-                kv_tokens: cache.held() as u64,
-                mem,
-                elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
-            })?;
-        }
+    // Decode: a row every `decode_every` steps (and at the last), each measuring its steps.
+    let mut done = 0;
+    while done < p.decode_steps {
+        let upto = (done + p.decode_every).min(p.decode_steps);
+        let ((), mem, ms) = phase(meter, Phase::Decode, || {
+            for _ in done..upto {
+                let pos = cache.len();
+                next = argmax_last(&model.forward(&next, pos, Some(&mut cache), true)?)?;
+            }
+            Ok(())
+        })?;
+        done = upto;
+        total = PhaseMemory::span(&total, &[mem]);
+        emit(PhaseResult {
+            phase: Phase::Decode,
+            step: Some(done as u64),
+            kv_tokens: cache.held() as u64,
+            mem,
+            elapsed_ms: ms,
+        })?;
     }
     let kv_tokens = cache.held() as u64;
     drop((cache, next));
@@ -165,17 +163,15 @@ pub fn encode(
     meter: &mut dyn Meter,
     emit: &mut dyn FnMut(PhaseResult) -> Result<()>,
 ) -> Result<()> {
-    mark_phase(Phase::Forward);
-    let base = meter.start()?;
-    let t0 = Instant::now();
-    let ids = prompt_ids(model.config().vocab_size, batch, seq, 42, model.device())?;
-    let out = model.encode(&ids)?;
-    drop((ids, out));
-    let mem = meter.finish(base)?;
-    let elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
-    for phase in [Phase::Forward, Phase::Total] {
+    let ((), mem, elapsed_ms) = phase(meter, Phase::Forward, || {
+        let ids = prompt_ids(model.config().vocab_size, batch, seq, 42, model.device())?;
+        let out = model.encode(&ids)?;
+        drop((ids, out));
+        Ok(())
+    })?;
+    for ph in [Phase::Forward, Phase::Total] {
         emit(PhaseResult {
-            phase,
+            phase: ph,
             step: Some(0),
             kv_tokens: 0,
             mem,

@@ -12,7 +12,6 @@
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::Trainable;
 use crate::record::Phase;
-use crate::supervisor::mark_phase;
 use crate::vocab::{Checkpointing, Optimizer as Opt};
 use crate::workload::inference::PhaseResult;
 use anyhow::{anyhow, Result};
@@ -228,12 +227,8 @@ impl Span {
         phase: Phase,
         f: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        mark_phase(phase);
-        let base = meter.start()?;
-        let t0 = Instant::now();
-        let out = f()?;
-        let mem = meter.finish(base)?;
-        self.ms += t0.elapsed().as_secs_f64() * 1e3;
+        let (out, mem, ms) = super::phase(meter, phase, f)?;
+        self.ms += ms;
         self.mem = Some(self.mem.map_or(mem, |m| PhaseMemory::span(&m, &[mem])));
         Ok(out)
     }

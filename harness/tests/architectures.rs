@@ -236,10 +236,23 @@ fn tiny_configs_match_the_hand_counts() {
     }
 }
 
-/// Runs `vramlab sweep` on `scenario` (written in `dir`) and returns its rows.
-fn sweep(dir: &Path, scenario: &str) -> Vec<Record> {
+/// Runs `vramlab sweep` over the three tiny variants (written in `dir`) with the `[sweep]`
+/// table `axes`, and returns its rows (all of them `ok`).
+fn sweep(dir: &Path, axes: &str) -> Vec<Record> {
+    write_tinies(dir);
+    let sources: Vec<String> = TINIES
+        .iter()
+        .map(|t| format!("\"synthetic:{}/{}.json\"", dir.display(), t.name))
+        .collect();
     let sc = dir.join("s.toml");
-    std::fs::write(&sc, scenario).unwrap();
+    std::fs::write(
+        &sc,
+        format!(
+            "name = \"arch\"\n[model]\nsource = [{}]\n[sweep]\n{axes}",
+            sources.join(", ")
+        ),
+    )
+    .unwrap();
     let out = dir.join("out.csv");
     vramlab()
         .env("VRAMLAB_CACHE", dir.join("cache"))
@@ -253,14 +266,6 @@ fn sweep(dir: &Path, scenario: &str) -> Vec<Record> {
     rows
 }
 
-fn sources(dir: &Path) -> String {
-    let s: Vec<String> = TINIES
-        .iter()
-        .map(|t| format!("\"synthetic:{}/{}.json\"", dir.display(), t.name))
-        .collect();
-    format!("[{}]", s.join(", "))
-}
-
 fn bytes_of(precision: &str) -> u64 {
     match precision {
         "f32" => 4,
@@ -272,15 +277,10 @@ fn bytes_of(precision: &str) -> u64 {
 #[test]
 fn inference_sweep_has_exact_weights_and_kv_cache() {
     let dir = tempfile::tempdir().unwrap();
-    write_tinies(dir.path());
     let rows = sweep(
         dir.path(),
-        &format!(
-            "name = \"arch-infer\"\n[model]\nsource = {}\n[sweep]\nmode = [\"infer\"]\n\
-             precision = [\"f32\", \"bf16\"]\nbatch = [2]\ncontext = [32]\n\
-             kv_cache = [\"preallocated\", \"growing\"]\ndecode_steps = 6\ndecode_every = 1\n",
-            sources(dir.path())
-        ),
+        "mode = [\"infer\"]\nprecision = [\"f32\", \"bf16\"]\nbatch = [2]\ncontext = [32]\n\
+         kv_cache = [\"preallocated\", \"growing\"]\ndecode_steps = 6\ndecode_every = 1\n",
     );
     let mut points: Vec<&str> = rows.iter().map(|r| r.point_id.as_str()).collect();
     points.dedup();
@@ -339,15 +339,10 @@ fn inference_sweep_has_exact_weights_and_kv_cache() {
 #[test]
 fn training_sweep_has_gradients_and_optimizer_state() {
     let dir = tempfile::tempdir().unwrap();
-    write_tinies(dir.path());
     let rows = sweep(
         dir.path(),
-        &format!(
-            "name = \"arch-train\"\n[model]\nsource = {}\n[sweep]\nmode = [\"train\"]\n\
-             precision = [\"f32\"]\nbatch = [2]\ncontext = [32]\noptimizer = [\"adamw\"]\n\
-             trainable = [\"full\", \"lora-r4\"]\ntrain_steps = 2\nlr = 1e-3\n",
-            sources(dir.path())
-        ),
+        "mode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [2]\ncontext = [32]\n\
+         optimizer = [\"adamw\"]\ntrainable = [\"full\", \"lora-r4\"]\ntrain_steps = 2\nlr = 1e-3\n",
     );
     let mut points: Vec<&str> = rows
         .iter()
@@ -553,5 +548,26 @@ fn cached_decoding_matches_a_full_forward() {
                 );
             }
         }
+    }
+}
+
+/// What the new architectures do not implement is refused with a message naming the file and
+/// the key, never run with the wrong function.
+#[test]
+fn unsupported_variants_are_clear_errors() {
+    for (json, key, value) in [
+        (BIGCODE, "multi_query", serde_json::json!(false)),
+        (BIGCODE, "activation_function", serde_json::json!("gelu")),
+        (BIGCODE, "tie_word_embeddings", serde_json::json!(false)),
+        (PHI3, "partial_rotary_factor", serde_json::json!(0.75)),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+        v[key] = value;
+        let e = Config::from_json(Path::new("m/config.json"), &v).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("m/config.json: ") && msg.contains(key) && !msg.contains('\n'),
+            "{msg}"
+        );
     }
 }

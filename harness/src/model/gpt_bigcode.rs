@@ -13,7 +13,7 @@
 //!
 //! Not supported, with a clear error: `multi_query: false` (its `c_attn` interleaves q, k and
 //! v per head), an untied head, and an exact-erf `activation_function`.
-use super::arch::{no_ops, parse_json, Architecture, InferenceModel, Tensors};
+use super::arch::{parse_json, Architecture, InferenceModel, Tensors};
 use super::gpt2::{gpt2_config, gpt2_hf_json, shapes, Gpt2, Gpt2Arch, Layout};
 use super::{Config, Trainable};
 use crate::error::bad_file;
@@ -102,8 +102,7 @@ impl Architecture for GptBigCodeArch {
         compute: DType,
         ops: Ops,
     ) -> Result<Box<dyn Trainable>> {
-        no_ops(self.name(), ops)?;
-        Ok(Box::new(Gpt2::with_layout(c, t, compute, BIGCODE_LAYOUT)?))
+        Gpt2::trainable(c, t, compute, ops, BIGCODE_LAYOUT)
     }
     fn inference(&self, c: &Config, t: Tensors, compute: DType) -> Result<InferenceModel> {
         Gpt2::decoder(c, t, compute, BIGCODE_LAYOUT)

@@ -7,7 +7,11 @@
 //!   training sweep (full and LoRA; gradients and AdamW state);
 //! - in process: every parameter gets a gradient, LoRA adapts the documented targets, and the
 //!   logits of one full forward equal those of prefill + decode steps through the KV cache
-//!   (which catches KV, RoPE, position and sliding-window mistakes).
+//!   (which catches KV, RoPE, position and sliding-window mistakes);
+//! - against transformers (needs torch, `#[ignore]`d; scripts/test.sh runs it after
+//!   scripts/torch-env.sh): HF's own checkpoint of each tiny variant (its names, its
+//!   config.json) loads, and the logits equal HF's eager forward to 1e-4
+//!   (scripts/arch_reference.py writes them).
 //!
 //! Sources of the presets (config.json as published on the Hugging Face hub):
 //! - qwen3-0.6b: Qwen/Qwen3-0.6B;
@@ -234,6 +238,13 @@ fn tiny_configs_match_the_hand_counts() {
         let back = Config::from_json(Path::new(t.name), &c.to_hf_json()).unwrap();
         assert_eq!(back, c, "{}", t.name);
     }
+    // transformers ≥ 5 writes RoPE's θ under `rope_parameters` (Qwen3's 1e6, not the 1e4
+    // default).
+    let mut v: serde_json::Value = serde_json::from_str(QWEN3).unwrap();
+    let theta = v.as_object_mut().unwrap().remove("rope_theta").unwrap();
+    v["rope_parameters"] = serde_json::json!({"rope_theta": theta, "rope_type": "default"});
+    let c = Config::from_json(Path::new("v5.json"), &v).unwrap();
+    assert_eq!((c.rope_theta, &c), (1e6, &tiny_config(tiny("qwen3"))));
 }
 
 /// Runs `vramlab sweep` over the three tiny variants (written in `dir`) with the `[sweep]`
@@ -568,6 +579,76 @@ fn unsupported_variants_are_clear_errors() {
         assert!(
             msg.starts_with("m/config.json: ") && msg.contains(key) && !msg.contains('\n'),
             "{msg}"
+        );
+    }
+}
+
+/// HF's checkpoints of the tiny variants (written by scripts/arch_reference.py with
+/// transformers, random weights) load through the real loader, hold the hand-counted
+/// parameters, and give HF's logits to 1e-4: the architectures compute what transformers
+/// computes, not just something self-consistent.
+#[test]
+#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
+fn logits_match_transformers() {
+    let python = std::env::var("VRAMLAB_TORCH_PYTHON").expect(
+        "VRAMLAB_TORCH_PYTHON is not set: this test runs from scripts/test.sh, after scripts/torch-env.sh",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_tinies(dir.path());
+    let st = std::process::Command::new(python)
+        .arg(root().join("scripts/arch_reference.py"))
+        .args(
+            TINIES
+                .iter()
+                .map(|t| dir.path().join(format!("{}.json", t.name))),
+        )
+        .status()
+        .unwrap();
+    assert!(st.success(), "arch_reference.py failed");
+    for t in &TINIES {
+        let hf = dir.path().join(t.name);
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(hf.join("reference.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            r["params"].as_u64(),
+            Some(t.params),
+            "{}: transformers' count",
+            t.name
+        );
+        // The config.json transformers writes (v5: `rope_parameters`, `layer_types`, ...).
+        let cfg = Config::from_file(&hf.join("config.json")).unwrap();
+        assert_eq!(
+            cfg,
+            tiny_config(t),
+            "{}: config.json as transformers writes it",
+            t.name
+        );
+        let w = weights::load(&Source::Hf(hf), &cfg, DType::F32, &Device::Cpu, |_, _| {}).unwrap();
+        let InferenceModel::Decoder(model) =
+            cfg.architecture.inference(&cfg, w, DType::F32).unwrap()
+        else {
+            panic!("{} is a decoder", t.name)
+        };
+        let ids: Vec<u32> = serde_json::from_value(r["ids"].clone()).unwrap();
+        let rows: Vec<Vec<f32>> = serde_json::from_value(r["logits"].clone()).unwrap();
+        let n = ids.len();
+        let ids = Tensor::from_vec(ids, (1, n), &Device::Cpu).unwrap();
+        let want = Tensor::new(rows, &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let got = model.forward(&ids, 0, None, false).unwrap();
+        let d = common::max_abs_diff(&got, &want);
+        assert!(
+            d <= 1e-4,
+            "{}: logits differ from transformers' by {d}",
+            t.name
+        );
+        assert!(
+            common::max_abs(&want) > 0.5,
+            "{}: degenerate logits",
+            t.name
         );
     }
 }

@@ -16,7 +16,7 @@ cargo test --workspace
 # 5.6 GB from cold, instant when warm), then the torch tests that need it (a few minutes).
 VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
 export VRAMLAB_TORCH_PYTHON
-cargo test -p vramlab --test torch_cpu --test gpu_rehearsal -- --ignored --test-threads=1
+cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh
 fi

@@ -44,6 +44,22 @@ pub const PRESETS: &[(&str, &str)] = &[
         "tinyllama-1.1b",
         include_str!("../../presets/tinyllama-1.1b/config.json"),
     ),
+    (
+        "qwen3-0.6b",
+        include_str!("../../presets/qwen3-0.6b/config.json"),
+    ),
+    (
+        "phi-3-mini-4k",
+        include_str!("../../presets/phi-3-mini-4k/config.json"),
+    ),
+    (
+        "starcoderbase-1b",
+        include_str!("../../presets/starcoderbase-1b/config.json"),
+    ),
+    (
+        "starcoder-15.5b",
+        include_str!("../../presets/starcoder-15.5b/config.json"),
+    ),
 ];
 
 /// The shape facts every formula uses. Sizes are element counts.

@@ -25,6 +25,9 @@ pub static REGISTRY: &[&dyn Architecture] = &[
     &super::qwen2::Qwen2Arch,
     &super::gpt2::Gpt2Arch,
     &super::bert::BertArch,
+    &super::qwen3::Qwen3Arch,
+    &super::phi3::Phi3Arch,
+    &super::gpt_bigcode::GptBigCodeArch,
 ];
 
 /// What an architecture's inference model is: a causal decoder (prefill + decode with a KV

@@ -166,16 +166,10 @@ impl Architecture for Gpt2Arch {
         compute: DType,
         ops: Ops,
     ) -> Result<Box<dyn Trainable>> {
-        no_ops(self.name(), ops)?;
-        Ok(Box::new(Gpt2::with_layout(c, t, compute, GPT2_LAYOUT)?))
+        Gpt2::trainable(c, t, compute, ops, GPT2_LAYOUT)
     }
     fn inference(&self, c: &Config, t: Tensors, compute: DType) -> Result<InferenceModel> {
-        Ok(InferenceModel::Decoder(Box::new(Gpt2::with_layout(
-            c,
-            t,
-            compute,
-            GPT2_LAYOUT,
-        )?)))
+        Gpt2::decoder(c, t, compute, GPT2_LAYOUT)
     }
 }
 
@@ -239,6 +233,31 @@ impl Gpt2 {
             blocks,
             ln_f,
         })
+    }
+
+    /// The model for training of a GPT-2-shaped checkpoint stored in `layout` (reference ops
+    /// only).
+    pub fn trainable(
+        cfg: &Config,
+        t: Tensors,
+        compute: DType,
+        ops: Ops,
+        layout: Layout,
+    ) -> Result<Box<dyn Trainable>> {
+        no_ops(cfg.architecture.name(), ops)?;
+        Ok(Box::new(Self::with_layout(cfg, t, compute, layout)?))
+    }
+
+    /// The inference model of a GPT-2-shaped checkpoint stored in `layout`.
+    pub fn decoder(
+        cfg: &Config,
+        t: Tensors,
+        compute: DType,
+        layout: Layout,
+    ) -> Result<InferenceModel> {
+        Ok(InferenceModel::Decoder(Box::new(Self::with_layout(
+            cfg, t, compute, layout,
+        )?)))
     }
 
     /// Logits (b, s, vocab) of the final hidden states (b, s, d): ln_f, then the tied head.

@@ -31,9 +31,17 @@ pub struct DecoderJson {
     pub head_dim: Option<usize>,
     pub max_position_embeddings: usize,
     pub rope_theta: Option<f64>,
+    /// transformers ≥ 5 writes `rope_theta` here instead of at the top level.
+    pub rope_parameters: Option<RopeParameters>,
     pub rms_norm_eps: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
     pub attention_bias: Option<bool>,
+}
+
+/// transformers ≥ 5's `rope_parameters` (its other keys do not change memory).
+#[derive(Clone, Debug, Deserialize)]
+pub struct RopeParameters {
+    pub rope_theta: Option<f64>,
 }
 
 impl DecoderJson {
@@ -56,7 +64,10 @@ impl DecoderJson {
             num_kv_heads: self.num_key_value_heads.unwrap_or(heads),
             head_dim: self.head_dim.unwrap_or(self.hidden_size / heads.max(1)),
             max_position_embeddings: self.max_position_embeddings,
-            rope_theta: self.rope_theta.unwrap_or(10_000.0),
+            rope_theta: self
+                .rope_theta
+                .or(self.rope_parameters.as_ref().and_then(|r| r.rope_theta))
+                .unwrap_or(10_000.0),
             norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(tie_default),
             qkv_bias: attention_bias,

@@ -9,12 +9,30 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
 
+/// The keys of a Qwen `config.json` (Qwen2 and Qwen3): the llama decoder's, and a sliding
+/// window that applies only with `use_sliding_window = true`.
 #[derive(Clone, Debug, Deserialize)]
-struct Qwen2Json {
+pub struct QwenJson {
     #[serde(flatten)]
-    base: DecoderJson,
+    pub base: DecoderJson,
     sliding_window: Option<usize>,
     use_sliding_window: Option<bool>,
+}
+
+impl QwenJson {
+    /// The sliding window in effect (None unless `use_sliding_window = true`).
+    pub fn window(&self) -> Option<usize> {
+        self.sliding_window
+            .filter(|_| self.use_sliding_window == Some(true))
+    }
+}
+
+/// The Qwen keys of a config, as `config.json` writes them (`class` is its `architectures`).
+pub fn qwen_hf_json(c: &Config, class: &str) -> Value {
+    let mut v = decoder_hf_json(c, class);
+    v["use_sliding_window"] = c.sliding_window.is_some().into();
+    v["sliding_window"] = c.sliding_window.into();
+    v
 }
 
 pub struct Qwen2Arch;
@@ -27,24 +45,18 @@ impl Architecture for Qwen2Arch {
         &["qwen2"]
     }
     fn parse(&self, path: &Path, v: &Value) -> Result<Config> {
-        let j: Qwen2Json = parse_json(path, v)?;
-        let window = j
-            .sliding_window
-            .filter(|_| j.use_sliding_window == Some(true));
+        let j: QwenJson = parse_json(path, v)?;
         checked(
             path,
             Config {
                 qkv_bias: true,
                 o_bias: false,
-                sliding_window: window,
+                sliding_window: j.window(),
                 ..j.base.config(&Qwen2Arch, "qwen2", false)
             },
         )
     }
     fn to_hf_json(&self, c: &Config) -> Value {
-        let mut v = decoder_hf_json(c, "Qwen2ForCausalLM");
-        v["use_sliding_window"] = c.sliding_window.is_some().into();
-        v["sliding_window"] = c.sliding_window.into();
-        v
+        qwen_hf_json(c, "Qwen2ForCausalLM")
     }
 }

@@ -25,10 +25,9 @@ fn check_with(precision: Precision, ops: Ops) {
     // "The capital of France is" in SmolLM2's vocabulary.
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(decode(&vocab, &prompt), "The capital of France is");
-    let model = vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision)
-        .unwrap()
-        .with_ops(ops);
-    let out = vramlab::workload::inference::generate(&model, &prompt, 6).unwrap();
+    let mut model = vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision).unwrap();
+    model.set_ops(ops).unwrap();
+    let out = vramlab::workload::inference::generate(model.as_ref(), &prompt, 6).unwrap();
     let text = decode(&vocab, &out);
     assert_eq!(
         out,

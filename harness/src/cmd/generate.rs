@@ -1,8 +1,8 @@
 //! `vramlab generate`: greedy decoding from token ids, to check a model implementation
 //! against known output (prints ids, and text when the GGUF carries a vocabulary).
-use super::synth_weights::PrecisionArg;
+use super::synth_weights::storage_precision;
 use crate::error::InputError;
-use crate::model::{gguf, weights, Llama, Source};
+use crate::model::{gguf, weights, Decoder, InferenceModel, Source};
 use crate::vocab::Precision;
 use anyhow::Result;
 
@@ -17,16 +17,25 @@ pub struct Args {
     /// Tokens to generate.
     #[arg(long, default_value_t = 16)]
     pub steps: usize,
+    /// Storage precision: f32, f16 or bf16.
     #[arg(long, value_enum, default_value = "f32")]
-    pub precision: PrecisionArg,
+    pub precision: Precision,
 }
 
-/// Loads a model at a precision on the CPU.
-pub fn load(source: &Source, p: Precision) -> Result<Llama> {
+/// Loads a decoder of any architecture at a precision on the CPU.
+pub fn load(source: &Source, p: Precision) -> Result<Box<dyn Decoder>> {
     let cfg = source.config()?;
     let dev = candle_core::Device::Cpu;
     let t = weights::load(source, &cfg, p.dtype(), &dev, |_, _| {})?;
-    Llama::new(&cfg, t, p.dtype())
+    match cfg.architecture.inference(&cfg, t, p.dtype())? {
+        InferenceModel::Decoder(m) => Ok(m),
+        InferenceModel::Encoder(_) => Err(InputError::arg(format!(
+            "--model {}: a {} model is an encoder; generate needs a decoder",
+            source.path().display(),
+            cfg.architecture.name()
+        ))
+        .into()),
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -34,8 +43,8 @@ pub fn run(args: Args) -> Result<()> {
     if !source.path().exists() {
         return Err(InputError::file(source.path(), "does not exist").into());
     }
-    let model = load(&source, args.precision.into())?;
-    let out = crate::workload::inference::generate(&model, &args.prompt_ids, args.steps)?;
+    let model = load(&source, storage_precision(args.precision)?)?;
+    let out = crate::workload::inference::generate(model.as_ref(), &args.prompt_ids, args.steps)?;
     let ids: Vec<String> = out.iter().map(|t| t.to_string()).collect();
     println!("ids: {}", ids.join(","));
     if let Source::Gguf(p) = &source {

@@ -2,6 +2,7 @@
 //! an HF directory (config.json + model.safetensors) that the real loader reads, or created in
 //! memory on a device (`--in-memory`), as a sweep's `synthetic:` source does, and timed.
 use crate::model::{synth, Config};
+use crate::error::InputError;
 use crate::vocab::Precision;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ pub struct Args {
     pub config: PathBuf,
     /// Storage dtype of the written tensors.
     #[arg(long, value_enum, default_value = "bf16")]
-    pub dtype: PrecisionArg,
+    pub dtype: Precision,
     /// Output directory (created).
     #[arg(
         long,
@@ -33,26 +34,22 @@ pub struct Args {
     pub seed: u64,
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum PrecisionArg {
-    F32,
-    F16,
-    Bf16,
-}
-
-impl From<PrecisionArg> for Precision {
-    fn from(p: PrecisionArg) -> Self {
-        match p {
-            PrecisionArg::F32 => Precision::F32,
-            PrecisionArg::F16 => Precision::F16,
-            PrecisionArg::Bf16 => Precision::Bf16,
-        }
+/// `precision` as a storage dtype: f32, f16 or bf16 (the mixed policies are training
+/// policies, not storage).
+pub fn storage_precision(p: Precision) -> Result<Precision> {
+    if p.is_mixed() {
+        return Err(InputError::arg(format!(
+            "--precision {p}: a mixed policy is not a storage precision (use f32, f16 or bf16)"
+        ))
+        .into());
     }
+    Ok(p)
+}
 }
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = Config::from_file(&args.config)?;
-    let dtype = Precision::from(args.dtype).dtype();
+    let dtype = storage_precision(args.dtype)?.dtype();
     let bytes = cfg.param_count() * dtype.size_in_bytes() as u64;
     let Some(out) = &args.out else {
         let (device, _) = crate::device::open(&args.device)?;

@@ -34,7 +34,7 @@ pub struct InferShape {
 /// (what the cache holds: at most a capped window).
 pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Features {
     let (b, w) = (p.batch as u64, p.dtype_bytes as u64);
-    let weight_bytes = cfg.param_count() * w;
+    let weight_bytes = counts(cfg, Trainable::Full).params * w;
     if phase == Phase::Load {
         return Features {
             weight_bytes,
@@ -98,31 +98,76 @@ pub struct TrainShape {
 /// Parameters of the LoRA adapters a trainable set adds: rank · (in + out) per target module
 /// (zero unless `lora-rN`).
 pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
-    let Trainable::Lora(r) = trainable else {
-        return 0;
-    };
-    cfg.tensor_shapes()
-        .iter()
-        .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
-        .map(|(_, i, o)| r as u64 * (i + o) as u64)
-        .sum()
+    counts(cfg, trainable).adapters
 }
 
 /// Parameters the optimizer updates.
 pub fn trainable_params(cfg: &Config, trainable: Trainable) -> u64 {
-    cfg.tensor_shapes()
-        .iter()
-        .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
-        .map(|(_, s)| s.iter().product::<usize>() as u64)
-        .sum::<u64>()
-        + adapter_params(cfg, trainable)
+    counts(cfg, trainable).trainable
+}
+
+/// The parameter counts of a config under a trainable set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Every stored parameter ([`Config::param_count`]).
+    pub params: u64,
+    /// Parameters the optimizer updates, adapters included.
+    pub trainable: u64,
+    /// LoRA adapter parameters (zero unless `lora-rN`).
+    pub adapters: u64,
+    /// Elements of the largest stored tensor.
+    pub largest_tensor: u64,
+}
+
+/// Counts of `cfg` under `trainable`, from the tensor list ([`Config::tensor_shapes`]). The
+/// list names every tensor (~100 µs for an 8B model), and `estimate`'s searches ask for one
+/// config hundreds of times, so each thread keeps the last few configs' counts (keyed by
+/// the whole config: a changed field is a new entry).
+pub fn counts(cfg: &Config, trainable: Trainable) -> Counts {
+    type Memo = Vec<(Config, Trainable, Counts)>;
+    thread_local!(static MEMO: std::cell::RefCell<Memo> = const { std::cell::RefCell::new(Vec::new()) });
+    if let Some(c) = MEMO.with_borrow(|m| {
+        m.iter()
+            .find(|(k, t, _)| *t == trainable && k == cfg)
+            .map(|e| e.2)
+    }) {
+        return c;
+    }
+    let shapes = cfg.tensor_shapes();
+    let size = |s: &[usize]| s.iter().product::<usize>() as u64;
+    let adapters = match trainable {
+        Trainable::Lora(r) => shapes
+            .iter()
+            .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
+            .map(|(_, i, o)| r as u64 * (i + o) as u64)
+            .sum(),
+        _ => 0,
+    };
+    let c = Counts {
+        params: cfg.param_count(),
+        trainable: shapes
+            .iter()
+            .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
+            .map(|(_, s)| size(s))
+            .sum::<u64>()
+            + adapters,
+        adapters,
+        largest_tensor: shapes.iter().map(|(_, s)| size(s)).max().unwrap_or(0),
+    };
+    MEMO.with_borrow_mut(|m| {
+        if m.len() == 8 {
+            m.remove(0);
+        }
+        m.push((cfg.clone(), trainable, c));
+    });
+    c
 }
 
 /// Features of a training phase (the same for each of a step's phases, except `load`).
 /// `weight_bytes` counts LoRA adapters with the base weights.
 pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
-    let weight_bytes =
-        (cfg.param_count() + adapter_params(cfg, p.trainable)) * p.weight_bytes as u64;
+    let n = counts(cfg, p.trainable);
+    let weight_bytes = (n.params + n.adapters) * p.weight_bytes as u64;
     if phase == Phase::Load {
         return Features {
             weight_bytes,
@@ -136,7 +181,7 @@ pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
         act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * c,
         logits_bytes: b * s * cfg.vocab_size as u64 * c,
         optimizer_bytes: if p.adamw {
-            2 * trainable_params(cfg, p.trainable) * p.weight_bytes as u64
+            2 * n.trainable * p.weight_bytes as u64
         } else {
             0
         },
@@ -182,6 +227,27 @@ mod tests {
         assert_eq!(g.kv_bytes, 46_080 * 107 * 2);
         assert_eq!(g.act_bytes, 2 * 576 * 30 * 4);
         assert_eq!(infer(&c, &shape, Phase::Load, 0).kv_bytes, 0);
+    }
+
+    #[test]
+    fn counts_follow_every_change_of_the_config() {
+        let c = cfg();
+        let full = counts(&c, Trainable::Full);
+        assert_eq!(full.params, 134_515_008);
+        assert_eq!(full.trainable, full.params);
+        assert_eq!(full.largest_tensor, 49_152 * 576);
+        // A config one field away is counted afresh, not served from the memo.
+        let deeper = Config {
+            num_layers: 31,
+            ..c.clone()
+        };
+        // One more layer: two norms, q and o (576²), k and v (192 · 576), the MLP (3 · 576 · 1536).
+        let layer = 2 * 576 + 2 * 576 * 576 + 2 * 192 * 576 + 3 * 576 * 1536;
+        assert_eq!(counts(&deeper, Trainable::Full).params, full.params + layer);
+        let r2 = counts(&c, Trainable::Lora(2));
+        assert_eq!(r2.adapters, 30 * 2 * (576 + 576 + 576 + 192));
+        assert_eq!((r2.trainable, r2.params), (r2.adapters, full.params));
+        assert_eq!(counts(&c, Trainable::Full), full);
     }
 
     #[test]

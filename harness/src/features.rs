@@ -120,18 +120,30 @@ pub struct Counts {
 }
 
 /// Counts of `cfg` under `trainable`, from the tensor list ([`Config::tensor_shapes`]). The
-/// list names every tensor (~100 µs for an 8B model), and `estimate`'s searches ask for one
-/// config hundreds of times, so each thread keeps the last few configs' counts (keyed by
-/// the whole config: a changed field is a new entry).
+/// list names every tensor (~100 µs for an 8B model) and `estimate`'s searches ask for one
+/// config hundreds of times, so each thread remembers the last few answers. The memo holds
+/// no heap memory (a sweep measures this process's allocations): it is keyed by a 64-bit
+/// hash of the whole config's `Debug` form (every field, so a changed field is a new key)
+/// and the trainable set.
 pub fn counts(cfg: &Config, trainable: Trainable) -> Counts {
-    type Memo = Vec<(Config, Trainable, Counts)>;
-    thread_local!(static MEMO: std::cell::RefCell<Memo> = const { std::cell::RefCell::new(Vec::new()) });
-    if let Some(c) = MEMO.with_borrow(|m| {
-        m.iter()
-            .find(|(k, t, _)| *t == trainable && k == cfg)
-            .map(|e| e.2)
-    }) {
-        return c;
+    use std::hash::{Hash, Hasher};
+    struct HashWrite<'a>(&'a mut std::hash::DefaultHasher);
+    impl std::fmt::Write for HashWrite<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    const SLOTS: usize = 8;
+    type Memo = [Option<(u64, Counts)>; SLOTS];
+    thread_local!(static MEMO: std::cell::Cell<Memo> = const { std::cell::Cell::new([None; SLOTS]) });
+    let mut h = std::hash::DefaultHasher::new();
+    std::fmt::write(&mut HashWrite(&mut h), format_args!("{cfg:?}")).expect("hashing cannot fail");
+    trainable.hash(&mut h);
+    let key = h.finish();
+    let mut memo = MEMO.get();
+    if let Some((_, c)) = memo.iter().flatten().find(|(k, _)| *k == key) {
+        return *c;
     }
     let shapes = cfg.tensor_shapes();
     let size = |s: &[usize]| s.iter().product::<usize>() as u64;
@@ -154,12 +166,9 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Counts {
         adapters,
         largest_tensor: shapes.iter().map(|(_, s)| size(s)).max().unwrap_or(0),
     };
-    MEMO.with_borrow_mut(|m| {
-        if m.len() == 8 {
-            m.remove(0);
-        }
-        m.push((cfg.clone(), trainable, c));
-    });
+    memo.rotate_right(1);
+    memo[0] = Some((key, c));
+    MEMO.set(memo);
     c
 }
 

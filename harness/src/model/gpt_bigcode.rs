@@ -17,7 +17,7 @@ use super::arch::{parse_json, Architecture, InferenceModel, Tensors};
 use super::gpt2::{gpt2_config, gpt2_hf_json, shapes, Gpt2, Gpt2Arch, Layout};
 use super::{Config, Trainable};
 use crate::error::bad_file;
-use crate::scenario::spec::Ops;
+use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::DType;
 use serde::Deserialize;

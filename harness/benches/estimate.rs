@@ -16,7 +16,7 @@ fn from_config(c: &mut Criterion) {
     };
     c.bench_function("estimate from config.json (+ h100-80 fit search)", |b| {
         b.iter(|| {
-            let m = resolve(black_box(path)).unwrap();
+            let m = resolve(black_box(path)).unwrap().config;
             let e = estimate(&m, &q, None);
             let g = gpu_fit(&m, &q, None, "h100-80", 80_000_000_000, 0.1);
             black_box((e.total(), g.largest_batch))
@@ -25,7 +25,7 @@ fn from_config(c: &mut Criterion) {
 }
 
 fn grid(c: &mut Criterion) {
-    let m = resolve("llama-3.1-8b").unwrap();
+    let m = resolve("llama-3.1-8b").unwrap().config;
     c.bench_function("estimate 100,000-point grid", |b| {
         b.iter(|| {
             let mut sum = 0u64;

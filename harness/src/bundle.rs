@@ -163,7 +163,7 @@ pub fn report(dir: &Path, name: &str, files: &[PathBuf]) -> Result<String> {
         ));
     }
     for preset in PRESETS {
-        let m = resolve(preset)?;
+        let m = resolve(preset)?.config;
         for (label, c) in &sets {
             let e = estimate(&m, &q, c.as_ref());
             s += &format!(

@@ -34,7 +34,7 @@ pub struct InferShape {
 /// (what the cache holds: at most a capped window).
 pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Features {
     let (b, w) = (p.batch as u64, p.dtype_bytes as u64);
-    let weight_bytes = cfg.param_count() * w;
+    let weight_bytes = counts(cfg, Trainable::Full).params * w;
     if phase == Phase::Load {
         return Features {
             weight_bytes,
@@ -98,31 +98,85 @@ pub struct TrainShape {
 /// Parameters of the LoRA adapters a trainable set adds: rank · (in + out) per target module
 /// (zero unless `lora-rN`).
 pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
-    let Trainable::Lora(r) = trainable else {
-        return 0;
-    };
-    cfg.tensor_shapes()
-        .iter()
-        .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
-        .map(|(_, i, o)| r as u64 * (i + o) as u64)
-        .sum()
+    counts(cfg, trainable).adapters
 }
 
 /// Parameters the optimizer updates.
 pub fn trainable_params(cfg: &Config, trainable: Trainable) -> u64 {
-    cfg.tensor_shapes()
-        .iter()
-        .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
-        .map(|(_, s)| s.iter().product::<usize>() as u64)
-        .sum::<u64>()
-        + adapter_params(cfg, trainable)
+    counts(cfg, trainable).trainable
+}
+
+/// The parameter counts of a config under a trainable set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Every stored parameter ([`Config::param_count`]).
+    pub params: u64,
+    /// Parameters the optimizer updates, adapters included.
+    pub trainable: u64,
+    /// LoRA adapter parameters (zero unless `lora-rN`).
+    pub adapters: u64,
+    /// Elements of the largest stored tensor.
+    pub largest_tensor: u64,
+}
+
+/// Counts of `cfg` under `trainable`, from the tensor list ([`Config::tensor_shapes`]). The
+/// list names every tensor (~100 µs for an 8B model) and `estimate`'s searches ask for one
+/// config hundreds of times, so each thread remembers the last few answers. The memo holds
+/// no heap memory (a sweep measures this process's allocations): it is keyed by a 64-bit
+/// hash of the whole config's `Debug` form (every field, so a changed field is a new key)
+/// and the trainable set.
+pub fn counts(cfg: &Config, trainable: Trainable) -> Counts {
+    use std::hash::{Hash, Hasher};
+    struct HashWrite<'a>(&'a mut std::hash::DefaultHasher);
+    impl std::fmt::Write for HashWrite<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    const SLOTS: usize = 8;
+    type Memo = [Option<(u64, Counts)>; SLOTS];
+    thread_local!(static MEMO: std::cell::Cell<Memo> = const { std::cell::Cell::new([None; SLOTS]) });
+    let mut h = std::hash::DefaultHasher::new();
+    std::fmt::write(&mut HashWrite(&mut h), format_args!("{cfg:?}")).expect("hashing cannot fail");
+    trainable.hash(&mut h);
+    let key = h.finish();
+    let mut memo = MEMO.get();
+    if let Some((_, c)) = memo.iter().flatten().find(|(k, _)| *k == key) {
+        return *c;
+    }
+    let shapes = cfg.tensor_shapes();
+    let size = |s: &[usize]| s.iter().product::<usize>() as u64;
+    let adapters = match trainable {
+        Trainable::Lora(r) => shapes
+            .iter()
+            .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
+            .map(|(_, i, o)| r as u64 * (i + o) as u64)
+            .sum(),
+        _ => 0,
+    };
+    let c = Counts {
+        params: cfg.param_count(),
+        trainable: shapes
+            .iter()
+            .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
+            .map(|(_, s)| size(s))
+            .sum::<u64>()
+            + adapters,
+        adapters,
+        largest_tensor: shapes.iter().map(|(_, s)| size(s)).max().unwrap_or(0),
+    };
+    memo.rotate_right(1);
+    memo[0] = Some((key, c));
+    MEMO.set(memo);
+    c
 }
 
 /// Features of a training phase (the same for each of a step's phases, except `load`).
 /// `weight_bytes` counts LoRA adapters with the base weights.
 pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
-    let weight_bytes =
-        (cfg.param_count() + adapter_params(cfg, p.trainable)) * p.weight_bytes as u64;
+    let n = counts(cfg, p.trainable);
+    let weight_bytes = (n.params + n.adapters) * p.weight_bytes as u64;
     if phase == Phase::Load {
         return Features {
             weight_bytes,
@@ -136,7 +190,7 @@ pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
         act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * c,
         logits_bytes: b * s * cfg.vocab_size as u64 * c,
         optimizer_bytes: if p.adamw {
-            2 * trainable_params(cfg, p.trainable) * p.weight_bytes as u64
+            2 * n.trainable * p.weight_bytes as u64
         } else {
             0
         },
@@ -182,6 +236,27 @@ mod tests {
         assert_eq!(g.kv_bytes, 46_080 * 107 * 2);
         assert_eq!(g.act_bytes, 2 * 576 * 30 * 4);
         assert_eq!(infer(&c, &shape, Phase::Load, 0).kv_bytes, 0);
+    }
+
+    #[test]
+    fn counts_follow_every_change_of_the_config() {
+        let c = cfg();
+        let full = counts(&c, Trainable::Full);
+        assert_eq!(full.params, 134_515_008);
+        assert_eq!(full.trainable, full.params);
+        assert_eq!(full.largest_tensor, 49_152 * 576);
+        // A config one field away is counted afresh, not served from the memo.
+        let deeper = Config {
+            num_layers: 31,
+            ..c.clone()
+        };
+        // One more layer: two norms, q and o (576²), k and v (192 · 576), the MLP (3 · 576 · 1536).
+        let layer = 2 * 576 + 2 * 576 * 576 + 2 * 192 * 576 + 3 * 576 * 1536;
+        assert_eq!(counts(&deeper, Trainable::Full).params, full.params + layer);
+        let r2 = counts(&c, Trainable::Lora(2));
+        assert_eq!(r2.adapters, 30 * 2 * (576 + 576 + 576 + 192));
+        assert_eq!((r2.trainable, r2.params), (r2.adapters, full.params));
+        assert_eq!(counts(&c, Trainable::Full), full);
     }
 
     #[test]

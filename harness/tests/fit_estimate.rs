@@ -144,6 +144,40 @@ fn smollm2_preset_weights_match_the_gguf_loader() {
 }
 
 #[test]
+fn mistral_kv_window_caps_the_cache() {
+    // Mistral-7B-v0.1: sliding_window 4096; 2 (K,V) · 32 layers · 8 kv heads · 128 · 2 B.
+    let per_token = 2 * 32 * 8 * 128 * 2;
+    let kv = |window: &str| {
+        let j = estimate_json(&[
+            "--model",
+            "mistral-7b-v0.1",
+            "--context",
+            "8192",
+            "--batch",
+            "2",
+            "--kv-window",
+            window,
+        ]);
+        assert_eq!(j["model"]["architecture"], "mistral");
+        assert_eq!(j["model"]["config"]["sliding_window"], 4096);
+        assert_eq!(j["model"]["params"].as_u64().unwrap(), 7_241_732_096);
+        row(&j, "KV cache")
+    };
+    assert_eq!(kv("model"), 4096 * per_token * 2);
+    assert_eq!(kv("full"), 8192 * per_token * 2);
+    vramlab()
+        .args([
+            "estimate",
+            "--model",
+            "mistral-7b-v0.1",
+            "--kv-window",
+            "half",
+        ])
+        .assert()
+        .code(2);
+}
+
+#[test]
 fn gpt2_has_an_analytic_path_and_bad_input_exits_2() {
     let j = estimate_json(&["--model", "gpt2", "--context", "1024", "--precision", "f32"]);
     // 50257·768 + 1024·768 + 12·(12·768² + 13·768) + 2·768

@@ -2,10 +2,12 @@
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
 use crate::error::InputError;
 use crate::estimate::{
-    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvCacheKind, Mode,
-    Optimizer, OptimizerImpl, Precision, Query, Runtime, Shape, Sharding, Trainable, CATALOG,
+    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvCacheKind, KvWindow,
+    Mode, Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable,
+    CATALOG,
 };
 use crate::fit::Constants;
+use crate::model::Config;
 use crate::units::{gb, gb_gib, gib};
 use anyhow::Result;
 use serde::Serialize;
@@ -75,6 +77,11 @@ pub struct Args {
     /// Inference KV cache kind (selects the fitted group).
     #[arg(long, value_enum, default_value = "preallocated")]
     pub kv_cache: KvCacheKind,
+    /// Inference with a sliding-window model (Mistral): `model` caps the KV cache at the
+    /// window (min(context, window) tokens per sequence, what vLLM and HF allocate); `full`
+    /// holds every token. Models without a window ignore it.
+    #[arg(long, value_enum, default_value = "model")]
+    pub kv_window: KvWindow,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -86,9 +93,19 @@ struct Row {
     bytes: u64,
 }
 
+/// The model in `--json`: its name, architecture, parameter count and the normalized
+/// config written back as `config.json`.
+#[derive(Serialize)]
+struct ModelJson<'a> {
+    name: &'a str,
+    architecture: &'static str,
+    params: u64,
+    config: serde_json::Value,
+}
+
 #[derive(Serialize)]
 struct Report<'a> {
-    model: &'a Shape,
+    model: ModelJson<'a>,
     query: &'a Query,
     headroom: f64,
     source: &'a str,
@@ -114,13 +131,16 @@ pub fn run(a: Args) -> Result<()> {
     if a.batch == 0 || a.context == 0 || a.gpus == 0 {
         return Err(InputError::arg("--batch, --context and --gpus must be at least 1").into());
     }
-    let m = estimate::resolve(&a.model)?;
+    let Resolved {
+        name: model_name,
+        config: m,
+    } = estimate::resolve(&a.model)?;
     let mut notes = Vec::new();
     let constants: Option<Constants> = match &a.constants {
         None => None,
         Some(p) => {
             let c = Constants::load(p)?;
-            c.check_architecture(p, &m.architecture)?;
+            c.check_architecture(p, m.architecture.name())?;
             if let Some(w) = c.check_query(p, a.runtime, a.backend.as_str(), a.allow_transfer)? {
                 eprintln!("warning: {w}");
                 notes.push(format!("warning: {w}"));
@@ -140,6 +160,7 @@ pub fn run(a: Args) -> Result<()> {
         gpus: a.gpus,
         attention: a.attention,
         kv_cache: a.kv_cache,
+        kv_window: a.kv_window,
         runtime: a.runtime,
         backend: a.backend,
         optimizer_impl: a.optimizer_impl,
@@ -193,10 +214,10 @@ pub fn run(a: Args) -> Result<()> {
             notes.push(format!("{}: term {t} {why}", g.key.label()));
         }
     }
-    if a.context > m.max_position {
+    if a.context > m.max_position_embeddings as u64 {
         notes.push(format!(
             "context {} exceeds the model's max_position_embeddings {}",
-            a.context, m.max_position
+            a.context, m.max_position_embeddings
         ));
     }
     let total = e.total();
@@ -206,7 +227,12 @@ pub fn run(a: Args) -> Result<()> {
     });
     if a.json {
         let report = Report {
-            model: &m,
+            model: ModelJson {
+                name: &model_name,
+                architecture: m.architecture.name(),
+                params: m.param_count(),
+                config: m.to_hf_json(),
+            },
             query: &q,
             headroom: a.headroom,
             source: &e.source,
@@ -225,13 +251,24 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print_text(&m, &q, &e, &a, &used, small, fit.as_ref(), &notes);
+    print_text(
+        &model_name,
+        &m,
+        &q,
+        &e,
+        &a,
+        &used,
+        small,
+        fit.as_ref(),
+        &notes,
+    );
     Ok(())
 }
 
 #[allow(clippy::too_many_arguments)] // one call site; the report's parts, borrowed
 fn print_text(
-    m: &Shape,
+    model_name: &str,
+    m: &Config,
     q: &Query,
     e: &Breakdown,
     a: &Args,
@@ -241,11 +278,12 @@ fn print_text(
     notes: &[String],
 ) {
     let total = e.total();
+    let params = m.param_count();
     println!(
         "{} ({}, {} params): {} {}, batch {}, context {}{}",
-        m.name,
-        m.architecture,
-        m.params,
+        model_name,
+        m.architecture.name(),
+        params,
         if q.mode == Mode::Train {
             "train"
         } else {
@@ -282,7 +320,7 @@ fn print_text(
             name,
             gb(bytes),
             gib(bytes),
-            bytes as f64 / m.params as f64
+            bytes as f64 / params as f64
         );
     }
     println!(
@@ -290,7 +328,7 @@ fn print_text(
         "total",
         gb(total),
         gib(total),
-        total as f64 / m.params as f64
+        total as f64 / params as f64
     );
     println!("total: {}", gb_gib(total));
     if q.mode == Mode::Train {
@@ -298,7 +336,7 @@ fn print_text(
         println!(
             "model states (weights + gradients + optimizer): {} = {:.2} B/param per GPU",
             gb_gib(states),
-            states as f64 / m.params as f64
+            states as f64 / params as f64
         );
     }
     match small {
@@ -337,10 +375,10 @@ fn print_text(
             "largest batch at context {}: {}",
             q.context, f.largest_batch
         );
-        let beyond = if f.largest_context > m.max_position {
+        let beyond = if f.largest_context > m.max_position_embeddings as u64 {
             format!(
                 " (beyond the model's max_position_embeddings, {})",
-                m.max_position
+                m.max_position_embeddings
             )
         } else {
             String::new()

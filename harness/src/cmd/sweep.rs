@@ -1,6 +1,5 @@
 //! `vramlab sweep`: expand a scenario into points, measure each, write CSV + manifest.
 use crate::error::{bad_file, InputError};
-use crate::estimate::Shape;
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::{hash_files, Host, Manifest, Versions, WeightInfo};
 use crate::model::{weights, Source};
@@ -148,13 +147,9 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut prepared = None;
     if let Some(shard) = shard {
-        // The split needs every model's shape for the estimator's cost.
+        // The split needs every model's config for the estimator's cost.
         let models = prepare(&args.scenario, &points)?;
-        let shapes: BTreeMap<&String, Shape> = models
-            .iter()
-            .map(|(s, m)| (s, Shape::from_config(&m.source.model_id(), &m.config)))
-            .collect();
-        let keep = select(&points, |p| shard_cost(&shapes[&p.source], p), shard);
+        let keep = select(&points, |p| shard_cost(&models[&p.source].config, p), shard);
         points = keep.into_iter().map(|i| points[i].clone()).collect();
         prepared = Some(models);
     }

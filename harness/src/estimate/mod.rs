@@ -8,10 +8,12 @@
 //! without the 5·a·s/h score term under flash attention.
 pub mod model;
 
-use crate::features::Features;
+use crate::features::{self as feat, Features, InferShape, TrainShape};
 pub use crate::fit::Runtime;
 use crate::fit::{self, Constants, GroupKey, Target};
-pub use model::{resolve, Shape};
+use crate::model::{Config, KvKind};
+use crate::record::Phase;
+pub use model::{resolve, Resolved};
 use serde::Serialize;
 
 /// CUDA context with the runtime's kernels loaded, outside any allocator: 512 MiB, the order of
@@ -45,7 +47,7 @@ impl Backend {
     }
 }
 
-pub use crate::vocab::{Mode, Precision, Trainable};
+pub use crate::vocab::{KvWindow, Mode, Precision, Trainable};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -112,6 +114,9 @@ pub struct Query {
     pub gpus: u64,
     pub attention: Attention,
     pub kv_cache: KvCacheKind,
+    /// Whether a sliding-window model's KV cache is capped at its window (`model`, as vLLM
+    /// and HF allocate it) or holds every token (`full`).
+    pub kv_window: KvWindow,
     pub runtime: Runtime,
     pub backend: Backend,
     /// torch only (candle-nn's AdamW has one implementation).
@@ -132,6 +137,7 @@ impl Default for Query {
             gpus: 1,
             attention: Attention::Flash,
             kv_cache: KvCacheKind::Preallocated,
+            kv_window: KvWindow::Model,
             runtime: Runtime::Torch,
             backend: Backend::Cuda,
             optimizer_impl: OptimizerImpl::Foreach,
@@ -187,45 +193,59 @@ impl Breakdown {
     }
 }
 
-/// Inference features of the point, by the same definitions `sweep` writes into the CSV
-/// (`features::infer`), for the `total` phase with the prompt filling the context.
-pub fn infer_features(m: &Shape, q: &Query) -> Features {
-    let w = q.precision.act_bytes();
-    Features {
-        weight_bytes: m.params * w,
-        kv_bytes: m.kv_bytes_per_token(w) * q.context * q.batch,
-        act_bytes: q.batch * q.context * m.hidden * m.layers * w,
-        logits_bytes: q.batch * m.vocab * w,
-        optimizer_bytes: 0,
-    }
+/// Inference features of the point (`features::infer`, what `sweep` writes into the CSV), for
+/// the `total` phase with the prompt filling the context.
+pub fn infer_features(c: &Config, q: &Query) -> Features {
+    let shape = InferShape {
+        batch: q.batch as usize,
+        context: q.context as usize,
+        prompt_len: q.context as usize,
+        kv: match q.kv_cache {
+            KvCacheKind::Preallocated => KvKind::Preallocated,
+            KvCacheKind::Growing => KvKind::Growing,
+        },
+        kv_window: q.kv_window,
+        dtype_bytes: q.precision.act_bytes() as usize,
+    };
+    feat::infer(c, &shape, Phase::Total, q.context as usize)
 }
 
-fn analytic_infer(m: &Shape, q: &Query) -> Breakdown {
+fn analytic_infer(c: &Config, q: &Query) -> Breakdown {
     let w = q.precision.act_bytes();
-    let f = infer_features(m, q);
+    let f = infer_features(c, q);
     let (b, s) = (q.batch, q.context);
+    let (hidden, ffn, heads) = (
+        c.hidden_size as u64,
+        c.intermediate_size as u64,
+        c.num_heads as u64,
+    );
     // The largest per-layer transient of the prefill: the MLP intermediates (gate, up and
     // their product) plus f32 norm copies, or the materialized attention scores with their
     // f32 softmax copies.
-    let mlp = b * s * (3 * m.ffn * w + 2 * m.hidden * 4);
+    let mlp = b * s * (3 * ffn * w + 2 * hidden * 4);
     let scores = match q.attention {
         Attention::Flash | Attention::Sdpa => 0,
-        Attention::Eager => b * m.heads * s * s * (w + 8),
+        Attention::Eager => b * heads * s * s * (w + 8),
     };
     Breakdown {
         weights: f.weight_bytes,
         kv: f.kv_bytes,
         activations: mlp.max(scores),
-        logits: b * m.vocab * 4,
+        logits: b * c.vocab_size as u64 * 4,
         source: "analytic".into(),
         ..device_terms(q)
     }
 }
 
-fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
-    let p = m.params;
-    // Updated parameters (gradients and optimizer state follow them) and LoRA adapters.
-    let (t, adapters) = m.trainable_params(q.trainable);
+fn analytic_train(c: &Config, q: &Query) -> Breakdown {
+    // All parameters, the updated ones (gradients and optimizer state follow them) and the
+    // LoRA adapters.
+    let feat::Counts {
+        params: p,
+        trainable: t,
+        adapters,
+        ..
+    } = feat::counts(c, q.trainable);
     let n = q.gpus.max(1);
     let shard = |bytes: u64, sharded: bool| if sharded { bytes.div_ceil(n) } else { bytes };
     let (s1, s2, s3) = match q.sharding {
@@ -244,7 +264,12 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     } else {
         t * wb
     };
-    let (b, s, h, l, a) = (q.batch, q.context, m.hidden, m.layers, m.heads);
+    let (b, s) = (q.batch, q.context);
+    let (h, l, a) = (
+        c.hidden_size as u64,
+        c.num_layers as u64,
+        c.num_heads as u64,
+    );
     let aw = q.precision.act_bytes();
     // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit; scaled for f32.
     let score_term = match q.attention {
@@ -257,13 +282,13 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
     } else {
         l * per_layer
     };
-    let logits = b * s * m.vocab * (aw + 4);
+    let logits = b * s * c.vocab_size as u64 * (aw + 4);
     let optimizer = shard(t * opt_per_param, s1);
     // The step's transient, over this GPU's share of the updated parameters.
     let transient = if optimizer == 0 {
         0
     } else {
-        step_transient(m, q, shard(t, s1))
+        step_transient(c, q, shard(t, s1))
     };
     Breakdown {
         weights: shard((p + adapters) * wb, s3),
@@ -286,12 +311,12 @@ fn analytic_train(m: &Shape, q: &Query) -> Breakdown {
 /// about 14 × the largest tensor (measured on CPU, DESIGN.md §8); torch foreach 1 × the
 /// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
 /// fused none. SGD keeps no state and has no transient here.
-fn step_transient(m: &Shape, q: &Query, t: u64) -> u64 {
+fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
     if q.optimizer != Optimizer::Adamw {
         return 0;
     }
     let wb = q.precision.weight_bytes();
-    let largest = (m.vocab * m.hidden).max(m.hidden * m.ffn).min(t) * wb;
+    let largest = feat::counts(c, q.trainable).largest_tensor.min(t) * wb;
     match (q.runtime, q.optimizer_impl) {
         (Runtime::Candle, _) => 14 * largest,
         (Runtime::Torch, OptimizerImpl::Foreach) => t * wb,
@@ -314,38 +339,32 @@ fn device_terms(q: &Query) -> Breakdown {
 }
 
 /// Gradient bytes of a training query (unsharded: fits know one GPU).
-pub fn grad_bytes(m: &Shape, q: &Query) -> u64 {
+pub fn grad_bytes(c: &Config, q: &Query) -> u64 {
     if q.optimizer == Optimizer::None {
         0
     } else {
-        m.trainable_params(q.trainable).0 * q.precision.weight_bytes()
+        feat::trainable_params(c, q.trainable) * q.precision.weight_bytes()
     }
 }
 
-/// Training features of the point, by the same definitions `sweep` writes into the CSV
-/// (`features::train`).
-pub fn train_features(m: &Shape, q: &Query) -> Features {
-    let (wb, ab) = (q.precision.weight_bytes(), q.precision.act_bytes());
-    let (t, adapters) = m.trainable_params(q.trainable);
-    let (b, s) = (q.batch, q.context);
-    Features {
-        weight_bytes: (m.params + adapters) * wb,
-        kv_bytes: 0,
-        act_bytes: b * s * m.hidden * m.layers * ab,
-        logits_bytes: b * s * m.vocab * ab,
-        optimizer_bytes: if q.optimizer == Optimizer::Adamw {
-            2 * t * wb
-        } else {
-            0
-        },
-    }
+/// Training features of the point (`features::train`, what `sweep` writes into the CSV).
+pub fn train_features(c: &Config, q: &Query) -> Features {
+    let shape = TrainShape {
+        batch: q.batch as usize,
+        seq: q.context as usize,
+        weight_bytes: q.precision.weight_bytes() as usize,
+        compute_bytes: q.precision.act_bytes() as usize,
+        adamw: q.optimizer == Optimizer::Adamw,
+        trainable: q.trainable,
+    };
+    feat::train(c, &shape, Phase::StepTotal)
 }
 
 /// The group of fitted constants that answers a query on `backend`: for inference the `total`
 /// phase of the same architecture, precision and cache kind; for training the `step_total`
 /// phase of the same architecture, precision, optimizer, checkpointing and kind of trainable
 /// set. None for a sharded training job (the fits know one GPU) or no optimizer.
-pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
+pub fn group_key(c: &Config, q: &Query, backend: &str) -> Option<GroupKey> {
     let (kv_cache, train, phase) = match q.mode {
         // Encoders have no fitted groups yet: analytic only.
         Mode::Encode => return None,
@@ -371,7 +390,7 @@ pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
         }
     };
     Some(GroupKey {
-        architecture: m.architecture.clone(),
+        architecture: c.architecture.name().to_string(),
         backend: backend.into(),
         precision: q.precision.as_str().into(),
         mode: q.mode.as_str().into(),
@@ -383,10 +402,10 @@ pub fn group_key(m: &Shape, q: &Query, backend: &str) -> Option<GroupKey> {
 }
 
 /// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
-pub fn query_terms(m: &Shape, q: &Query, phase: &str) -> fit::Terms {
+pub fn query_terms(c: &Config, q: &Query, phase: &str) -> fit::Terms {
     match q.mode {
         Mode::Infer | Mode::Encode => fit::terms(
-            &infer_features(m, q),
+            &infer_features(c, q),
             q.batch,
             q.context,
             q.context,
@@ -395,7 +414,7 @@ pub fn query_terms(m: &Shape, q: &Query, phase: &str) -> fit::Terms {
         // The steady state: every step after the first holds the optimizer state throughout;
         // gradients are live from the backward on.
         Mode::Train => fit::train_terms(
-            &train_features(m, q),
+            &train_features(c, q),
             q.batch,
             q.context,
             1,
@@ -404,7 +423,7 @@ pub fn query_terms(m: &Shape, q: &Query, phase: &str) -> fit::Terms {
             if phase == "forward" {
                 0
             } else {
-                grad_bytes(m, q)
+                grad_bytes(c, q)
             },
         ),
     }
@@ -417,11 +436,11 @@ pub fn query_terms(m: &Shape, q: &Query, phase: &str) -> fit::Terms {
 /// `step_total` group.
 pub fn fitted_group<'a>(
     c: &'a Constants,
-    m: &Shape,
+    cfg: &Config,
     q: &Query,
 ) -> Option<(&'a fit::GroupFit, fit::Terms)> {
-    let key = group_key(m, q, &c.backend)?;
-    let at = |g: &'a fit::GroupFit| (g, query_terms(m, q, &g.key.phase));
+    let key = group_key(cfg, q, &c.backend)?;
+    let at = |g: &'a fit::GroupFit| (g, query_terms(cfg, q, &g.key.phase));
     if q.mode == Mode::Train {
         let phases: Option<Vec<_>> = fit::STEP_PHASES
             .iter()
@@ -447,18 +466,18 @@ pub fn fitted_group<'a>(
 /// (runtime constant, activations, logits), each term at its fitted coefficient or, where the
 /// group could not identify it, at the analytic prior the fit held it at (and subtracted:
 /// the fitted constant is consistent with it). Device rows are the sourced defaults.
-pub fn estimate(m: &Shape, q: &Query, constants: Option<&Constants>) -> Breakdown {
+pub fn estimate(c: &Config, q: &Query, constants: Option<&Constants>) -> Breakdown {
     let mut e = match q.mode {
-        Mode::Infer => analytic_infer(m, q),
+        Mode::Infer => analytic_infer(c, q),
         // One forward over the batch: no cache, no LM head.
         Mode::Encode => Breakdown {
             kv: 0,
             logits: 0,
-            ..analytic_infer(m, q)
+            ..analytic_infer(c, q)
         },
-        Mode::Train => analytic_train(m, q),
+        Mode::Train => analytic_train(c, q),
     };
-    let Some((g, x)) = constants.and_then(|c| fitted_group(c, m, q)) else {
+    let Some((g, x)) = constants.and_then(|k| fitted_group(k, c, q)) else {
         return e;
     };
     e.source = format!(
@@ -606,7 +625,8 @@ pub struct GpuFit {
     pub largest_context: u64,
     /// vLLM-style: tokens the KV budget holds (inference only).
     pub kv_capacity_tokens: Option<u64>,
-    /// Sequences of `context` tokens the KV budget holds at once.
+    /// Sequences of `context` tokens the KV budget holds at once (each holding the tokens its
+    /// cache keeps: at most the sliding window under `--kv-window model`).
     pub max_concurrency: Option<f64>,
     /// Training that does not fit: the smallest FSDP (ZeRO-3) degree that does.
     pub min_fsdp_gpus: Option<u64>,
@@ -620,7 +640,7 @@ pub const MAX_CONTEXT: u64 = 1 << 24;
 pub const MAX_GPUS: u64 = 4096;
 
 pub fn gpu_fit(
-    m: &Shape,
+    cfg: &Config,
     q: &Query,
     c: Option<&Constants>,
     gpu: &str,
@@ -628,12 +648,13 @@ pub fn gpu_fit(
     headroom: f64,
 ) -> GpuFit {
     let cap = budget(gpu_bytes, headroom);
-    let fits = |q: &Query| estimate(m, q, c).total() <= cap;
+    let fits = |q: &Query| estimate(cfg, q, c).total() <= cap;
     let (kv_tokens, concurrency) = if q.mode == Mode::Infer {
-        let e = estimate(m, q, c);
-        let per_token = m.kv_bytes_per_token(q.precision.act_bytes());
+        let e = estimate(cfg, q, c);
+        let per_token = cfg.kv_bytes_per_token(q.precision.act_bytes() as usize);
         let tokens = cap.saturating_sub(e.total() - e.kv) / per_token.max(1);
-        (Some(tokens), Some(tokens as f64 / q.context as f64))
+        let per_sequence = cfg.kv_tokens_held(q.context as usize, q.kv_window);
+        (Some(tokens), Some(tokens as f64 / per_sequence as f64))
     } else {
         (None, None)
     };
@@ -645,7 +666,9 @@ pub fn gpu_fit(
                 gpus: n,
                 ..*q
             };
-            (2..=MAX_GPUS).find(|&n| fits(&sharded(n)))
+            // Every sharded row shrinks as the degree grows: bisect for the first that fits.
+            let n = (largest(MAX_GPUS, |n| !fits(&sharded(n))) + 1).max(2);
+            (n <= MAX_GPUS).then_some(n)
         })
         .flatten();
     GpuFit {
@@ -670,20 +693,34 @@ mod tests {
         Query::default()
     }
 
+    /// The normalized config of a preset.
+    fn preset(name: &str) -> Config {
+        resolve(name).unwrap().config
+    }
+
     #[test]
     fn design_guide_example_13b_bf16() {
-        let m = Shape {
-            params: 13_000_000_000,
-            ..resolve("llama-3.1-8b").unwrap()
-        };
+        // Llama-2-13B's published config.json (the design guide's "13B").
+        let json = serde_json::json!({"model_type": "llama", "vocab_size": 32000,
+            "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
+            "num_attention_heads": 40, "num_key_value_heads": 40,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": false});
+        let m = Config::from_json(std::path::Path::new("llama-2-13b"), &json).unwrap();
+        // Embedding and head 2 · 32000 · 5120; per layer q, k, v, o 4 · 5120², gate, up,
+        // down 3 · 5120 · 13824 and two norms; the final norm.
+        let params =
+            2 * 32_000 * 5120 + 40 * (4 * 5120 * 5120 + 3 * 5120 * 13_824 + 2 * 5120) + 5120;
+        assert_eq!(params, 13_015_864_320);
+        assert_eq!(m.param_count(), params);
         let e = estimate(&m, &q(), None);
-        assert_eq!(e.weights, 26_000_000_000);
+        assert_eq!(e.weights, 2 * params);
         assert_eq!(gb_gib(e.weights), "26.0 GB (24.2 GiB)");
     }
 
     #[test]
     fn llama31_8b_kv_per_token_bf16() {
-        let m = resolve("presets/llama-3.1-8b").unwrap();
+        let m = preset("presets/llama-3.1-8b");
         // 2 (K,V) · 32 layers · 8 kv heads · 128 head_dim · 2 B
         assert_eq!(m.kv_bytes_per_token(2), 2 * 32 * 8 * 128 * 2);
         assert_eq!(m.kv_bytes_per_token(2), 131_072);
@@ -700,33 +737,66 @@ mod tests {
     }
 
     #[test]
-    fn inference_features_match_the_sweep_definition() {
-        let json: serde_json::Value = serde_json::from_str(model::PRESETS[7].1).unwrap();
-        let cfg = crate::model::Config::from_json(std::path::Path::new("c"), &json).unwrap();
-        let m = Shape::from_config("smollm2-135m", &cfg);
+    fn inference_features_by_hand() {
+        // SmolLM2-135M: 30 layers, 3 kv heads of 64, hidden 576, vocab 49152.
+        let m = preset("smollm2-135m");
         let qq = Query {
             batch: 3,
             context: 200,
             ..q()
         };
-        let shape = crate::features::InferShape {
-            batch: 3,
-            context: 200,
-            prompt_len: 200,
-            kv: crate::model::KvKind::Preallocated,
-            kv_window: Default::default(),
-            dtype_bytes: 2,
+        let f = infer_features(&m, &qq);
+        assert_eq!(f.weight_bytes, 134_515_008 * 2);
+        assert_eq!(f.kv_bytes, 2 * 30 * 3 * 64 * 2 * 200 * 3);
+        assert_eq!(f.act_bytes, 3 * 200 * 576 * 30 * 2);
+        assert_eq!(f.logits_bytes, 3 * 49_152 * 2);
+        assert_eq!(f.optimizer_bytes, 0);
+        let growing = Query {
+            kv_cache: KvCacheKind::Growing,
+            ..qq
         };
-        let want = crate::features::infer(&cfg, &shape, crate::record::Phase::Total, 200);
-        assert_eq!(infer_features(&m, &qq), want);
+        assert_eq!(infer_features(&m, &growing), f);
+    }
+
+    #[test]
+    fn sliding_window_caps_the_kv_cache() {
+        // Mistral-7B-v0.1: sliding_window 4096; 2 (K,V) · 32 layers · 8 kv heads · 128 · 2 B.
+        let m = preset("mistral-7b-v0.1");
+        assert_eq!(m.sliding_window, Some(4096));
+        let per_token = 2 * 32 * 8 * 128 * 2;
+        assert_eq!(m.kv_bytes_per_token(2), per_token);
+        let at = |context, kv_window| Query {
+            batch: 2,
+            context,
+            kv_window,
+            ..q()
+        };
+        let kv = |qq: Query| estimate(&m, &qq, None).kv;
+        assert_eq!(kv(at(8192, KvWindow::Model)), 4096 * per_token * 2);
+        assert_eq!(kv(at(8192, KvWindow::Full)), 8192 * per_token * 2);
+        assert_eq!(kv(at(32_768, KvWindow::Model)), 4096 * per_token * 2);
+        // Within the window the two agree.
+        assert_eq!(kv(at(1000, KvWindow::Model)), 1000 * per_token * 2);
+        assert_eq!(kv(at(1000, KvWindow::Full)), 1000 * per_token * 2);
+        // A model without a window ignores the option.
+        let llama = preset("llama-3.1-8b");
+        let full = estimate(&llama, &at(8192, KvWindow::Full), None).kv;
+        assert_eq!(estimate(&llama, &at(8192, KvWindow::Model), None).kv, full);
+        // A capped cache holds more sequences of 8192 tokens in the same budget.
+        let g = |w| gpu_fit(&m, &at(8192, w), None, "h100-80", 80_000_000_000, 0.1);
+        let (capped, uncapped) = (g(KvWindow::Model), g(KvWindow::Full));
+        let tokens = capped.kv_capacity_tokens.unwrap();
+        assert_eq!(capped.max_concurrency.unwrap(), tokens as f64 / 4096.0);
+        assert!(capped.max_concurrency > uncapped.max_concurrency);
+        assert!(capped.largest_batch > uncapped.largest_batch);
     }
 
     #[test]
     fn zero_stages_divide_the_right_states() {
-        let m = Shape {
-            params: 1_000_000_000,
-            ..resolve("llama-3.2-1b").unwrap()
-        };
+        // Llama-3.2-1B: 1,235,814,400 parameters (estimate::model's published counts).
+        let m = preset("llama-3.2-1b");
+        let p = 1_235_814_400;
+        assert_eq!(m.param_count(), p);
         let base = Query {
             mode: Mode::Train,
             precision: Precision::MixedBf16,
@@ -749,30 +819,26 @@ mod tests {
             at(Sharding::Zero2),
             at(Sharding::Zero3),
         );
-        // mixed precision AdamW: 4 (f32 weights) + 4 (grads) + 8 (m, v) = 16 B/param
-        assert_eq!(
-            (d.weights, d.gradients, d.optimizer),
-            (4_000_000_000, 4_000_000_000, 8_000_000_000)
-        );
-        assert_eq!(d.weight_copies, 2_000_000_000);
-        assert_eq!(z1.optimizer, 2_000_000_000);
-        assert_eq!(
-            (z2.gradients, z2.optimizer, z2.weights),
-            (1_000_000_000, 2_000_000_000, 4_000_000_000)
-        );
-        assert_eq!(
-            (z3.weights, z3.gradients, z3.optimizer),
-            (1_000_000_000, 1_000_000_000, 2_000_000_000)
-        );
+        // mixed precision AdamW: 4 (f32 weights) + 4 (grads) + 8 (m, v) = 16 B/param; the
+        // parameter count divides by 4 GPUs exactly.
+        assert_eq!(p % 4, 0);
+        assert_eq!((d.weights, d.gradients, d.optimizer), (4 * p, 4 * p, 8 * p));
+        assert_eq!(d.weight_copies, 2 * p);
+        assert_eq!(z1.optimizer, 2 * p);
+        assert_eq!((z2.gradients, z2.optimizer, z2.weights), (p, 2 * p, 4 * p));
+        assert_eq!((z3.weights, z3.gradients, z3.optimizer), (p, p, 2 * p));
         assert_eq!(at(Sharding::Fsdp), z3);
         assert_eq!(d.activations, z3.activations);
     }
 
     #[test]
     fn lora_and_frozen_embeddings_shrink_the_training_states() {
-        let m = resolve("llama-3.1-8b").unwrap();
+        let m = preset("llama-3.1-8b");
         // Per layer and rank: q (4096 → 4096) and v (4096 → 1024), A and B each.
-        assert_eq!(m.lora_params_per_rank, 32 * ((4096 + 4096) + (4096 + 1024)));
+        assert_eq!(
+            feat::adapter_params(&m, Trainable::Lora(1)),
+            32 * ((4096 + 4096) + (4096 + 1024))
+        );
         let lora = Query {
             mode: Mode::Train,
             precision: Precision::Bf16,
@@ -784,7 +850,8 @@ mod tests {
         let adapters = 6_815_744;
         assert_eq!(e.gradients, adapters * 2);
         assert_eq!(e.optimizer, adapters * 4);
-        assert_eq!(e.weights, (m.params + adapters) * 2);
+        let params = m.param_count();
+        assert_eq!(e.weights, (params + adapters) * 2);
         let frozen = estimate(
             &m,
             &Query {
@@ -794,14 +861,17 @@ mod tests {
             None,
         );
         // Llama-3.1-8B's input embedding (128256 × 4096) is untied from its head.
-        assert_eq!(m.embedding_params, 128_256 * 4096);
-        assert_eq!(frozen.gradients, (m.params - 128_256 * 4096) * 2);
-        assert_eq!(frozen.weights, m.params * 2);
+        assert_eq!(
+            feat::trainable_params(&m, Trainable::FrozenEmbeddings),
+            params - 128_256 * 4096
+        );
+        assert_eq!(frozen.gradients, (params - 128_256 * 4096) * 2);
+        assert_eq!(frozen.weights, params * 2);
     }
 
     #[test]
     fn korthikanti_activations() {
-        let m = resolve("llama-3.1-8b").unwrap();
+        let m = preset("llama-3.1-8b");
         let t = Query {
             mode: Mode::Train,
             batch: 2,
@@ -844,7 +914,7 @@ mod tests {
 
     #[test]
     fn largest_batch_is_the_last_that_fits() {
-        let m = resolve("llama-3.1-8b").unwrap();
+        let m = preset("llama-3.1-8b");
         let g = gpu_fit(&m, &q(), None, "h100-80", 80_000_000_000, 0.1);
         let total = |b: u64| estimate(&m, &Query { batch: b, ..q() }, None).total();
         assert!(total(g.largest_batch) <= g.budget_bytes);
@@ -916,7 +986,7 @@ mod tests {
 
     #[test]
     fn constants_never_change_the_exact_rows() {
-        let m = resolve("llama-3.1-8b").unwrap();
+        let m = preset("llama-3.1-8b");
         let c = wild_constants();
         let infer = Query {
             batch: 3,
@@ -948,7 +1018,7 @@ mod tests {
 
     #[test]
     fn a_training_peak_is_the_larger_of_backward_and_optimizer_step() {
-        let m = resolve("llama-3.1-8b").unwrap();
+        let m = preset("llama-3.1-8b");
         let t = Query {
             mode: Mode::Train,
             precision: Precision::MixedBf16,
@@ -972,16 +1042,14 @@ mod tests {
         assert_eq!(fused.step_transient, 0);
         // foreach: `_foreach_sqrt(v)` over every f32 parameter at once.
         let foreach = at(Runtime::Torch, OptimizerImpl::Foreach);
+        let params = m.param_count();
         assert_eq!(
             foreach.step_transient,
-            (m.params * 4).saturating_sub(backward)
+            (params * 4).saturating_sub(backward)
         );
         let states = |e: &Breakdown| e.total() - e.activations - e.logits - e.step_transient;
         assert_eq!(states(&foreach), states(&fused));
-        assert_eq!(
-            foreach.total() - states(&foreach),
-            backward.max(m.params * 4)
-        );
+        assert_eq!(foreach.total() - states(&foreach), backward.max(params * 4));
         // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32).
         let candle = at(Runtime::Candle, OptimizerImpl::Foreach);
         assert_eq!(

@@ -1,11 +1,8 @@
-//! What `estimate` needs to know about a model: its shape, from a preset, an HF directory, a
-//! `config.json` or a GGUF file. The llama family goes through the normalized [`Config`];
-//! Every architecture goes through the normalized `Config` (llama family, gpt2, bert).
+//! Which model `estimate` answers for: a preset, an HF directory, a `config.json` or a GGUF
+//! file, resolved to its name and normalized [`Config`] (every architecture of the registry).
 use crate::error::{bad_file, InputError};
 use crate::model::{gguf, Config};
-use crate::vocab::Trainable;
 use anyhow::Result;
-use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
 
@@ -62,74 +59,26 @@ pub const PRESETS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The shape facts every formula uses. Sizes are element counts.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Shape {
+/// A model `--model` named: its name and normalized [`Config`]. Every figure `estimate`
+/// gives is computed from the config (`Config`'s counts and `crate::features`), never stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
     pub name: String,
-    /// `llama` (llama, mistral, qwen2), `gpt2` or `bert`.
-    pub architecture: String,
-    pub params: u64,
-    pub layers: u64,
-    pub hidden: u64,
-    pub heads: u64,
-    pub kv_heads: u64,
-    pub head_dim: u64,
-    pub ffn: u64,
-    pub vocab: u64,
-    pub max_position: u64,
-    /// Parameters of the embedding tables (what `frozen-embeddings` freezes).
-    pub embedding_params: u64,
-    /// Parameters of rank-1 LoRA adapters on the query and value projections (`lora-rN`
-    /// adds N times this).
-    pub lora_params_per_rank: u64,
+    pub config: Config,
 }
 
-impl Shape {
-    pub fn from_config(name: &str, c: &Config) -> Shape {
-        Shape {
+impl Resolved {
+    fn from_json(name: &str, path: &Path, v: &Value) -> Result<Resolved> {
+        Ok(Resolved {
             name: name.to_string(),
-            architecture: c.architecture.name().to_string(),
-            params: c.param_count(),
-            layers: c.num_layers as u64,
-            hidden: c.hidden_size as u64,
-            heads: c.num_heads as u64,
-            kv_heads: c.num_kv_heads as u64,
-            head_dim: c.head_dim as u64,
-            ffn: c.intermediate_size as u64,
-            vocab: c.vocab_size as u64,
-            max_position: c.max_position_embeddings as u64,
-            embedding_params: c.param_count()
-                - crate::features::trainable_params(c, Trainable::FrozenEmbeddings),
-            lora_params_per_rank: crate::features::adapter_params(c, Trainable::Lora(1)),
-        }
-    }
-
-    /// Parameters a trainable set updates, and the adapter parameters it adds.
-    pub fn trainable_params(&self, set: Trainable) -> (u64, u64) {
-        match set {
-            Trainable::Full => (self.params, 0),
-            Trainable::FrozenEmbeddings => (self.params - self.embedding_params, 0),
-            Trainable::Lora(r) => {
-                let a = r as u64 * self.lora_params_per_rank;
-                (a, a)
-            }
-        }
-    }
-
-    /// Parses a `config.json` value.
-    pub fn from_json(name: &str, path: &Path, v: &Value) -> Result<Shape> {
-        Ok(Self::from_config(name, &Config::from_json(path, v)?))
-    }
-
-    /// K and V bytes per token of one sequence.
-    pub fn kv_bytes_per_token(&self, dtype_bytes: u64) -> u64 {
-        2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+            config: Config::from_json(path, v)?,
+        })
     }
 }
 
 /// Resolves `--model`: an existing HF directory, `config.json` or `.gguf` file, or a preset
 /// name (with or without a leading `presets/`).
-pub fn resolve(spec: &str) -> Result<Shape> {
+pub fn resolve(spec: &str) -> Result<Resolved> {
     let p = Path::new(spec);
     if p.exists() {
         let file = if p.is_dir() {
@@ -146,13 +95,16 @@ pub fn resolve(spec: &str) -> Result<Shape> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| spec.to_string());
         if file.extension().is_some_and(|e| e == "gguf") {
-            return Ok(Shape::from_config(&name, &gguf::config(&file)?));
+            return Ok(Resolved {
+                name,
+                config: gguf::config(&file)?,
+            });
         }
         let text = std::fs::read_to_string(&file)
             .map_err(|e| bad_file(&file, format!("cannot read: {e}")))?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| bad_file(&file, format!("not valid JSON: {e}")))?;
-        return Shape::from_json(&name, &file, &v);
+        return Resolved::from_json(&name, &file, &v);
     }
     let key = spec
         .trim_end_matches('/')
@@ -162,7 +114,7 @@ pub fn resolve(spec: &str) -> Result<Shape> {
     match PRESETS.iter().find(|(n, _)| *n == key) {
         Some((n, text)) => {
             let v: Value = serde_json::from_str(text).expect("built-in presets are valid JSON");
-            Shape::from_json(n, Path::new(&format!("presets/{n}/config.json")), &v)
+            Resolved::from_json(n, Path::new(&format!("presets/{n}/config.json")), &v)
         }
         None => Err(InputError::arg(format!(
             "--model `{spec}` is neither a file, a directory nor a preset (presets: {})",
@@ -183,15 +135,15 @@ mod tests {
     #[test]
     fn every_preset_parses() {
         for (n, _) in PRESETS {
-            let s = resolve(n).unwrap();
-            assert!(s.params > 100_000_000, "{n}: {}", s.params);
+            let p = resolve(n).unwrap().config.param_count();
+            assert!(p > 100_000_000, "{n}: {p}");
         }
     }
 
     #[test]
     fn published_parameter_counts() {
         // Hand-computed from the published shapes (and the counts their model cards give).
-        let count = |n: &str| resolve(n).unwrap().params;
+        let count = |n: &str| resolve(n).unwrap().config.param_count();
         assert_eq!(count("gpt2"), 124_439_808);
         assert_eq!(count("llama-3.1-8b"), 8_030_261_248);
         assert_eq!(count("llama-3.2-1b"), 1_235_814_400);

@@ -2,8 +2,8 @@
 //! estimator's cost, with the points that share loaded weights kept together.
 use super::grid::Point;
 use super::spec::Mode;
-use crate::estimate::{estimate, Attention, KvCacheKind, Optimizer, Query, Shape};
-use crate::model::KvKind;
+use crate::estimate::{estimate, Attention, KvCacheKind, Optimizer, Query};
+use crate::model::{Config, KvKind};
 use std::collections::BTreeMap;
 
 /// Shard K of N, 1-based.
@@ -38,7 +38,7 @@ impl std::fmt::Display for Shard {
 /// The estimator's cost of a point: its estimated peak bytes times the passes it measures
 /// (prefill + decode steps; micro-batches × three phases per training step). Bytes moved
 /// track time well enough to balance shards.
-pub fn cost(shape: &Shape, p: &Point) -> u64 {
+pub fn cost(config: &Config, p: &Point) -> u64 {
     let q = Query {
         mode: p.mode,
         precision: p.precision,
@@ -56,6 +56,7 @@ pub fn cost(shape: &Shape, p: &Point) -> u64 {
             KvKind::Preallocated => KvCacheKind::Preallocated,
             KvKind::Growing => KvCacheKind::Growing,
         },
+        kv_window: p.kv_window,
         ..Query::default()
     };
     let passes = match p.mode {
@@ -63,7 +64,7 @@ pub fn cost(shape: &Shape, p: &Point) -> u64 {
         Mode::Train => 3 * (p.train.steps * p.train.grad_accum) as u64,
         Mode::Encode => 1,
     };
-    estimate(shape, &q, None).total().max(1) * passes.max(1)
+    estimate(config, &q, None).total().max(1) * passes.max(1)
 }
 
 /// The points (indices into `points`, ascending) of `shard`. Units of work are the groups a

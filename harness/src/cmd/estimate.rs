@@ -2,11 +2,11 @@
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
 use crate::error::InputError;
 use crate::estimate::{
-    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvCacheKind, KvWindow,
-    Mode, Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable,
-    CATALOG,
+    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvWindow, Mode,
+    Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable, CATALOG,
 };
 use crate::fit::Constants;
+use crate::vocab::KvKind;
 use crate::model::Config;
 use crate::units::{gb, gb_gib, gib};
 use anyhow::Result;
@@ -76,7 +76,7 @@ pub struct Args {
     pub attention: Attention,
     /// Inference KV cache kind (selects the fitted group).
     #[arg(long, value_enum, default_value = "preallocated")]
-    pub kv_cache: KvCacheKind,
+    pub kv_cache: KvKind,
     /// Inference with a sliding-window model (Mistral): `model` caps the KV cache at the
     /// window (min(context, window) tokens per sequence, what vLLM and HF allocate); `full`
     /// holds every token. Models without a window ignore it.

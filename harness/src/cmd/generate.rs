@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<()> {
     if !source.path().exists() {
         return Err(InputError::file(source.path(), "does not exist").into());
     }
-    let model = load(&source, storage_precision(args.precision)?)?;
+    let model = load(&source, storage_precision("--precision", args.precision)?)?;
     let out = crate::workload::inference::generate(model.as_ref(), &args.prompt_ids, args.steps)?;
     let ids: Vec<String> = out.iter().map(|t| t.to_string()).collect();
     println!("ids: {}", ids.join(","));

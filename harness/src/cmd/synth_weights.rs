@@ -1,8 +1,8 @@
 //! `vramlab synth-weights`: real shapes from a config.json, seeded random values, written as
 //! an HF directory (config.json + model.safetensors) that the real loader reads, or created in
 //! memory on a device (`--in-memory`), as a sweep's `synthetic:` source does, and timed.
-use crate::model::{synth, Config};
 use crate::error::InputError;
+use crate::model::{synth, Config};
 use crate::vocab::Precision;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -36,20 +36,19 @@ pub struct Args {
 
 /// `precision` as a storage dtype: f32, f16 or bf16 (the mixed policies are training
 /// policies, not storage).
-pub fn storage_precision(p: Precision) -> Result<Precision> {
+pub fn storage_precision(flag: &str, p: Precision) -> Result<Precision> {
     if p.is_mixed() {
         return Err(InputError::arg(format!(
-            "--precision {p}: a mixed policy is not a storage precision (use f32, f16 or bf16)"
+            "{flag} {p}: a mixed policy is not a storage precision (use f32, f16 or bf16)"
         ))
         .into());
     }
     Ok(p)
 }
-}
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = Config::from_file(&args.config)?;
-    let dtype = storage_precision(args.dtype)?.dtype();
+    let dtype = storage_precision("--dtype", args.dtype)?.dtype();
     let bytes = cfg.param_count() * dtype.size_in_bytes() as u64;
     let Some(out) = &args.out else {
         let (device, _) = crate::device::open(&args.device)?;

@@ -93,13 +93,6 @@ pub enum OptimizerImpl {
     Fused,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum KvCacheKind {
-    Preallocated,
-    Growing,
-}
-
 /// One configuration to estimate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Query {
@@ -113,7 +106,7 @@ pub struct Query {
     pub sharding: Sharding,
     pub gpus: u64,
     pub attention: Attention,
-    pub kv_cache: KvCacheKind,
+    pub kv_cache: KvKind,
     /// Whether a sliding-window model's KV cache is capped at its window (`model`, as vLLM
     /// and HF allocate it) or holds every token (`full`).
     pub kv_window: KvWindow,
@@ -136,7 +129,7 @@ impl Default for Query {
             sharding: Sharding::Ddp,
             gpus: 1,
             attention: Attention::Flash,
-            kv_cache: KvCacheKind::Preallocated,
+            kv_cache: KvKind::Preallocated,
             kv_window: KvWindow::Model,
             runtime: Runtime::Torch,
             backend: Backend::Cuda,
@@ -200,10 +193,7 @@ pub fn infer_features(c: &Config, q: &Query) -> Features {
         batch: q.batch as usize,
         context: q.context as usize,
         prompt_len: q.context as usize,
-        kv: match q.kv_cache {
-            KvCacheKind::Preallocated => KvKind::Preallocated,
-            KvCacheKind::Growing => KvKind::Growing,
-        },
+        kv: q.kv_cache,
         kv_window: q.kv_window,
         dtype_bytes: q.precision.act_bytes() as usize,
     };
@@ -368,13 +358,7 @@ pub fn group_key(c: &Config, q: &Query, backend: &str) -> Option<GroupKey> {
     let (kv_cache, train, phase) = match q.mode {
         // Encoders have no fitted groups yet: analytic only.
         Mode::Encode => return None,
-        Mode::Infer => {
-            let kv = match q.kv_cache {
-                KvCacheKind::Preallocated => "preallocated",
-                KvCacheKind::Growing => "growing",
-            };
-            (kv.to_string(), String::new(), "total")
-        }
+        Mode::Infer => (q.kv_cache.to_string(), String::new(), "total"),
         Mode::Train => {
             if q.gpus > 1 && q.sharding != Sharding::Ddp {
                 return None;
@@ -752,7 +736,7 @@ mod tests {
         assert_eq!(f.logits_bytes, 3 * 49_152 * 2);
         assert_eq!(f.optimizer_bytes, 0);
         let growing = Query {
-            kv_cache: KvCacheKind::Growing,
+            kv_cache: KvKind::Growing,
             ..qq
         };
         assert_eq!(infer_features(&m, &growing), f);

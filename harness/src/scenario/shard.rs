@@ -2,8 +2,8 @@
 //! estimator's cost, with the points that share loaded weights kept together.
 use super::grid::Point;
 use super::spec::Mode;
-use crate::estimate::{estimate, Attention, KvCacheKind, Optimizer, Query};
-use crate::model::{Config, KvKind};
+use crate::estimate::{estimate, Attention, Optimizer, Query};
+use crate::model::Config;
 use std::collections::BTreeMap;
 
 /// Shard K of N, 1-based.
@@ -52,10 +52,7 @@ pub fn cost(config: &Config, p: &Point) -> u64 {
         checkpointing: p.train.checkpointing == super::spec::Checkpointing::Layer,
         trainable: p.train.trainable,
         attention: Attention::Eager,
-        kv_cache: match p.kv_cache {
-            KvKind::Preallocated => KvCacheKind::Preallocated,
-            KvKind::Growing => KvCacheKind::Growing,
-        },
+        kv_cache: p.kv_cache,
         kv_window: p.kv_window,
         ..Query::default()
     };

@@ -163,7 +163,11 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
     decode_every = s.get("decode_every", 8)
     repeats = s.get("repeats", 1)
     prompt_len = s.get("prompt_len")
-    infer_axes = [(kv, kv, None) for kv in s.get("kv_cache", ["preallocated"])]
+    # As grid.rs: the default window adds nothing to an id, `full` adds `/kv-full`.
+    infer_axes = [(kv if w == "model" else f"{kv}/kv-full", kv, None)
+                  for kv in s.get("kv_cache", ["preallocated"])
+                  for w in s.get("kv_window", ["model"])]
+    encode_axes = [("", "preallocated", None)]
     train_axes = []
     for opt in s.get("optimizer", ["adamw"]):
         for ckpt in s.get("checkpointing", ["none"]):
@@ -181,13 +185,15 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
         mid = model_id(source)
         for precision in s["precision"]:
             for mode in s["mode"]:
-                axes = train_axes if mode == "train" else infer_axes
+                axes = {"train": train_axes, "encode": encode_axes}.get(mode, infer_axes)
                 for batch in s["batch"]:
                     for context in s["context"]:
                         for tag, kv, train, kernels, attention in [
                                 (*a, k, t) for a in axes for k in ops_k for t in ops_a]:
                             for repeat in range(repeats):
-                                pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}/{tag}"
+                                pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}"
+                                if tag:
+                                    pid += f"/{tag}"
                                 # As grid.rs: ids of the default ops carry no suffix.
                                 if kernels != "reference":
                                     pid += f"/{kernels}"

@@ -6,9 +6,9 @@ use crate::estimate::{
     Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable, CATALOG,
 };
 use crate::fit::Constants;
-use crate::vocab::KvKind;
 use crate::model::Config;
 use crate::units::{gb, gb_gib, gib};
+use crate::vocab::KvKind;
 use anyhow::Result;
 use serde::Serialize;
 use std::path::PathBuf;

@@ -47,6 +47,7 @@ impl Backend {
     }
 }
 
+use crate::vocab::Checkpointing;
 pub use crate::vocab::{KvWindow, Mode, Precision, Trainable};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -368,8 +369,12 @@ pub fn group_key(c: &Config, q: &Query, backend: &str) -> Option<GroupKey> {
                 Optimizer::Sgd => "sgd",
                 Optimizer::Adamw => "adamw",
             };
-            let ckpt = if q.checkpointing { "layer" } else { "none" };
-            let group = fit::train_group(opt, ckpt, &q.trainable.label());
+            let ckpt = if q.checkpointing {
+                Checkpointing::Layer
+            } else {
+                Checkpointing::None
+            };
+            let group = fit::train_group(opt, ckpt, q.trainable);
             (String::new(), group, "step_total")
         }
     };

@@ -19,6 +19,7 @@ pub mod nnls;
 
 use crate::features::Features;
 use crate::record::{Phase, Record, Status};
+use crate::vocab::{Checkpointing, Mode, Optimizer, Precision, Trainable};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -51,12 +52,12 @@ pub const UNCERTAIN: [usize; 4] = [0, 3, 4, 5];
 /// (4 / bytes × `logits`); the inference transient per layer, the attention scores (zero under
 /// fused attention) and the runtime constant (zero without a measurement) have no
 /// model-independent coefficient, so their prior is 0 and `estimate` uses its analytic row.
-pub fn prior(term: usize, mode: &str, dtype_bytes: u64) -> f64 {
+pub fn prior(term: usize, mode: Mode, dtype_bytes: u64) -> f64 {
     let b = dtype_bytes.max(1) as f64;
     match (TERMS[term], mode) {
         ("weight" | "kv" | "optimizer" | "grad", _) => 1.0,
-        ("act", "train") => 17.0,
-        ("logits", "train") => (b + 4.0) / b,
+        ("act", Mode::Train) => 17.0,
+        ("logits", Mode::Train) => (b + 4.0) / b,
         ("logits", _) => 4.0 / b,
         _ => 0.0,
     }
@@ -127,13 +128,10 @@ pub fn with_grads(
     ]
 }
 
-/// Bytes per element of a precision column (16-bit activations for the mixed policies).
-pub fn precision_bytes(p: &str) -> Option<u64> {
-    match p {
-        "f32" => Some(4),
-        "f16" | "bf16" | "mixed-bf16" | "mixed-f16" => Some(2),
-        _ => None,
-    }
+/// A row's mode and precision in the vocabulary (None for a value outside it): the one place
+/// fit reads meaning from those columns.
+fn mode_precision(r: &Record) -> Option<(Mode, Precision)> {
+    Some((r.mode.parse().ok()?, r.precision.parse().ok()?))
 }
 
 /// The terms of a training phase. Activation, logits and score terms count one micro-batch
@@ -167,9 +165,12 @@ fn grad_bytes(r: &Record, f: &Features, phase: Phase) -> u64 {
     if !matches!(phase, Phase::Backward | Phase::Optimizer | Phase::StepTotal) {
         return 0;
     }
-    match (r.optimizer.as_str(), r.trainable.as_str()) {
-        ("adamw", _) => f.optimizer_bytes / 2,
-        ("sgd", "full") => f.weight_bytes,
+    match (
+        r.optimizer.parse::<Optimizer>(),
+        r.trainable.parse::<Trainable>(),
+    ) {
+        (Ok(o), _) if o.is_adamw() => f.optimizer_bytes / 2,
+        (Ok(Optimizer::Sgd), Ok(Trainable::Full)) => f.weight_bytes,
         _ => 0,
     }
 }
@@ -186,9 +187,10 @@ pub fn record_terms(r: &Record) -> Option<Terms> {
         logits_bytes: r.feature_logits_bytes?,
         optimizer_bytes: r.feature_optimizer_bytes.unwrap_or(0),
     };
-    let bytes = precision_bytes(&r.precision)?;
+    let (mode, precision) = mode_precision(r)?;
+    let bytes = precision.act_bytes();
     let phase = r.phase?;
-    if r.mode == "train" && phase != Phase::Load {
+    if mode == Mode::Train && phase != Phase::Load {
         let live = r.step.unwrap_or(1) > 1 || matches!(phase, Phase::Optimizer | Phase::StepTotal);
         return Some(train_terms(
             &f,
@@ -206,13 +208,8 @@ pub fn record_terms(r: &Record) -> Option<Terms> {
 
 /// The `train` part of a training row's group: optimizer, checkpointing and the kind of
 /// trainable set (`full`, `frozen-embeddings`, `lora`: the rank only scales the adapters).
-pub fn train_group(optimizer: &str, checkpointing: &str, trainable: &str) -> String {
-    let kind = if trainable.starts_with("lora-r") {
-        "lora"
-    } else {
-        trainable
-    };
-    format!("{optimizer}+{checkpointing}+{kind}")
+pub fn train_group(optimizer: &str, checkpointing: Checkpointing, trainable: Trainable) -> String {
+    format!("{optimizer}+{checkpointing}+{}", trainable.kind())
 }
 
 /// What identifies a group of rows fitted together.
@@ -267,8 +264,12 @@ impl GroupKey {
             kv_cache: r.kv_cache.clone(),
             // The first step is its own group: its optimizer state is created inside it, so
             // its forward and backward run without the state that later steps carry.
-            train: if r.mode == "train" {
-                let g = train_group(&r.optimizer, &r.checkpointing, &r.trainable);
+            train: if r.mode == Mode::Train.as_str() {
+                let g = train_group(
+                    &r.optimizer,
+                    r.checkpointing.parse().ok()?,
+                    r.trainable.parse().ok()?,
+                );
                 if r.step == Some(1) {
                     g + "+step1"
                 } else {
@@ -319,7 +320,7 @@ pub struct Sample {
 }
 
 /// The priors of every term for a mode and dtype width.
-pub fn priors(mode: &str, dtype_bytes: u64) -> Terms {
+pub fn priors(mode: Mode, dtype_bytes: u64) -> Terms {
     std::array::from_fn(|j| prior(j, mode, dtype_bytes))
 }
 
@@ -330,7 +331,10 @@ impl Sample {
         Some(Sample {
             x: record_terms(r)?,
             y,
-            prior: priors(&r.mode, precision_bytes(&r.precision)?),
+            prior: {
+                let (mode, precision) = mode_precision(r)?;
+                priors(mode, precision.act_bytes())
+            },
             point: r.point_id.clone(),
             context: r.context,
             step: r.step.unwrap_or(0),
@@ -930,7 +934,7 @@ pub fn fit_all(
         let mut env = Vec::new();
         for (key, step) in groups
             .iter()
-            .filter(|(k, _)| k.mode == "train" && k.phase == "step_total")
+            .filter(|(k, _)| k.mode == Mode::Train.as_str() && k.phase == Phase::StepTotal.as_str())
         {
             let phases: Option<Vec<(&[Sample], Fitter)>> = STEP_PHASES
                 .iter()
@@ -1098,7 +1102,7 @@ mod tests {
         Sample {
             x,
             y,
-            prior: priors("infer", 4),
+            prior: priors(Mode::Infer, 4),
             point: point.into(),
             context,
             step: 2,
@@ -1272,7 +1276,7 @@ mod tests {
             let x = [1.0, 5e8, kv, act, logits, attn, 0.0, 0.0];
             let y = 5e8 + kv + 3e7 + 0.7 * act + 2.0 * logits + 0.1 * attn;
             let mut smp = sample(x, y, &format!("b{b}/c{s}"), s);
-            smp.prior = priors("infer", 2);
+            smp.prior = priors(Mode::Infer, 2);
             pts.push(smp);
         }
         for m in [fit_linear(&pts), fit_max(&pts)] {
@@ -1291,7 +1295,7 @@ mod tests {
                     .get(t)
                     .or_else(|| m.candidates.iter().find_map(|c| c.get(t)))
                     .copied();
-                assert_eq!(coef, Some(prior(j, "infer", 2)), "{t}: {m:?}");
+                assert_eq!(coef, Some(prior(j, Mode::Infer, 2)), "{t}: {m:?}");
             }
         }
         // The linear fit cannot identify all four uncertain terms; it says so in the file.

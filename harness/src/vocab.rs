@@ -5,72 +5,66 @@
 use candle_core::DType;
 use serde::{Deserialize, Serialize};
 
-/// `as_str` (the serde and `Display` spelling) for strum's `IntoStaticStr` enums.
-macro_rules! as_str {
-    ($($t:ty),* $(,)?) => {$(
-        impl $t {
+/// A vocabulary enum: the shared derives (serde and strum with one spelling, `serialize_all`
+/// = serde's `rename_all`), and `as_str`. Extra derives go in the attributes before it.
+macro_rules! vocab {
+    ($(#[$m:meta])* case = $case:literal; pub enum $name:ident { $($body:tt)* }) => {
+        $(#[$m])*
+        #[derive(
+            Clone,
+            Copy,
+            Debug,
+            PartialEq,
+            Eq,
+            Hash,
+            PartialOrd,
+            Ord,
+            Serialize,
+            Deserialize,
+            strum::Display,
+            strum::EnumString,
+            strum::IntoStaticStr,
+        )]
+        #[serde(rename_all = $case)]
+        #[strum(serialize_all = $case)]
+        pub enum $name { $($body)* }
+
+        impl $name {
+            /// The one spelling (serde, `Display`, `FromStr`).
             pub fn as_str(&self) -> &'static str {
                 self.into()
             }
         }
-    )*};
+    };
 }
 
-/// What a point runs.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Mode {
-    /// A decoder's prefill, then decode steps with a growing KV cache.
-    Infer,
-    /// Forward, backward and the optimizer's update.
-    Train,
-    /// An encoder's inference: one forward over the batch, no cache.
-    Encode,
+vocab! {
+    /// What a point runs.
+    #[derive(clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Mode {
+        /// A decoder's prefill, then decode steps with a growing KV cache.
+        Infer,
+        /// Forward, backward and the optimizer's update.
+        Train,
+        /// An encoder's inference: one forward over the batch, no cache.
+        Encode,
+    }
 }
 
-/// How weights, gradients, optimizer state and activations are stored.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    PartialOrd,
-    Ord,
-    clap::ValueEnum,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum Precision {
-    F32,
-    F16,
-    Bf16,
-    /// f32 master weights (the variables), bf16 compute (training only).
-    MixedBf16,
-    /// f32 master weights, f16 compute (training only).
-    MixedF16,
+vocab! {
+    /// How weights, gradients, optimizer state and activations are stored.
+    #[derive(clap::ValueEnum)]
+    case = "kebab-case";
+    pub enum Precision {
+        F32,
+        F16,
+        Bf16,
+        /// f32 master weights (the variables), bf16 compute (training only).
+        MixedBf16,
+        /// f32 master weights, f16 compute (training only).
+        MixedF16,
+    }
 }
 
 impl Precision {
@@ -103,30 +97,16 @@ impl Precision {
     }
 }
 
-/// The optimizer of a training point.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum Optimizer {
-    Sgd,
-    /// candle-nn's AdamW (allocates temporaries of several times each parameter tensor).
-    Adamw,
-    /// vramlab-kernels' in-place AdamW: no temporaries.
-    AdamwFused,
+vocab! {
+    /// The optimizer of a training point.
+    case = "kebab-case";
+    pub enum Optimizer {
+        Sgd,
+        /// candle-nn's AdamW (allocates temporaries of several times each parameter tensor).
+        Adamw,
+        /// vramlab-kernels' in-place AdamW: no temporaries.
+        AdamwFused,
+    }
 }
 
 impl Optimizer {
@@ -136,58 +116,30 @@ impl Optimizer {
     }
 }
 
-/// Which implementation of RMSNorm/LayerNorm, RoPE, SwiGLU and softmax a model runs:
-/// compositions of candle ops (`reference`) or vramlab-kernels' fused ops with a hand-written
-/// backward (`fused`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Kernels {
-    #[default]
-    Reference,
-    Fused,
+vocab! {
+    /// Which implementation of RMSNorm/LayerNorm, RoPE, SwiGLU and softmax a model runs:
+    /// compositions of candle ops (`reference`) or vramlab-kernels' fused ops with a hand-written
+    /// backward (`fused`).
+    #[derive(Default)]
+    case = "lowercase";
+    pub enum Kernels {
+        #[default]
+        Reference,
+        Fused,
+    }
 }
 
-/// How a model computes attention: `eager` materializes the b·heads·s² scores and
-/// probabilities (and keeps them for the backward); `flash` is vramlab-kernels' tiled
-/// attention, which keeps only the output and a log-sum-exp per row.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Attention {
-    #[default]
-    Eager,
-    Flash,
+vocab! {
+    /// How a model computes attention: `eager` materializes the b·heads·s² scores and
+    /// probabilities (and keeps them for the backward); `flash` is vramlab-kernels' tiled
+    /// attention, which keeps only the output and a log-sum-exp per row.
+    #[derive(Default)]
+    case = "lowercase";
+    pub enum Attention {
+        #[default]
+        Eager,
+        Flash,
+    }
 }
 
 /// The op implementations a point runs with (the `kernels` and `attention` axes).
@@ -197,28 +149,14 @@ pub struct Ops {
     pub attention: Attention,
 }
 
-/// Activation checkpointing of a training point.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Checkpointing {
-    None,
-    /// Keep each layer's input only; recompute the layer in backward.
-    Layer,
+vocab! {
+    /// Activation checkpointing of a training point.
+    case = "lowercase";
+    pub enum Checkpointing {
+        None,
+        /// Keep each layer's input only; recompute the layer in backward.
+        Layer,
+    }
 }
 
 /// What a training point updates: `full`, `frozen-embeddings`, or `lora-rN` (rank-N LoRA
@@ -292,84 +230,43 @@ impl Trainable {
     }
 }
 
-/// The two KV caches (DESIGN.md §5).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    PartialOrd,
-    Ord,
-    clap::ValueEnum,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum KvKind {
-    /// One (batch, n_kv, capacity, head_dim) tensor per layer for K and V, allocated once.
-    Preallocated,
-    /// Exact-fit growth by concatenation.
-    Growing,
+vocab! {
+    /// The two KV caches (DESIGN.md §5).
+    #[derive(clap::ValueEnum)]
+    case = "lowercase";
+    pub enum KvKind {
+        /// One (batch, n_kv, capacity, head_dim) tensor per layer for K and V, allocated once.
+        Preallocated,
+        /// Exact-fit growth by concatenation.
+        Growing,
+    }
 }
 
-/// How many tokens a KV cache keeps for a sliding-window model (Mistral): `model` caps it at
-/// the model's window (a ring buffer of min(context, window) tokens, as vLLM and HF do),
-/// `full` keeps every token. The same for models without a window.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    PartialOrd,
-    Ord,
-    clap::ValueEnum,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum KvWindow {
-    #[default]
-    Model,
-    Full,
+vocab! {
+    /// How many tokens a KV cache keeps for a sliding-window model (Mistral): `model` caps it at
+    /// the model's window (a ring buffer of min(context, window) tokens, as vLLM and HF do),
+    /// `full` keeps every token. The same for models without a window.
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum KvWindow {
+        #[default]
+        Model,
+        Full,
+    }
 }
 
-/// Scenario option `pool_release`: what the CUDA pool does with freed memory at a
-/// synchronization.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum PoolRelease {
-    /// Keep everything (release threshold u64::MAX), like PyTorch's caching allocator.
-    #[default]
-    Keep,
-    /// Give freed memory back to the driver (release threshold 0), CUDA's default.
-    Release,
+vocab! {
+    /// Scenario option `pool_release`: what the CUDA pool does with freed memory at a
+    /// synchronization.
+    #[derive(Default)]
+    case = "lowercase";
+    pub enum PoolRelease {
+        /// Keep everything (release threshold u64::MAX), like PyTorch's caching allocator.
+        #[default]
+        Keep,
+        /// Give freed memory back to the driver (release threshold 0), CUDA's default.
+        Release,
+    }
 }
 
 impl PoolRelease {
@@ -382,105 +279,52 @@ impl PoolRelease {
     }
 }
 
-/// How a row's memory was read (the `meter` column).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum MeterKind {
-    /// vramlab's counting global allocator (CPU, candle).
-    CpuAlloc,
-    /// The preloaded counting allocator (CPU, the torch probe).
-    CpuPreload,
-    /// The CUDA memory pool's high-water marks.
-    CudaPool,
-    /// `cuMemGetInfo` differences (no pool).
-    CudaMeminfo,
-    /// `torch.cuda` statistics (the torch probe on a GPU).
-    TorchCuda,
+vocab! {
+    /// How a row's memory was read (the `meter` column).
+    case = "kebab-case";
+    pub enum MeterKind {
+        /// vramlab's counting global allocator (CPU, candle).
+        CpuAlloc,
+        /// The preloaded counting allocator (CPU, the torch probe).
+        CpuPreload,
+        /// The CUDA memory pool's high-water marks.
+        CudaPool,
+        /// `cuMemGetInfo` differences (no pool).
+        CudaMeminfo,
+        /// `torch.cuda` statistics (the torch probe on a GPU).
+        TorchCuda,
+    }
 }
 
-/// A measured phase (DESIGN.md §5), in the order a point runs them.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum Phase {
-    Load,
-    /// The warm-up before a group's (or a point's) first measured phase. Only `oom`/`error`
-    /// rows carry it: the warm-up itself is not measured.
-    Warmup,
-    Prefill,
-    Decode,
-    Total,
-    Forward,
-    Backward,
-    Optimizer,
-    StepTotal,
+vocab! {
+    /// A measured phase (DESIGN.md §5), in the order a point runs them.
+    #[derive(strum::EnumIter)]
+    case = "snake_case";
+    pub enum Phase {
+        Load,
+        /// The warm-up before a group's (or a point's) first measured phase. Only `oom`/`error`
+        /// rows carry it: the warm-up itself is not measured.
+        Warmup,
+        Prefill,
+        Decode,
+        Total,
+        Forward,
+        Backward,
+        Optimizer,
+        StepTotal,
+    }
 }
 
-/// How a row ended.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Oom,
-    Error,
-    Skipped,
+vocab! {
+    /// How a row ended.
+    case = "lowercase";
+    pub enum Status {
+        Ok,
+        Oom,
+        Error,
+        Skipped,
+    }
 }
-
-as_str!(
-    Mode,
-    Precision,
-    Optimizer,
-    Kernels,
-    Attention,
-    Checkpointing,
-    KvKind,
-    KvWindow,
-    PoolRelease,
-    MeterKind,
-    Phase,
-    Status,
-);
 
 #[cfg(test)]
 mod tests {

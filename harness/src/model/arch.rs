@@ -189,6 +189,25 @@ impl std::fmt::Display for Arch {
     }
 }
 
+/// The end of a decoder's forward over `s` new tokens (hidden states `x` (b, s, d)): marks
+/// them held in `cache`, and keeps the last position only when `last_only` (a generation
+/// step needs no other logits).
+pub fn last_positions(
+    x: Tensor,
+    s: usize,
+    cache: Option<&mut KvCache>,
+    last_only: bool,
+) -> candle_core::Result<Tensor> {
+    if let Some(cache) = cache {
+        cache.advance(s);
+    }
+    if last_only && s > 1 {
+        x.narrow(1, s - 1, 1)?.contiguous()
+    } else {
+        Ok(x)
+    }
+}
+
 /// Deserializes `config.json` into an architecture's serde struct; serde's messages name the
 /// key ("missing config key `num_hidden_layers`").
 pub fn parse_json<T: DeserializeOwned>(path: &Path, v: &Value) -> Result<T> {

@@ -362,14 +362,6 @@ impl Decoder for Gpt2 {
         for i in 0..self.blocks.len() {
             x = self.block(i, &x, pos, cache.as_deref_mut())?;
         }
-        if let Some(cache) = cache {
-            cache.advance(s);
-        }
-        let x = if last_only && s > 1 {
-            x.narrow(1, s - 1, 1)?.contiguous()?
-        } else {
-            x
-        };
-        self.head(&x)
+        self.head(&super::arch::last_positions(x, s, cache, last_only)?)
     }
 }

@@ -223,7 +223,8 @@ pub fn checked(path: &Path, c: Config) -> Result<Config> {
     Ok(c)
 }
 
-/// The inference model of an architecture without one yet: a clear error.
+/// For an architecture that runs only candle's reference ops and eager attention: Ok for the
+/// default `Ops`, else a one-line error naming it (vramlab-kernels serve the llama family).
 pub fn no_ops(name: &str, ops: Ops) -> Result<()> {
     if ops != Ops::default() {
         anyhow::bail!(

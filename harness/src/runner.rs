@@ -3,7 +3,7 @@
 use crate::export::Exporter;
 use crate::features::{self, InferShape};
 use crate::meter::Meter;
-pub use crate::model::trainable::{to_vars, trainable_model};
+use crate::model::trainable::{to_vars, trainable_model};
 use crate::model::{weights, Config, InferenceModel, Source};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::Point;

@@ -356,16 +356,26 @@ fn gpt2_matches_a_reference_implementation() {
 /// zero), and backward reaches every B (A's gradient is B-weighted, so zero at the start).
 fn lora_attaches(arch: &str, cfg: &Config, tensors: HashMap<String, Tensor>) {
     use vramlab::scenario::spec::Trainable as Set;
-    let vars = vramlab::runner::to_vars(tensors).unwrap();
+    let vars = vramlab::model::trainable::to_vars(tensors).unwrap();
     let ids = seeded_ids(1, cfg.vocab_size);
     let targets = seeded_ids(2, cfg.vocab_size);
-    let (base, _) =
-        vramlab::runner::trainable_model(cfg, &vars, Set::Full, DType::F32, Default::default())
-            .unwrap();
+    let (base, _) = vramlab::model::trainable::trainable_model(
+        cfg,
+        &vars,
+        Set::Full,
+        DType::F32,
+        Default::default(),
+    )
+    .unwrap();
     let base_loss = base.forward_loss(&ids, &targets).unwrap();
-    let (model, adapters) =
-        vramlab::runner::trainable_model(cfg, &vars, Set::Lora(4), DType::F32, Default::default())
-            .unwrap();
+    let (model, adapters) = vramlab::model::trainable::trainable_model(
+        cfg,
+        &vars,
+        Set::Lora(4),
+        DType::F32,
+        Default::default(),
+    )
+    .unwrap();
     let targets_per_layer = cfg.architecture.lora_targets().len();
     assert_eq!(
         adapters.len(),

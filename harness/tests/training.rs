@@ -233,8 +233,8 @@ fn checkpointing_and_accumulation_give_the_same_gradients() {
         |_, _| {},
     )
     .unwrap();
-    let vars = vramlab::runner::to_vars(t).unwrap();
-    let (model, trainable) = vramlab::runner::trainable_model(
+    let vars = vramlab::model::trainable::to_vars(t).unwrap();
+    let (model, trainable) = vramlab::model::trainable::trainable_model(
         &cfg,
         &vars,
         Trainable::Full,

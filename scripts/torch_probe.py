@@ -20,8 +20,8 @@ batch/n; attention is `eager` (scores materialized, as in our models) unless --a
 the gradients back onto the f32 masters, so AdamW's state is f32), as harness's `to_dtype` does;
 the parameter dtype is asserted after building.
 
-Recorded in each row: `kernels` = the attention implementation (eager|sdpa), `optimizer` = the
-optimizer and its torch implementation (`adamw-foreach`, `adamw-for-loop`, `adamw-fused`;
+Recorded in each row: `kernels` = `reference` (torch's own ops), `attention` = eager|sdpa,
+`optimizer` = the optimizer and its torch implementation (`adamw-foreach`, `adamw-for-loop`, `adamw-fused`;
 `sgd-…` likewise). torch's CPU optimizers default to the for-loop: the choice is always explicit.
 
 Meters:
@@ -52,15 +52,15 @@ import time
 import tomllib
 from pathlib import Path, PurePosixPath
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 # The Record columns of harness/src/record.rs, in order.
 COLUMNS = [
     "schema_version", "run_id", "point_id", "started_at", "vramlab_version", "git_rev",
     "backend", "device_name", "driver_version", "cuda_version", "candle_version",
     "model_id", "architecture", "param_count", "weight_source",
     "mode", "precision", "batch", "context", "prompt_len", "decode_steps",
-    "kv_cache", "optimizer", "checkpointing", "grad_accum",
-    "trainable", "kernels", "pool_release",
+    "kv_cache", "kv_window", "optimizer", "checkpointing", "grad_accum",
+    "trainable", "kernels", "attention", "pool_release",
     "scenario_hash", "meter",
     "phase", "step", "kv_tokens",
     "baseline_allocated", "peak_allocated", "end_allocated", "baseline_reserved",
@@ -164,16 +164,16 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
     repeats = s.get("repeats", 1)
     prompt_len = s.get("prompt_len")
     # As grid.rs: the default window adds nothing to an id, `full` adds `/kv-full`.
-    infer_axes = [(kv if w == "model" else f"{kv}/kv-full", kv, None)
+    infer_axes = [(kv if w == "model" else f"{kv}/kv-full", kv, w, None)
                   for kv in s.get("kv_cache", ["preallocated"])
                   for w in s.get("kv_window", ["model"])]
-    encode_axes = [("", "preallocated", None)]
+    encode_axes = [("", "preallocated", "model", None)]
     train_axes = []
     for opt in s.get("optimizer", ["adamw"]):
         for ckpt in s.get("checkpointing", ["none"]):
             for n in s.get("grad_accum", [1]):
                 for tr in s.get("trainable", ["full"]):
-                    train_axes.append((f"{opt}/{ckpt}/ga{n}/{tr}", "preallocated",
+                    train_axes.append((f"{opt}/{ckpt}/ga{n}/{tr}", "preallocated", "model",
                                        dict(optimizer=opt, checkpointing=ckpt, grad_accum=n,
                                             trainable=tr, steps=s.get("train_steps", 1),
                                             lr=s.get("lr", 1e-4))))
@@ -188,7 +188,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                 axes = {"train": train_axes, "encode": encode_axes}.get(mode, infer_axes)
                 for batch in s["batch"]:
                     for context in s["context"]:
-                        for tag, kv, train, kernels, attention in [
+                        for tag, kv, window, train, kernels, attention in [
                                 (*a, k, t) for a in axes for k in ops_k for t in ops_a]:
                             for repeat in range(repeats):
                                 pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}"
@@ -207,7 +207,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                                     prompt_len=prompt_len if prompt_len is not None
                                     else max(context - decode_steps, 0),
                                     decode_steps=decode_steps, decode_every=decode_every,
-                                    kv_cache=kv, repeat=repeat,
+                                    kv_cache=kv, kv_window=window, repeat=repeat,
                                     train=train or default_train))
     return points
 
@@ -587,7 +587,8 @@ def run(args) -> int:
             git_rev=git_rev(), backend="cpu" if cpu else "cuda", device_name=dev_name,
             driver_version=drv, cuda_version=cuda_v, candle_version="",
             weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind],
-            kernels=args.attention, pool_release="", scenario_hash=shash, meter=meter.kind,
+            kernels="reference", attention=args.attention, pool_release="", scenario_hash=shash,
+            meter=meter.kind,
         )
         dtype = dtypes[prec]
         model = None
@@ -695,9 +696,12 @@ def point_cols(p: dict, impl: str) -> dict:
                     batch=p["batch"], context=p["context"], optimizer=optimizer_label(p, impl),
                     checkpointing=t["checkpointing"], grad_accum=t["grad_accum"],
                     trainable=t["trainable"])
-    return dict(point_id=p["id"], model_id=p["model_id"], mode=p["mode"], precision=p["precision"],
-                batch=p["batch"], context=p["context"], prompt_len=p["prompt_len"],
-                decode_steps=p["decode_steps"], kv_cache=p["kv_cache"], optimizer="none")
+    cols = dict(point_id=p["id"], model_id=p["model_id"], mode=p["mode"],
+                precision=p["precision"], batch=p["batch"], context=p["context"], optimizer="none")
+    if p["mode"] == "encode":
+        return cols
+    return dict(cols, prompt_len=p["prompt_len"], decode_steps=p["decode_steps"],
+                kv_cache=p["kv_cache"], kv_window=p["kv_window"])
 
 
 def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw):

@@ -182,7 +182,7 @@ pub fn report(dir: &Path, name: &str, files: &[PathBuf]) -> Result<String> {
     for (a, ta) in &tables {
         for (b, tb) in &tables {
             let (ra, rb) = (runtime_of(ta, 0), runtime_of(tb, 0));
-            if ra != "candle" || rb != "torch" {
+            if (ra, rb) != (crate::vocab::Runtime::Candle, crate::vocab::Runtime::Torch) {
                 continue;
             }
             let allow = Allow {

@@ -52,23 +52,8 @@ impl Metric {
     }
 }
 
-/// The backend a row was measured on, which sets the default margins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Cpu,
-    Cuda,
-}
-
-impl Backend {
-    pub fn of(r: &Record) -> Backend {
-        if r.backend == "cuda" {
-            Backend::Cuda
-        } else {
-            Backend::Cpu
-        }
-    }
-}
+/// The backend a row was measured on sets the default margins.
+pub use crate::vocab::Backend;
 
 /// A noise margin: a change is within it when |new − baseline| ≤ max(pct % of baseline, abs).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -233,29 +218,18 @@ pub struct Allow {
     pub cross_runtime: bool,
 }
 
-/// The runtime that wrote a row: a `runtime` column when present, else the torch probe's
-/// signature (`vramlab_version = torch_probe`), else candle.
-pub fn runtime_of(t: &Table, i: usize) -> String {
-    match t
-        .runtime
-        .get(i)
-        .cloned()
-        .flatten()
-        .filter(|s| !s.is_empty())
-    {
-        Some(r) => r.split(['-', '+']).next().unwrap_or_default().to_string(),
-        None if t.records[i].vramlab_version == "torch_probe" => "torch".into(),
-        None => "candle".into(),
-    }
+/// The runtime that wrote a row, from its meter (the torch probe's meters are its own).
+pub fn runtime_of(t: &Table, i: usize) -> crate::vocab::Runtime {
+    t.records[i].meter.runtime()
 }
 
 fn distinct<T: Ord>(it: impl Iterator<Item = T>) -> BTreeSet<T> {
     it.collect()
 }
 
-fn show<T: std::fmt::Debug>(s: &BTreeSet<T>) -> String {
+fn show<T: std::fmt::Display>(s: &BTreeSet<T>) -> String {
     s.iter()
-        .map(|v| format!("{v:?}"))
+        .map(|v| v.to_string())
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -338,7 +312,7 @@ pub fn check_compatible(
         distinct(
             t.records
                 .iter()
-                .map(|r| (r.backend.clone(), r.device_name.clone())),
+                .map(|r| format!("({}, {})", r.backend, r.device_name)),
         )
     };
     if !allow.device_change && devices(b) != devices(n) {
@@ -432,7 +406,7 @@ pub fn compare(
             if delta == 0 {
                 continue;
             }
-            let margin = margins.get(metric, Backend::of(b)).filter(|_| gate);
+            let margin = margins.get(metric, b.backend).filter(|_| gate);
             let allowed = margin.map(|m| m.allowed(bv));
             let verdict = match allowed {
                 None => Verdict::Ungated,
@@ -503,7 +477,7 @@ pub fn next_baseline(
             };
             let quiet = b.status == n.status
                 && Metric::ALL.into_iter().all(|m| {
-                    match (m.get(b), m.get(n), margins.get(m, Backend::of(b))) {
+                    match (m.get(b), m.get(n), margins.get(m, b.backend)) {
                         (Some(bv), Some(nv), Some(margin)) => {
                             (nv as i128 - bv as i128).unsigned_abs() * 3
                                 <= margin.allowed(bv) as u128

@@ -8,6 +8,7 @@ use crate::export::csv::Table;
 use crate::fit::{record_terms, Constants, GroupKey, Target};
 use crate::record::{Phase, Record, Status};
 use crate::units::GIB;
+use crate::vocab::{KvKind, Mode, Runtime};
 use anyhow::Result;
 use plotters::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,7 +87,7 @@ fn gib(b: u64) -> f64 {
 /// A record with the runtime of its file.
 struct Row<'a> {
     r: &'a Record,
-    runtime: String,
+    runtime: Runtime,
 }
 
 fn ok(r: &Record) -> bool {
@@ -98,7 +99,7 @@ fn phase_name(p: Option<Phase>) -> String {
 }
 
 /// "SmolLM2 · candle · cpu · AMD EPYC".
-fn origin(r: &Record, runtime: &str) -> String {
+fn origin(r: &Record, runtime: Runtime) -> String {
     format!(
         "{} · {runtime} · {} · {}",
         r.model_id, r.backend, r.device_name
@@ -132,7 +133,7 @@ pub fn figures(tables: &[Table], constants: Option<&Constants>) -> Vec<Figure> {
     let mut by_origin: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
     for row in &rows {
         by_origin
-            .entry(origin(row.r, &row.runtime))
+            .entry(origin(row.r, row.runtime))
             .or_default()
             .push(row);
     }
@@ -161,7 +162,7 @@ fn sweep_axis(recs: &[&Record], title: &str, stem: &str, kind: Kind) -> Option<F
     let totals: Vec<&Record> = recs
         .iter()
         .copied()
-        .filter(|r| ok(r) && r.mode == "infer" && r.phase == Some(Phase::Total))
+        .filter(|r| ok(r) && r.mode == Mode::Infer && r.phase == Some(Phase::Total))
         .collect();
     let (fixed_name, fixed, axis): (&str, u64, fn(&Record) -> u64) = match kind {
         Kind::Context => ("batch", totals.iter().map(|r| r.batch).min()?, |r| {
@@ -184,7 +185,11 @@ fn sweep_axis(recs: &[&Record], title: &str, stem: &str, kind: Kind) -> Option<F
     let mut series: BTreeMap<String, BTreeMap<u64, u64>> = BTreeMap::new();
     for r in at {
         let e = series
-            .entry(format!("{} {}", r.precision, r.kv_cache))
+            .entry(format!(
+                "{} {}",
+                r.precision,
+                r.kv_cache.map_or("", |k| k.as_str())
+            ))
             .or_default()
             .entry(axis(r))
             .or_default();
@@ -228,7 +233,7 @@ fn kv_curve(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
         .map(|r| (r.batch, r.context))
         .max_by_key(|(b, c)| (b * c, *b))?;
     let mut series = Vec::new();
-    let kinds: BTreeSet<&str> = decode.iter().map(|r| r.kv_cache.as_str()).collect();
+    let kinds: BTreeSet<Option<KvKind>> = decode.iter().map(|r| r.kv_cache).collect();
     for kv in kinds {
         let pts: Vec<&Record> = decode
             .iter()
@@ -250,7 +255,7 @@ fn kv_curve(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
             ("reserved", |r: &Record| r.peak_reserved),
         ] {
             series.push(Series {
-                name: format!("{label} ({kv})"),
+                name: format!("{label} ({})", kv.map_or("", |k| k.as_str())),
                 points: pts
                     .iter()
                     .filter_map(|r| Some((r.kv_tokens? as f64, gib(get(r)?))))
@@ -283,7 +288,7 @@ fn train_phases(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
     let train: Vec<&Record> = recs
         .iter()
         .copied()
-        .filter(|r| ok(r) && r.mode == "train")
+        .filter(|r| ok(r) && r.mode == Mode::Train)
         .collect();
     let mut points: Vec<&str> = Vec::new();
     for r in &train {
@@ -412,7 +417,7 @@ fn parity(recs: &[&Record], c: &Constants, title: &str, stem: &str) -> Option<Fi
 
 /// Candle against torch per phase for the largest point both measured (decode: its last row).
 fn runtimes(rows: &[Row]) -> Option<Figure> {
-    let side = |rt: &str| -> BTreeMap<(String, String), &Record> {
+    let side = |rt: Runtime| -> BTreeMap<(String, String), &Record> {
         let mut m = BTreeMap::new();
         for x in rows.iter().filter(|x| x.runtime == rt && ok(x.r)) {
             // Later rows of a phase (decode steps) replace earlier ones: the last one stays.
@@ -420,7 +425,7 @@ fn runtimes(rows: &[Row]) -> Option<Figure> {
         }
         m
     };
-    let (candle, torch) = (side("candle"), side("torch"));
+    let (candle, torch) = (side(Runtime::Candle), side(Runtime::Torch));
     let (id, _) = candle
         .iter()
         .filter(|(k, _)| torch.contains_key(*k))

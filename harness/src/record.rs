@@ -13,6 +13,10 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
+use crate::vocab::{
+    Attention, Backend, Checkpointing, Kernels, KvKind, KvWindow, MeterKind, Mode, Optimizer,
+    PoolRelease, Precision, Trainable,
+};
 pub use crate::vocab::{Phase, Status};
 
 /// `#[serde(default)]`: a CSV of an older schema version, which lacks later columns, still reads.
@@ -25,7 +29,7 @@ pub struct Record {
     pub started_at: String,
     pub vramlab_version: String,
     pub git_rev: String,
-    pub backend: String,
+    pub backend: Backend,
     pub device_name: String,
     pub driver_version: String,
     pub cuda_version: String,
@@ -34,27 +38,30 @@ pub struct Record {
     pub architecture: String,
     pub param_count: u64,
     pub weight_source: String,
-    pub mode: String,
-    pub precision: String,
+    pub mode: Mode,
+    pub precision: Precision,
     pub batch: u64,
     pub context: u64,
     pub prompt_len: Option<u64>,
     pub decode_steps: Option<u64>,
-    pub kv_cache: String,
-    /// Absent before version 3 (read as `full` for inference rows).
-    #[serde(default)]
-    pub kv_window: String,
-    pub optimizer: String,
-    pub checkpointing: String,
+    /// Inference rows only.
+    pub kv_cache: Option<KvKind>,
+    /// Inference rows only. Absent before version 3 (read as `full`).
+    pub kv_window: Option<KvWindow>,
+    /// `none` on inference rows.
+    pub optimizer: Optimizer,
+    /// Training rows only.
+    pub checkpointing: Option<Checkpointing>,
     pub grad_accum: Option<u64>,
-    pub trainable: String,
-    pub kernels: String,
-    /// Absent from version-1 files (read as `eager`).
-    #[serde(default)]
-    pub attention: String,
-    pub pool_release: String,
+    /// Training rows only.
+    pub trainable: Option<Trainable>,
+    pub kernels: Kernels,
+    /// Absent from version-1 files (read as `eager`, the default).
+    pub attention: Attention,
+    /// CUDA rows only.
+    pub pool_release: Option<PoolRelease>,
     pub scenario_hash: String,
-    pub meter: String,
+    pub meter: MeterKind,
     pub phase: Option<Phase>,
     pub step: Option<u64>,
     pub kv_tokens: Option<u64>,
@@ -87,12 +94,10 @@ pub fn columns_of(version: u32) -> Vec<String> {
 
 impl Record {
     /// Fills what a row of an older schema version lacks with what that version meant.
+    /// (A version-1 row's missing `attention` already reads as `eager`, the default.)
     pub fn upgrade(&mut self) {
-        if self.schema_version < 2 && self.attention.is_empty() {
-            self.attention = "eager".into();
-        }
-        if self.schema_version < 3 && self.kv_window.is_empty() && !self.kv_cache.is_empty() {
-            self.kv_window = "full".into();
+        if self.schema_version < 3 && self.kv_window.is_none() && self.kv_cache.is_some() {
+            self.kv_window = Some(KvWindow::Full);
         }
     }
 

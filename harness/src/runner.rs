@@ -7,7 +7,7 @@ use crate::model::trainable::{to_vars, trainable_model};
 use crate::model::{weights, Config, InferenceModel, Source};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::Point;
-use crate::vocab::Mode;
+use crate::vocab::{Backend, Mode, Optimizer, PoolRelease};
 use crate::vocab::{Ops, Trainable};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
@@ -21,12 +21,12 @@ use std::collections::BTreeMap;
 pub struct RunContext {
     pub run_id: String,
     pub scenario_hash: String,
-    pub backend: String,
+    pub backend: Backend,
     pub device_name: String,
     pub driver_version: String,
     pub cuda_version: String,
     /// The `pool_release` column (empty where no pool is read).
-    pub pool_release: String,
+    pub pool_release: Option<PoolRelease>,
 }
 
 /// A model source resolved before any measuring.
@@ -81,7 +81,7 @@ pub fn base_record(
             started_at: now_rfc3339(),
             vramlab_version: env!("CARGO_PKG_VERSION").into(),
             git_rev: env!("VRAMLAB_GIT_REV").into(),
-            backend: c.backend.clone(),
+            backend: c.backend,
             device_name: c.device_name.clone(),
             driver_version: c.driver_version.clone(),
             cuda_version: c.cuda_version.clone(),
@@ -90,37 +90,27 @@ pub fn base_record(
             architecture: prep.config.architecture.name().into(),
             param_count: prep.config.param_count(),
             weight_source: prep.source.kind().into(),
-            mode: p.mode.as_str().into(),
-            precision: p.precision.as_str().into(),
+            mode: p.mode,
+            precision: p.precision,
             batch: p.batch as u64,
             context: p.context as u64,
             prompt_len: infer.then_some(p.prompt_len as u64),
             decode_steps: infer.then_some(p.decode_steps as u64),
-            kv_cache: if infer { p.kv_cache.as_str() } else { "" }.into(),
-            kv_window: if infer { p.kv_window.as_str() } else { "" }.into(),
+            kv_cache: infer.then_some(p.kv_cache),
+            kv_window: infer.then_some(p.kv_window),
             optimizer: if train {
-                p.train.optimizer.as_str()
+                p.train.optimizer
             } else {
-                "none"
-            }
-            .into(),
-            checkpointing: if train {
-                p.train.checkpointing.as_str()
-            } else {
-                ""
-            }
-            .into(),
-            grad_accum: train.then_some(p.train.grad_accum as u64),
-            trainable: if train {
-                p.train.trainable.label()
-            } else {
-                String::new()
+                Optimizer::None
             },
-            kernels: p.ops.kernels.as_str().into(),
-            attention: p.ops.attention.as_str().into(),
-            pool_release: c.pool_release.clone(),
+            checkpointing: train.then_some(p.train.checkpointing),
+            grad_accum: train.then_some(p.train.grad_accum as u64),
+            trainable: train.then_some(p.train.trainable),
+            kernels: p.ops.kernels,
+            attention: p.ops.attention,
+            pool_release: c.pool_release,
             scenario_hash: c.scenario_hash.clone(),
-            meter: meter.to_string(),
+            meter,
             ..Default::default()
         }
     }

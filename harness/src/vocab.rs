@@ -24,6 +24,7 @@ macro_rules! vocab {
             strum::Display,
             strum::EnumString,
             strum::IntoStaticStr,
+            strum::EnumIter,
         )]
         #[serde(rename_all = $case)]
         #[strum(serialize_all = $case)]
@@ -39,11 +40,28 @@ macro_rules! vocab {
 }
 
 vocab! {
+    /// The device kind a row ran on (the `backend` column; `estimate --backend`).
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Backend {
+        /// CUDA GPUs.
+        Cuda,
+        /// The CPU (candle's CPU backend, or the torch probe on CPU).
+        #[default]
+        Cpu,
+    }
+}
+
+// `Default` on `Mode`, `Precision` and `MeterKind` only gives `Record::default()` (the base
+// rows are built from, and the source of the column list) a value: every written row sets them.
+
+vocab! {
     /// What a point runs.
-    #[derive(clap::ValueEnum)]
+    #[derive(Default, clap::ValueEnum)]
     case = "lowercase";
     pub enum Mode {
         /// A decoder's prefill, then decode steps with a growing KV cache.
+        #[default]
         Infer,
         /// Forward, backward and the optimizer's update.
         Train,
@@ -54,9 +72,10 @@ vocab! {
 
 vocab! {
     /// How weights, gradients, optimizer state and activations are stored.
-    #[derive(clap::ValueEnum)]
+    #[derive(Default, clap::ValueEnum)]
     case = "kebab-case";
     pub enum Precision {
+        #[default]
         F32,
         F16,
         Bf16,
@@ -98,21 +117,93 @@ impl Precision {
 }
 
 vocab! {
-    /// The optimizer of a training point.
+    /// The optimizer a row ran: a scenario's choice (`sgd`, `adamw`, `adamw-fused`), `none` for
+    /// inference rows, and on the torch probe the `torch.optim` implementation it forced
+    /// (`adamw-foreach`, …; `adamw-fused` is `AdamW(fused=True)` there).
+    #[derive(Default, clap::ValueEnum)]
     case = "kebab-case";
     pub enum Optimizer {
+        /// No optimizer: an inference or encode row.
+        #[default]
+        None,
+        /// Plain SGD (no state).
         Sgd,
         /// candle-nn's AdamW (allocates temporaries of several times each parameter tensor).
         Adamw,
-        /// vramlab-kernels' in-place AdamW: no temporaries.
+        /// An in-place fused AdamW with no temporaries: vramlab-kernels' on candle,
+        /// `torch.optim.AdamW(fused=True)` on the torch probe.
         AdamwFused,
+        /// `torch.optim.AdamW(foreach=True)`: the multi-tensor path.
+        AdamwForeach,
+        /// `torch.optim.AdamW(foreach=False)`: one parameter at a time.
+        AdamwForLoop,
+        /// `torch.optim.SGD(foreach=True)`.
+        SgdForeach,
+        /// `torch.optim.SGD(foreach=False)`.
+        SgdForLoop,
+        /// `torch.optim.SGD(fused=True)`.
+        SgdFused,
     }
 }
 
 impl Optimizer {
     /// Whether it keeps AdamW's two moments per parameter.
     pub fn is_adamw(&self) -> bool {
-        matches!(self, Optimizer::Adamw | Optimizer::AdamwFused)
+        matches!(
+            self,
+            Optimizer::Adamw
+                | Optimizer::AdamwFused
+                | Optimizer::AdamwForeach
+                | Optimizer::AdamwForLoop
+        )
+    }
+    /// Whether it is SGD (no state), in any implementation.
+    pub fn is_sgd(&self) -> bool {
+        matches!(
+            self,
+            Optimizer::Sgd | Optimizer::SgdForeach | Optimizer::SgdForLoop | Optimizer::SgdFused
+        )
+    }
+    /// Whether it updates parameters at all (not `none`).
+    pub fn updates(&self) -> bool {
+        *self != Optimizer::None
+    }
+    /// What a scenario may ask for (the torch implementations are the probe's
+    /// `--torch-optim`, `none` is what inference rows record).
+    pub fn is_scenario_choice(&self) -> bool {
+        matches!(
+            self,
+            Optimizer::Sgd | Optimizer::Adamw | Optimizer::AdamwFused
+        )
+    }
+    /// The torch implementation of this optimizer (`adamw` + `foreach` = `adamw-foreach`);
+    /// `none` stays `none`.
+    pub fn torch(&self, imp: OptimizerImpl) -> Optimizer {
+        match (self.is_adamw(), self.is_sgd(), imp) {
+            (true, _, OptimizerImpl::Foreach) => Optimizer::AdamwForeach,
+            (true, _, OptimizerImpl::ForLoop) => Optimizer::AdamwForLoop,
+            (true, _, OptimizerImpl::Fused) => Optimizer::AdamwFused,
+            (_, true, OptimizerImpl::Foreach) => Optimizer::SgdForeach,
+            (_, true, OptimizerImpl::ForLoop) => Optimizer::SgdForLoop,
+            (_, true, OptimizerImpl::Fused) => Optimizer::SgdFused,
+            (false, false, _) => Optimizer::None,
+        }
+    }
+}
+
+vocab! {
+    /// How a torch optimizer step runs over the parameters (its transient differs,
+    /// DESIGN.md §9).
+    #[derive(clap::ValueEnum)]
+    case = "kebab-case";
+    pub enum OptimizerImpl {
+        /// torch's multi-tensor path (the CUDA default): `_foreach_sqrt` of v allocates one
+        /// temporary per parameter at once ≈ 1 × the trainable parameter bytes.
+        Foreach,
+        /// One parameter at a time: temporaries of the largest tensor only.
+        ForLoop,
+        /// `fused=True`: one kernel, no temporaries (≈ 0).
+        Fused,
     }
 }
 
@@ -133,17 +224,21 @@ vocab! {
     /// How a model computes attention: `eager` materializes the b·heads·s² scores and
     /// probabilities (and keeps them for the backward); `flash` is vramlab-kernels' tiled
     /// attention, which keeps only the output and a log-sum-exp per row.
-    #[derive(Default)]
+    #[derive(Default, clap::ValueEnum)]
     case = "lowercase";
     pub enum Attention {
         #[default]
         Eager,
+        /// vramlab-kernels' flash attention on candle; FlashAttention on torch (also vLLM).
         Flash,
+        /// PyTorch `scaled_dot_product_attention` (flash or memory-efficient kernel): no scores
+        /// saved for the backward. The torch probe's `--attention sdpa`; not a candle op.
+        Sdpa,
     }
 }
 
 /// The op implementations a point runs with (the `kernels` and `attention` axes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Ops {
     pub kernels: Kernels,
     pub attention: Attention,
@@ -221,12 +316,22 @@ impl Trainable {
     }
 
     /// The kind of set, without a LoRA rank: what fitted groups share.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> TrainableKind {
         match self {
-            Trainable::Full => "full",
-            Trainable::FrozenEmbeddings => "frozen-embeddings",
-            Trainable::Lora(_) => "lora",
+            Trainable::Full => TrainableKind::Full,
+            Trainable::FrozenEmbeddings => TrainableKind::FrozenEmbeddings,
+            Trainable::Lora(_) => TrainableKind::Lora,
         }
+    }
+}
+
+vocab! {
+    /// A trainable set without its LoRA rank (the rank only scales the adapters).
+    case = "kebab-case";
+    pub enum TrainableKind {
+        Full,
+        FrozenEmbeddings,
+        Lora,
     }
 }
 
@@ -281,9 +386,11 @@ impl PoolRelease {
 
 vocab! {
     /// How a row's memory was read (the `meter` column).
+    #[derive(Default)]
     case = "kebab-case";
     pub enum MeterKind {
         /// vramlab's counting global allocator (CPU, candle).
+        #[default]
         CpuAlloc,
         /// The preloaded counting allocator (CPU, the torch probe).
         CpuPreload,
@@ -296,9 +403,31 @@ vocab! {
     }
 }
 
+impl MeterKind {
+    /// The runtime whose rows this meter reads: the torch probe's meters, or candle's.
+    pub fn runtime(&self) -> Runtime {
+        match self {
+            MeterKind::CpuPreload | MeterKind::TorchCuda => Runtime::Torch,
+            MeterKind::CpuAlloc | MeterKind::CudaPool | MeterKind::CudaMeminfo => Runtime::Candle,
+        }
+    }
+}
+
+vocab! {
+    /// The software that ran the measured workloads: their uncertain terms (activations saved
+    /// per layer, logits path, optimizer transients, allocator) differ.
+    #[derive(clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Runtime {
+        /// vramlab's own candle workloads (`vramlab sweep`).
+        Candle,
+        /// PyTorch + transformers (`scripts/torch_probe.py`).
+        Torch,
+    }
+}
+
 vocab! {
     /// A measured phase (DESIGN.md §5), in the order a point runs them.
-    #[derive(strum::EnumIter)]
     case = "snake_case";
     pub enum Phase {
         Load,
@@ -326,6 +455,36 @@ vocab! {
     }
 }
 
+/// serde for an `Option` of a vocabulary value where no null exists (constants TOML): `None`
+/// is written and read as the empty string, a value as its one spelling.
+pub mod blank {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse()
+            .map(Some)
+            .map_err(|e| D::Error::custom(format!("`{text}`: {e}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,40 +503,52 @@ mod tests {
         }
     }
 
+    fn all<T: strum::IntoEnumIterator>() -> Vec<T> {
+        T::iter().collect()
+    }
+
     #[test]
     fn one_spelling_everywhere() {
-        use strum::IntoEnumIterator;
-        same(&[Mode::Infer, Mode::Train, Mode::Encode]);
-        same(&[
-            Precision::F32,
-            Precision::F16,
-            Precision::Bf16,
-            Precision::MixedBf16,
-            Precision::MixedF16,
-        ]);
-        same(&[Optimizer::Sgd, Optimizer::Adamw, Optimizer::AdamwFused]);
-        same(&[Kernels::Reference, Kernels::Fused]);
-        same(&[Attention::Eager, Attention::Flash]);
-        same(&[Checkpointing::None, Checkpointing::Layer]);
+        same(&all::<Backend>());
+        same(&all::<Mode>());
+        same(&all::<Precision>());
+        same(&all::<Optimizer>());
+        same(&all::<OptimizerImpl>());
+        same(&all::<Kernels>());
+        same(&all::<Attention>());
+        same(&all::<Checkpointing>());
+        same(&all::<TrainableKind>());
         same(&[
             Trainable::Full,
             Trainable::FrozenEmbeddings,
             Trainable::Lora(8),
         ]);
-        same(&[KvKind::Preallocated, KvKind::Growing]);
-        same(&[KvWindow::Model, KvWindow::Full]);
-        same(&[PoolRelease::Keep, PoolRelease::Release]);
-        same(&[
-            MeterKind::CpuAlloc,
-            MeterKind::CpuPreload,
-            MeterKind::CudaPool,
-            MeterKind::CudaMeminfo,
-            MeterKind::TorchCuda,
-        ]);
-        same(&Phase::iter().collect::<Vec<_>>());
-        same(&[Status::Ok, Status::Oom, Status::Error, Status::Skipped]);
+        same(&all::<KvKind>());
+        same(&all::<KvWindow>());
+        same(&all::<PoolRelease>());
+        same(&all::<MeterKind>());
+        same(&all::<Runtime>());
+        same(&all::<Phase>());
+        same(&all::<Status>());
         assert_eq!(Phase::StepTotal.as_str(), "step_total");
         assert_eq!(Optimizer::AdamwFused.as_str(), "adamw-fused");
+        assert_eq!(Optimizer::AdamwForLoop.as_str(), "adamw-for-loop");
+        assert_eq!(Optimizer::None.as_str(), "none");
         assert!("lora-r0".parse::<Trainable>().is_err());
+    }
+
+    /// What the torch probe writes (`{optimizer}-{impl}`) reads back as the vocabulary's
+    /// implementation variant.
+    #[test]
+    fn torch_optimizers() {
+        for o in [Optimizer::Sgd, Optimizer::Adamw] {
+            for i in all::<OptimizerImpl>() {
+                let t = o.torch(i);
+                assert_eq!(t.to_string(), format!("{o}-{i}"));
+                assert_eq!((t.is_adamw(), t.is_sgd()), (o.is_adamw(), o.is_sgd()));
+                assert!(!t.is_scenario_choice() || t == Optimizer::AdamwFused);
+            }
+        }
+        assert_eq!(Optimizer::None.torch(OptimizerImpl::Fused), Optimizer::None);
     }
 }

@@ -119,7 +119,7 @@ fn bert_encode_keeps_nothing_and_its_load_is_the_weights() {
         for b in [1u64, 4] {
             let id = format!("all-minilm-l6-v2/encode/{p}/b{b}/c128");
             let load = one(&id, Phase::Load);
-            assert_eq!(load.mode, "encode");
+            assert_eq!(load.mode, vramlab::vocab::Mode::Encode);
             assert_eq!(load.architecture, "bert");
             assert_eq!(load.feature_weight_bytes, Some(22_713_216 * bytes));
             let f = one(&id, Phase::Forward);
@@ -174,14 +174,14 @@ fn mistral_cache_is_capped_at_the_window_to_the_byte() {
                 d.step
             );
             assert_eq!(d.feature_kv_bytes, Some(WINDOW * step));
-            assert_eq!(d.kv_window, "model");
+            assert_eq!(d.kv_window, Some(KvWindow::Model));
         }
         // Full: the cache keeps every token.
         let full = rows(&id(kind, true), Phase::Decode);
         let last = full.last().unwrap();
         assert_eq!(last.kv_tokens, Some(24));
         assert_eq!(last.feature_kv_bytes, Some(24 * step));
-        assert_eq!(last.kv_window, "full");
+        assert_eq!(last.kv_window, Some(KvWindow::Full));
     }
     // Growing and full: one token more per step, past the window too.
     let full = rows(&id("growing", true), Phase::Decode);

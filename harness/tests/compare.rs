@@ -4,11 +4,12 @@ mod common;
 use common::vramlab;
 use std::path::{Path, PathBuf};
 use vramlab::record::{Phase, Record, Status, SCHEMA_VERSION};
+use vramlab::vocab::{Backend, MeterKind, Mode, Precision};
 
 const GIB: u64 = 1 << 30;
 
 /// Three CUDA points of an inference sweep, with prefill, one decode row and total.
-fn rows(backend: &str) -> Vec<Record> {
+fn rows(backend: Backend) -> Vec<Record> {
     let mut out = Vec::new();
     for (i, b) in [1u64, 2, 4].iter().enumerate() {
         for (phase, step) in [
@@ -20,8 +21,8 @@ fn rows(backend: &str) -> Vec<Record> {
             out.push(Record {
                 schema_version: SCHEMA_VERSION,
                 point_id: format!("m/infer/bf16/b{b}/c4096/preallocated/r0"),
-                backend: backend.into(),
-                device_name: if backend == "cuda" {
+                backend,
+                device_name: if backend == Backend::Cuda {
                     "NVIDIA H200"
                 } else {
                     "cpu"
@@ -29,8 +30,8 @@ fn rows(backend: &str) -> Vec<Record> {
                 .into(),
                 vramlab_version: "0.1.0".into(),
                 scenario_hash: "abc123".into(),
-                mode: "infer".into(),
-                precision: "bf16".into(),
+                mode: Mode::Infer,
+                precision: Precision::Bf16,
                 batch: *b,
                 context: 4096,
                 phase: Some(phase),
@@ -79,8 +80,8 @@ fn compare(base: &Path, new: &Path, flags: &[&str]) -> (i32, String, String) {
 #[test]
 fn equal_files_pass() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cuda"));
-    let b = write(d.path(), "b.csv", &rows("cuda"));
+    let a = write(d.path(), "a.csv", &rows(Backend::Cuda));
+    let b = write(d.path(), "b.csv", &rows(Backend::Cuda));
     let (code, out, err) = compare(&a, &b, &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("9 joined rows: 0 regression(s)"), "{out}");
@@ -89,8 +90,8 @@ fn equal_files_pass() {
 #[test]
 fn cuda_allocated_margin_is_half_a_percent() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cuda"));
-    let mut r = rows("cuda");
+    let a = write(d.path(), "a.csv", &rows(Backend::Cuda));
+    let mut r = rows(Backend::Cuda);
     bump(&mut r, 4, 1.003);
     let b = write(d.path(), "b.csv", &r);
     let (code, out, err) = compare(&a, &b, &[]);
@@ -100,7 +101,7 @@ fn cuda_allocated_margin_is_half_a_percent() {
         "{out}"
     );
 
-    let mut r = rows("cuda");
+    let mut r = rows(Backend::Cuda);
     bump(&mut r, 4, 1.02);
     bump(&mut r, 7, 1.003);
     let c = write(d.path(), "c.csv", &r);
@@ -114,7 +115,8 @@ fn cuda_allocated_margin_is_half_a_percent() {
         first.contains("+2.00%") && first.contains("REGRESSION"),
         "{out}"
     );
-    let delta = (r[4].peak_allocated.unwrap() - rows("cuda")[4].peak_allocated.unwrap()) as f64;
+    let delta =
+        (r[4].peak_allocated.unwrap() - rows(Backend::Cuda)[4].peak_allocated.unwrap()) as f64;
     assert!(first.contains(&format!("{:+.3}", delta / 1e9)), "{first}");
     assert!(
         first.contains(&format!("{:+.3}", delta / GIB as f64)),
@@ -129,8 +131,8 @@ fn cuda_allocated_margin_is_half_a_percent() {
 #[test]
 fn cpu_allocated_is_exact() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cpu"));
-    let mut r = rows("cpu");
+    let a = write(d.path(), "a.csv", &rows(Backend::Cpu));
+    let mut r = rows(Backend::Cpu);
     r[0].end_allocated = Some(r[0].end_allocated.unwrap() + 1);
     let b = write(d.path(), "b.csv", &r);
     let (code, out, _) = compare(&a, &b, &[]);
@@ -140,7 +142,7 @@ fn cpu_allocated_is_exact() {
         "{out}"
     );
     // RSS moves within its wider margin, device_used (the machine) is not gated.
-    let mut r = rows("cpu");
+    let mut r = rows(Backend::Cpu);
     r[0].peak_reserved = Some(r[0].peak_reserved.unwrap() + (1 << 20));
     r[0].device_used = Some(r[0].device_used.unwrap() * 2);
     let c = write(d.path(), "c.csv", &r);
@@ -155,8 +157,8 @@ fn cpu_allocated_is_exact() {
 #[test]
 fn improvements_pass_unless_told_to_fail() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cuda"));
-    let mut r = rows("cuda");
+    let a = write(d.path(), "a.csv", &rows(Backend::Cuda));
+    let mut r = rows(Backend::Cuda);
     bump(&mut r, 2, 0.95);
     let b = write(d.path(), "b.csv", &r);
     let (code, out, _) = compare(&a, &b, &[]);
@@ -176,8 +178,8 @@ fn improvements_pass_unless_told_to_fail() {
 #[test]
 fn one_sided_points_are_listed() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cuda"));
-    let mut r = rows("cuda");
+    let a = write(d.path(), "a.csv", &rows(Backend::Cuda));
+    let mut r = rows(Backend::Cuda);
     r.truncate(6);
     let mut extra = r[0].clone();
     extra.point_id = "m/infer/bf16/b8/c4096/preallocated/r0".into();
@@ -206,7 +208,7 @@ fn one_line_code_2(res: (i32, String, String), needle: &str) {
 #[test]
 fn unusable_inputs_exit_2() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cuda"));
+    let a = write(d.path(), "a.csv", &rows(Backend::Cuda));
     // A schema mismatch: a column dropped.
     let text = std::fs::read_to_string(&a).unwrap();
     let col = text
@@ -242,13 +244,13 @@ fn unusable_inputs_exit_2() {
     std::fs::write(&v, bumped).unwrap();
     one_line_code_2(compare(&a, &v, &[]), "schema_version `99`");
     // Another scenario.
-    let mut r = rows("cuda");
+    let mut r = rows(Backend::Cuda);
     r.iter_mut().for_each(|r| r.scenario_hash = "def456".into());
     let s = write(d.path(), "s.csv", &r);
     one_line_code_2(compare(&a, &s, &[]), "scenario hash");
     assert_eq!(compare(&a, &s, &["--allow-scenario-change"]).0, 0);
     // Another device.
-    let mut r = rows("cuda");
+    let mut r = rows(Backend::Cuda);
     r.iter_mut()
         .for_each(|r| r.device_name = "NVIDIA H100".into());
     let g = write(d.path(), "g.csv", &r);
@@ -267,9 +269,9 @@ fn unusable_inputs_exit_2() {
 #[test]
 fn write_baseline_round_trip() {
     let d = tempfile::tempdir().unwrap();
-    let base = rows("cuda");
+    let base = rows(Backend::Cuda);
     let a = write(d.path(), "a.csv", &base);
-    let mut r = rows("cuda");
+    let mut r = rows(Backend::Cuda);
     bump(&mut r, 1, 1.001); // under a third of 0.5%: the baseline keeps its row
     bump(&mut r, 4, 1.003); // beyond a third: refreshed
     bump(&mut r, 7, 1.02); // a regression: refreshed
@@ -297,8 +299,8 @@ fn write_baseline_round_trip() {
 #[test]
 fn markdown_and_json_reports() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "a.csv", &rows("cuda"));
-    let mut r = rows("cuda");
+    let a = write(d.path(), "a.csv", &rows(Backend::Cuda));
+    let mut r = rows(Backend::Cuda);
     bump(&mut r, 4, 1.02);
     r[8].status = Some(Status::Oom);
     let b = write(d.path(), "b.csv", &r);
@@ -315,7 +317,7 @@ fn markdown_and_json_reports() {
     assert_eq!(v["regressions"], 2);
     assert_eq!(v["changes"][0]["verdict"], "regression");
     assert_eq!(v["changes"][0]["metric"], "peak_allocated");
-    let delta = r[4].peak_allocated.unwrap() - rows("cuda")[4].peak_allocated.unwrap();
+    let delta = r[4].peak_allocated.unwrap() - rows(Backend::Cuda)[4].peak_allocated.unwrap();
     assert_eq!(v["changes"][0]["delta"], delta);
     assert_eq!(v["status_changes"][0]["new"], "oom");
 }
@@ -323,13 +325,16 @@ fn markdown_and_json_reports() {
 #[test]
 fn cross_runtime_reads_a_torch_csv_with_extra_columns() {
     let d = tempfile::tempdir().unwrap();
-    let a = write(d.path(), "candle.csv", &rows("cuda"));
-    let mut r = rows("cuda");
-    r.iter_mut()
-        .for_each(|r| r.vramlab_version = "torch_probe".into());
+    let a = write(d.path(), "candle.csv", &rows(Backend::Cuda));
+    let mut r = rows(Backend::Cuda);
+    // The torch probe's rows on a GPU: its own meter.
+    r.iter_mut().for_each(|r| {
+        r.vramlab_version = "torch_probe".into();
+        r.meter = MeterKind::TorchCuda;
+    });
     bump(&mut r, 0, 1.10);
     let t = write(d.path(), "torch.csv", &r);
-    // The torch CSV of a newer layout: an extra `runtime` column at the end.
+    // A torch CSV of a newer layout: an extra column at the end.
     let text = std::fs::read_to_string(&t).unwrap();
     let with_runtime: String = text
         .lines()
@@ -344,6 +349,6 @@ fn cross_runtime_reads_a_torch_csv_with_extra_columns() {
     assert!(first.contains("b1/") && first.contains("+10.00%"), "{out}");
     one_line_code_2(
         compare(&a, &a, &["--cross-runtime"]),
-        "both files are \"candle\"",
+        "both files are candle",
     );
 }

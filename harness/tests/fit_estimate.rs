@@ -344,7 +344,7 @@ fn synthetic_sweep_fit_estimate_end_to_end() {
         .find(|r| {
             r.batch == 2
                 && r.context == 96
-                && r.kv_cache == "preallocated"
+                && r.kv_cache == Some(vramlab::vocab::KvKind::Preallocated)
                 && r.phase == Some(Phase::Total)
         })
         .and_then(|r| r.peak_allocated)

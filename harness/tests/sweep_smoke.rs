@@ -5,6 +5,7 @@ use common::*;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use vramlab::record::{Phase, Record, Status};
+use vramlab::vocab::{Attention, Backend, MeterKind, Mode, Precision};
 
 struct Run {
     rows: Vec<Record>,
@@ -59,7 +60,7 @@ fn points() -> Vec<String> {
     let mut ids: Vec<String> = run()
         .rows
         .iter()
-        .filter(|r| r.mode == "infer")
+        .filter(|r| r.mode == Mode::Infer)
         .map(|r| r.point_id.clone())
         .collect();
     ids.dedup();
@@ -103,7 +104,7 @@ fn preallocated_kv_is_exact_and_constant() {
     for id in points().iter().filter(|i| i.contains("/preallocated")) {
         let pre = phase_rows(id, Phase::Prefill)[0];
         let bytes = SMOLLM2_KV_ELEMS_PER_TOKEN * dtype_bytes(pre);
-        if pre.precision == "f32" {
+        if pre.precision == Precision::F32 {
             assert_eq!(bytes, 46_080);
         }
         let kv = bytes * pre.context * pre.batch;
@@ -150,7 +151,7 @@ fn growing_kv_grows_by_exactly_one_token_per_step() {
 fn repeated_points_have_identical_peaks() {
     type Key = (String, Option<Phase>, Option<u64>);
     let mut by: HashMap<Key, Vec<(u64, u64)>> = HashMap::new();
-    for r in run().rows.iter().filter(|r| r.mode == "infer") {
+    for r in run().rows.iter().filter(|r| r.mode == Mode::Infer) {
         let base = r.point_id.rsplit_once('/').unwrap().0.to_string();
         by.entry((base, r.phase, r.step))
             .or_default()
@@ -173,16 +174,16 @@ fn csv_has_the_full_schema_and_roundtrips() {
     assert_eq!(vramlab::record::columns_of(1).len(), 48);
     for rec in &r.rows {
         assert_eq!(rec.schema_version, vramlab::record::SCHEMA_VERSION);
-        assert_eq!(rec.attention, "eager");
-        assert_eq!(rec.backend, "cpu");
-        assert_eq!(rec.meter, "cpu-alloc");
+        assert_eq!(rec.attention, Attention::Eager);
+        assert_eq!(rec.backend, Backend::Cpu);
+        assert_eq!(rec.meter, MeterKind::CpuAlloc);
         assert_eq!(rec.weight_source, "gguf");
         assert_eq!(rec.architecture, "llama");
-        if rec.mode == "infer" {
-            assert!(rec.grad_accum.is_none() && rec.checkpointing.is_empty());
+        if rec.mode == Mode::Infer {
+            assert!(rec.grad_accum.is_none() && rec.checkpointing.is_none());
         } else {
             assert_eq!(rec.grad_accum, Some(1));
-            assert!(rec.kv_cache.is_empty() && rec.prompt_len.is_none());
+            assert!(rec.kv_cache.is_none() && rec.prompt_len.is_none());
         }
     }
     // Write the records again and read them back: identical.
@@ -225,7 +226,11 @@ fn summary_table_in_gb_and_gib() {
 
 #[test]
 fn real_smollm2_training_step_runs_every_phase_and_the_loss_falls() {
-    let train: Vec<&Record> = run().rows.iter().filter(|r| r.mode == "train").collect();
+    let train: Vec<&Record> = run()
+        .rows
+        .iter()
+        .filter(|r| r.mode == Mode::Train)
+        .collect();
     let id = "SmolLM2-135M-Instruct.Q4_1/train/f32/b1/c64/adamw/none/ga1/full";
     assert!(train
         .iter()

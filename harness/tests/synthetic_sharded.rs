@@ -38,7 +38,11 @@ fn check_load(csv: &Path, source_kind: &str) {
     for r in loads {
         assert_eq!(r.weight_source, source_kind);
         assert_eq!(r.param_count, PARAMS);
-        let bytes = if r.precision == "f32" { 4 } else { 2 };
+        let bytes = if r.precision == vramlab::vocab::Precision::F32 {
+            4
+        } else {
+            2
+        };
         let live = r.end_allocated.unwrap() - r.baseline_allocated.unwrap();
         assert!(live >= PARAMS * bytes, "{live}");
         assert!((live - PARAMS * bytes) / TENSORS <= 512, "{live}");

@@ -22,6 +22,7 @@ use common::{models, root, vramlab, SMOLLM2_PARAMS};
 use std::path::{Path, PathBuf};
 use vramlab::model::Config;
 use vramlab::record::{Phase, Record, Status};
+use vramlab::vocab::{Attention, Kernels, MeterKind};
 
 const KIB: u64 = 1024;
 
@@ -81,8 +82,11 @@ fn torch_cpu(scenario: &Path, out: &Path, implementation: &str) -> Vec<Record> {
             r.phase,
             r.message
         );
-        assert_eq!(r.meter, "cpu-preload");
-        assert_eq!(r.kernels, "eager");
+        assert_eq!(r.meter, MeterKind::CpuPreload);
+        assert_eq!(
+            (r.kernels, r.attention),
+            (Kernels::Reference, Attention::Eager)
+        );
     }
     rows
 }
@@ -104,7 +108,10 @@ fn check_training(rows: &[Record], point: &str, p: &Params, bytes: u64, implemen
         fwd1.param_count, p.count,
         "{point}: torch's parameter count"
     );
-    assert_eq!(fwd1.optimizer, format!("adamw-{implementation}"));
+    assert_eq!(
+        fwd1.optimizer.to_string(),
+        format!("adamw-{implementation}")
+    );
     let start = fwd1.baseline_allocated.unwrap();
     let grads = bwd1.end_allocated.unwrap() - start;
     let state = opt1.end_allocated.unwrap() - start;

@@ -89,3 +89,23 @@ fn torch_probe_dry_run_imports_no_torch() {
         "{got:?}"
     );
 }
+
+/// The probe writes the schema `vramlab` reads: the same version and columns, in order.
+#[test]
+fn torch_probe_columns_are_the_record_columns() {
+    let out = std::process::Command::new("python3")
+        .current_dir(root().join("scripts"))
+        .args([
+            "-c",
+            "import torch_probe as t; print(t.SCHEMA_VERSION); print(','.join(t.COLUMNS))",
+        ])
+        .output()
+        .unwrap();
+    let lines = ids(&out, "import torch_probe");
+    assert_eq!(
+        lines[0],
+        vramlab::record::SCHEMA_VERSION.to_string(),
+        "schema version"
+    );
+    assert_eq!(lines[1], vramlab::record::columns().join(","));
+}

@@ -114,7 +114,11 @@ fn tiny_llama_training_figures_are_exact() {
         let f1 = p[&(Phase::Forward, 1)];
         assert_eq!(f1.param_count, TINY_PARAMS);
         // Variables (weights, gradients, AdamW's m and v) are f32 under f32 and mixed-bf16.
-        let var_bytes = if f1.precision == "bf16" { 2 } else { 4 };
+        let var_bytes = if f1.precision == vramlab::vocab::Precision::Bf16 {
+            2
+        } else {
+            4
+        };
         let storage = TINY_PARAMS * var_bytes;
         assert_grads_and_state(id, p, storage, TINY_TENSORS);
         // SGD keeps no state, so step 2 repeats step 1 on the same live set: the step's peak
@@ -193,8 +197,12 @@ fn lora_adapters_alone_carry_gradients_and_optimizer_state() {
             p[&(Phase::Backward, 1)],
             p[&(Phase::Optimizer, 1)],
         );
-        assert_eq!(f1.trainable, "lora-r4");
-        let var_bytes = if f1.precision == "bf16" { 2 } else { 4 };
+        assert_eq!(f1.trainable, Some(vramlab::vocab::Trainable::Lora(4)));
+        let var_bytes = if f1.precision == vramlab::vocab::Precision::Bf16 {
+            2
+        } else {
+            4
+        };
         let adapters = TINY_LORA_PARAMS * var_bytes;
         assert_eq!(
             f1.feature_weight_bytes,

@@ -8,7 +8,7 @@ use crate::estimate::{
 use crate::fit::Constants;
 use crate::model::Config;
 use crate::units::{gb, gb_gib, gib};
-use crate::vocab::KvKind;
+use crate::vocab::{Checkpointing, KvKind};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -141,7 +141,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(p) => {
             let c = Constants::load(p)?;
             c.check_architecture(p, m.architecture.name())?;
-            if let Some(w) = c.check_query(p, a.runtime, a.backend.as_str(), a.allow_transfer)? {
+            if let Some(w) = c.check_query(p, a.runtime, a.backend, a.allow_transfer)? {
                 eprintln!("warning: {w}");
                 notes.push(format!("warning: {w}"));
             }
@@ -154,7 +154,11 @@ pub fn run(a: Args) -> Result<()> {
         batch: a.batch,
         context: a.context,
         optimizer: a.optimizer,
-        checkpointing: a.checkpointing,
+        checkpointing: if a.checkpointing {
+            Checkpointing::Layer
+        } else {
+            Checkpointing::None
+        },
         trainable: a.trainable,
         sharding: a.sharding,
         gpus: a.gpus,
@@ -194,8 +198,8 @@ pub fn run(a: Args) -> Result<()> {
             a.backend.as_str()
         ),
     };
-    if constants.is_some() && e.source == "analytic" {
-        notes.push(match estimate::group_key(&m, &q, "*") {
+    if let Some(k) = constants.as_ref().filter(|_| e.source == "analytic") {
+        notes.push(match estimate::group_key(&m, &q, k.backend) {
             Some(k) => format!(
                 "no fitted `{}` group in the constants file; analytic constants used",
                 k.label()
@@ -294,8 +298,8 @@ fn print_text(
         q.context,
         if q.mode == Mode::Train {
             format!(
-                ", optimizer {:?}, checkpointing {}, trainable {}, {:?} over {} GPU(s)",
-                q.optimizer,
+                ", optimizer {}, checkpointing {}, trainable {}, {:?} over {} GPU(s)",
+                q.runtime_optimizer(),
                 q.checkpointing,
                 q.trainable.label(),
                 q.sharding,

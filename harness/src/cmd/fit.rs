@@ -2,7 +2,7 @@
 //! report held-out error (DESIGN.md §9).
 use crate::error::{bad_file, InputError};
 use crate::export::csv::read;
-use crate::fit::{fit_all, ErrStats, Runtime, TERMS};
+use crate::fit::{fit_all, ErrStats, TERMS};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -34,14 +34,14 @@ pub fn run(a: Args) -> Result<()> {
     // One constants file describes one runtime on one backend (`estimate` matches on both).
     for r in &records {
         let first = &records[0];
-        if (Runtime::of(r), &r.backend) != (Runtime::of(first), &first.backend) {
+        if (r.meter.runtime(), r.backend) != (first.meter.runtime(), first.backend) {
             return Err(bad_file(
                 &a.csv[0],
                 format!(
                     "the CSVs mix {} on {} with {} on {}; fit each runtime and backend separately",
-                    Runtime::of(first).as_str(),
+                    first.meter.runtime(),
                     first.backend,
-                    Runtime::of(r).as_str(),
+                    r.meter.runtime(),
                     r.backend
                 ),
             ));

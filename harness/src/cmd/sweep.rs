@@ -7,6 +7,7 @@ use crate::record::{Phase, Status};
 use crate::runner::{base_record, now_rfc3339, progress_bar, Prepared, RunContext, Runner};
 use crate::scenario::shard::{cost as shard_cost, select, Shard};
 use crate::scenario::{expand, short_hash, Point, Spec};
+use crate::vocab::Backend;
 use anyhow::Context;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -276,7 +277,7 @@ pub fn run(args: Args) -> Result<()> {
     let ctx = RunContext {
         run_id: run_id.clone(),
         scenario_hash: scenario_hash.clone(),
-        backend: if cpu { "cpu" } else { "cuda" }.into(),
+        backend: if cpu { Backend::Cpu } else { Backend::Cuda },
         device_name: if cpu {
             crate::device::name(&candle_core::Device::Cpu)
         } else {
@@ -293,7 +294,7 @@ pub fn run(args: Args) -> Result<()> {
         scenario_path: args.scenario.clone(),
         scenario_hash: scenario_hash.clone(),
         scenario_text: text,
-        backend: ctx.backend.clone(),
+        backend: ctx.backend,
         device: device_spec.clone(),
         device_name: ctx.device_name.clone(),
         gpu: None,
@@ -466,7 +467,11 @@ fn worker(args: &Args, w: Worker<'_>) -> Result<()> {
     let ctx = RunContext {
         run_id: args.run_id.clone().unwrap_or_default(),
         scenario_hash,
-        backend: if device.is_cpu() { "cpu" } else { "cuda" }.into(),
+        backend: if device.is_cpu() {
+            Backend::Cpu
+        } else {
+            Backend::Cuda
+        },
         device_name: crate::device::name(&device),
         driver_version: facts
             .as_ref()
@@ -476,7 +481,7 @@ fn worker(args: &Args, w: Worker<'_>) -> Result<()> {
             .as_ref()
             .map(|f| f.runtime_version.clone())
             .unwrap_or_default(),
-        pool_release: crate::meter::pool::release_column(meter.kind(), pool_release).into(),
+        pool_release: crate::meter::pool::release_column(meter.kind(), pool_release),
     };
     let mut exporter = CsvExporter::append(out)?;
     let mut runner = Runner {

@@ -10,7 +10,7 @@ pub mod model;
 
 use crate::features::{self as feat, Features, InferShape, TrainShape};
 pub use crate::fit::Runtime;
-use crate::fit::{self, Constants, GroupKey, Target};
+use crate::fit::{self, Constants, GroupKey, Target, TrainGroup};
 use crate::model::{Config, KvKind};
 use crate::record::Phase;
 pub use model::{resolve, Resolved};
@@ -31,32 +31,9 @@ pub const ALLOCATOR_ROUNDING: u64 = 20 << 20;
 
 /// The device a query is for: CUDA GPUs (the catalog), or the CPU (candle's CPU backend, to
 /// check an estimate against `vramlab sweep` on this machine).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Cuda,
-    Cpu,
-}
-
-impl Backend {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Backend::Cuda => "cuda",
-            Backend::Cpu => "cpu",
-        }
-    }
-}
-
-use crate::vocab::Checkpointing;
-pub use crate::vocab::{KvWindow, Mode, Precision, Trainable};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Optimizer {
-    None,
-    Sgd,
-    Adamw,
-}
+pub use crate::vocab::Backend;
+pub use crate::vocab::{Attention, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Trainable};
+use crate::vocab::{Checkpointing, Ops};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -68,32 +45,6 @@ pub enum Sharding {
     Fsdp,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Attention {
-    /// FlashAttention: scores are never materialized (also vLLM).
-    Flash,
-    /// PyTorch `scaled_dot_product_attention` (flash or memory-efficient kernel): no scores
-    /// saved for the backward.
-    Sdpa,
-    /// Scores b·heads·s² are materialized and saved (transformers' eager path, vramlab's own
-    /// candle models).
-    Eager,
-}
-
-/// How a torch optimizer step runs over the parameters (its transient differs, DESIGN.md §9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum OptimizerImpl {
-    /// torch's multi-tensor path (the CUDA default): `_foreach_sqrt` of v allocates one
-    /// temporary per parameter at once ≈ 1 × the trainable parameter bytes.
-    Foreach,
-    /// One parameter at a time: temporaries of the largest tensor only.
-    ForLoop,
-    /// `fused=True`: one kernel, no temporaries (≈ 0).
-    Fused,
-}
-
 /// One configuration to estimate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Query {
@@ -102,7 +53,7 @@ pub struct Query {
     pub batch: u64,
     pub context: u64,
     pub optimizer: Optimizer,
-    pub checkpointing: bool,
+    pub checkpointing: Checkpointing,
     pub trainable: Trainable,
     pub sharding: Sharding,
     pub gpus: u64,
@@ -125,7 +76,7 @@ impl Default for Query {
             batch: 1,
             context: 4096,
             optimizer: Optimizer::Adamw,
-            checkpointing: false,
+            checkpointing: Checkpointing::None,
             trainable: Trainable::Full,
             sharding: Sharding::Ddp,
             gpus: 1,
@@ -135,6 +86,20 @@ impl Default for Query {
             runtime: Runtime::Torch,
             backend: Backend::Cuda,
             optimizer_impl: OptimizerImpl::Foreach,
+        }
+    }
+}
+
+impl Query {
+    /// The optimizer as the query's runtime runs it: on torch, `sgd` and `adamw` take
+    /// `--optimizer-impl` (`adamw` + `foreach` = `adamw-foreach`, what the torch probe's rows
+    /// record); everything else as given.
+    pub fn runtime_optimizer(&self) -> Optimizer {
+        match (self.runtime, self.optimizer) {
+            (Runtime::Torch, o @ (Optimizer::Sgd | Optimizer::Adamw)) => {
+                o.torch(self.optimizer_impl)
+            }
+            (_, o) => o,
         }
     }
 }
@@ -246,15 +211,8 @@ fn analytic_train(c: &Config, q: &Query) -> Breakdown {
         Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
     };
     let wb = q.precision.weight_bytes();
-    let opt_per_param = match q.optimizer {
-        Optimizer::None | Optimizer::Sgd => 0,
-        Optimizer::Adamw => 2 * wb,
-    };
-    let grads = if q.optimizer == Optimizer::None {
-        0
-    } else {
-        t * wb
-    };
+    let opt_per_param = if q.optimizer.is_adamw() { 2 * wb } else { 0 };
+    let grads = if q.optimizer.updates() { t * wb } else { 0 };
     let (b, s) = (q.batch, q.context);
     let (h, l, a) = (
         c.hidden_size as u64,
@@ -268,7 +226,7 @@ fn analytic_train(c: &Config, q: &Query) -> Breakdown {
         Attention::Eager => 5 * a * s * s * b,
     };
     let per_layer = (34 * s * b * h + score_term) * aw / 2;
-    let activations = if q.checkpointing {
+    let activations = if q.checkpointing == Checkpointing::Layer {
         l * s * b * h * aw + per_layer
     } else {
         l * per_layer
@@ -303,16 +261,20 @@ fn analytic_train(c: &Config, q: &Query) -> Breakdown {
 /// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
 /// fused none. SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
-    if q.optimizer != Optimizer::Adamw {
-        return 0;
-    }
     let wb = q.precision.weight_bytes();
     let largest = feat::counts(c, q.trainable).largest_tensor.min(t) * wb;
-    match (q.runtime, q.optimizer_impl) {
-        (Runtime::Candle, _) => 14 * largest,
-        (Runtime::Torch, OptimizerImpl::Foreach) => t * wb,
-        (Runtime::Torch, OptimizerImpl::ForLoop) => largest,
-        (Runtime::Torch, OptimizerImpl::Fused) => 0,
+    match q.runtime_optimizer() {
+        Optimizer::Adamw => 14 * largest,
+        Optimizer::AdamwForeach => t * wb,
+        Optimizer::AdamwForLoop => largest,
+        // In place, one kernel (vramlab-kernels' on candle, `fused=True` on torch); SGD
+        // keeps no state.
+        Optimizer::AdamwFused
+        | Optimizer::None
+        | Optimizer::Sgd
+        | Optimizer::SgdForeach
+        | Optimizer::SgdForLoop
+        | Optimizer::SgdFused => 0,
     }
 }
 
@@ -331,7 +293,7 @@ fn device_terms(q: &Query) -> Breakdown {
 
 /// Gradient bytes of a training query (unsharded: fits know one GPU).
 pub fn grad_bytes(c: &Config, q: &Query) -> u64 {
-    if q.optimizer == Optimizer::None {
+    if !q.optimizer.updates() {
         0
     } else {
         feat::trainable_params(c, q.trainable) * q.precision.weight_bytes()
@@ -345,7 +307,7 @@ pub fn train_features(c: &Config, q: &Query) -> Features {
         seq: q.context as usize,
         weight_bytes: q.precision.weight_bytes() as usize,
         compute_bytes: q.precision.act_bytes() as usize,
-        adamw: q.optimizer == Optimizer::Adamw,
+        adamw: q.optimizer.is_adamw(),
         trainable: q.trainable,
     };
     feat::train(c, &shape, Phase::StepTotal)
@@ -355,43 +317,38 @@ pub fn train_features(c: &Config, q: &Query) -> Features {
 /// phase of the same architecture, precision and cache kind; for training the `step_total`
 /// phase of the same architecture, precision, optimizer, checkpointing and kind of trainable
 /// set. None for a sharded training job (the fits know one GPU) or no optimizer.
-pub fn group_key(c: &Config, q: &Query, backend: &str) -> Option<GroupKey> {
+pub fn group_key(c: &Config, q: &Query, backend: Backend) -> Option<GroupKey> {
     let (kv_cache, train, phase) = match q.mode {
         // Encoders have no fitted groups yet: analytic only.
         Mode::Encode => return None,
-        Mode::Infer => (q.kv_cache.to_string(), String::new(), "total"),
+        Mode::Infer => (Some(q.kv_cache), None, Phase::Total),
         Mode::Train => {
-            if q.gpus > 1 && q.sharding != Sharding::Ddp {
+            if q.gpus > 1 && q.sharding != Sharding::Ddp || !q.optimizer.updates() {
                 return None;
             }
-            let opt = match q.optimizer {
-                Optimizer::None => return None,
-                Optimizer::Sgd => "sgd",
-                Optimizer::Adamw => "adamw",
+            let group = TrainGroup {
+                optimizer: q.runtime_optimizer(),
+                checkpointing: q.checkpointing,
+                trainable: q.trainable.kind(),
+                first_step: false,
             };
-            let ckpt = if q.checkpointing {
-                Checkpointing::Layer
-            } else {
-                Checkpointing::None
-            };
-            let group = fit::train_group(opt, ckpt, q.trainable);
-            (String::new(), group, "step_total")
+            (None, Some(group), Phase::StepTotal)
         }
     };
     Some(GroupKey {
         architecture: c.architecture.name().to_string(),
-        backend: backend.into(),
-        precision: q.precision.as_str().into(),
-        mode: q.mode.as_str().into(),
+        backend,
+        precision: q.precision,
+        mode: q.mode,
         kv_cache,
         train,
-        ops: String::new(),
-        phase: phase.into(),
+        ops: Ops::default(),
+        phase,
     })
 }
 
 /// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
-pub fn query_terms(c: &Config, q: &Query, phase: &str) -> fit::Terms {
+pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
     match q.mode {
         Mode::Infer | Mode::Encode => fit::terms(
             &infer_features(c, q),
@@ -409,7 +366,7 @@ pub fn query_terms(c: &Config, q: &Query, phase: &str) -> fit::Terms {
             1,
             true,
             q.precision.act_bytes(),
-            if phase == "forward" {
+            if phase == Phase::Forward {
                 0
             } else {
                 grad_bytes(c, q)
@@ -428,14 +385,14 @@ pub fn fitted_group<'a>(
     cfg: &Config,
     q: &Query,
 ) -> Option<(&'a fit::GroupFit, fit::Terms)> {
-    let key = group_key(cfg, q, &c.backend)?;
-    let at = |g: &'a fit::GroupFit| (g, query_terms(cfg, q, &g.key.phase));
+    let key = group_key(cfg, q, c.backend)?;
+    let at = |g: &'a fit::GroupFit| (g, query_terms(cfg, q, g.key.phase));
     if q.mode == Mode::Train {
         let phases: Option<Vec<_>> = fit::STEP_PHASES
             .iter()
             .map(|ph| {
                 let k = GroupKey {
-                    phase: ph.to_string(),
+                    phase: *ph,
                     ..key.clone()
                 };
                 c.find(&k, Target::PeakAllocated).map(at)
@@ -879,7 +836,7 @@ mod tests {
         let per_layer = 34 * 1024 * 2 * 4096 + 5 * 32 * 1024 * 1024 * 2;
         assert_eq!(estimate(&m, &eager, None).activations, 32 * per_layer);
         let ck = Query {
-            checkpointing: true,
+            checkpointing: Checkpointing::Layer,
             ..t
         };
         assert_eq!(
@@ -916,19 +873,30 @@ mod tests {
     /// inference `total` group and the three AdamW training phases.
     fn wild_constants() -> Constants {
         let mut group = Vec::new();
-        let key = |mode: &str, kv: &str, train: &str, phase: &str| GroupKey {
+        let key = |mode, kv_cache, train, phase| GroupKey {
             architecture: "llama".into(),
-            backend: "cuda".into(),
-            precision: "bf16".into(),
-            mode: mode.into(),
-            kv_cache: kv.into(),
-            train: train.into(),
-            ops: String::new(),
-            phase: phase.into(),
+            backend: Backend::Cuda,
+            precision: Precision::Bf16,
+            mode,
+            kv_cache,
+            train,
+            ops: Ops::default(),
+            phase,
         };
-        let mut keys = vec![key("infer", "preallocated", "", "total")];
+        let mut keys = vec![key(
+            Mode::Infer,
+            Some(KvKind::Preallocated),
+            None,
+            Phase::Total,
+        )];
+        let adamw = TrainGroup {
+            optimizer: Optimizer::AdamwForeach,
+            checkpointing: Checkpointing::None,
+            trainable: crate::vocab::TrainableKind::Full,
+            first_step: false,
+        };
         for ph in fit::STEP_PHASES {
-            keys.push(key("train", "", "adamw+none+full", ph));
+            keys.push(key(Mode::Train, None, Some(adamw), ph));
         }
         for k in keys {
             let coef = [
@@ -963,7 +931,7 @@ mod tests {
             schema: fit::CONSTANTS_SCHEMA,
             vramlab_version: "test".into(),
             runtime: Runtime::Torch,
-            backend: "cuda".into(),
+            backend: Backend::Cuda,
             device: "test".into(),
             models: vec![],
             fit_error: None,

@@ -66,13 +66,11 @@ pub fn read_from<R: std::io::Read>(path: &Path, r: R) -> Result<Vec<Record>> {
     Ok(read_table_from(path, r)?.records)
 }
 
-/// A vramlab CSV as read: its header, its rows, and the `runtime` column's value per row when
-/// the file has one (the torch probe's CSV), which [`Record`] does not hold.
+/// A vramlab CSV as read: its header and its rows.
 #[derive(Clone, Debug, Default)]
 pub struct Table {
     pub columns: Vec<String>,
     pub records: Vec<Record>,
-    pub runtime: Vec<Option<String>>,
 }
 
 /// Reads a vramlab CSV with its header. Any schema version up to [`SCHEMA_VERSION`] is read
@@ -95,7 +93,6 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
             "not a vramlab CSV: the first column must be `schema_version`",
         ));
     }
-    let runtime_col = headers.iter().position(|h| h == "runtime");
     // A row needs every column of its own schema version; columns added later read as empty.
     let missing = |version: u32| {
         crate::record::columns_of(version)
@@ -103,7 +100,6 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
             .find(|c| !headers.iter().any(|h| h == c))
     };
     let mut out = Vec::new();
-    let mut runtime = Vec::new();
     for (i, row) in rd.records().enumerate() {
         let line = i + 2;
         let row = row.map_err(|e| bad_file(path, format!("row {line}: {e}")))?;
@@ -131,12 +127,10 @@ pub fn read_table_from<R: std::io::Read>(path: &Path, r: R) -> Result<Table> {
         })?;
         r.upgrade();
         out.push(r);
-        runtime.push(runtime_col.and_then(|c| row.get(c)).map(str::to_string));
     }
     Ok(Table {
         columns: headers.iter().map(str::to_string).collect(),
         records: out,
-        runtime,
     })
 }
 
@@ -169,10 +163,23 @@ mod tests {
         row[cols.iter().position(|c| c == "param_count").unwrap()] = "5".into();
         row[cols.iter().position(|c| c == "batch").unwrap()] = "1".into();
         row[cols.iter().position(|c| c == "context").unwrap()] = "8".into();
+        for (c, v) in [
+            ("backend", "cpu"),
+            ("mode", "infer"),
+            ("precision", "f32"),
+            ("kv_cache", "growing"),
+            ("optimizer", "none"),
+            ("kernels", "reference"),
+            ("meter", "cpu-alloc"),
+        ] {
+            row[cols.iter().position(|n| n == c).unwrap()] = v.into();
+        }
         let text = format!("{}\n{}\n", cols.join(","), row.join(","));
         let r = read_from(Path::new("v1.csv"), text.as_bytes()).unwrap();
         assert_eq!(r[0].schema_version, 1);
-        assert_eq!(r[0].attention, "eager");
+        assert_eq!(r[0].attention, crate::vocab::Attention::Eager);
+        // An inference row before version 3 kept every token.
+        assert_eq!(r[0].kv_window, Some(crate::vocab::KvWindow::Full));
     }
 
     #[test]

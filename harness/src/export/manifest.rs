@@ -111,7 +111,7 @@ pub struct Manifest {
     pub scenario_path: PathBuf,
     pub scenario_hash: String,
     pub scenario_text: String,
-    pub backend: String,
+    pub backend: crate::vocab::Backend,
     pub device: String,
     pub device_name: String,
     /// GPU facts (name, total memory, driver, runtime, compute capability) on CUDA.

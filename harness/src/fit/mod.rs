@@ -19,7 +19,9 @@ pub mod nnls;
 
 use crate::features::Features;
 use crate::record::{Phase, Record, Status};
-use crate::vocab::{Checkpointing, Mode, Optimizer, Precision, Trainable};
+use crate::vocab::{
+    Backend, Checkpointing, KvKind, Mode, Ops, Optimizer, Precision, Trainable, TrainableKind,
+};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -128,12 +130,6 @@ pub fn with_grads(
     ]
 }
 
-/// A row's mode and precision in the vocabulary (None for a value outside it): the one place
-/// fit reads meaning from those columns.
-fn mode_precision(r: &Record) -> Option<(Mode, Precision)> {
-    Some((r.mode.parse().ok()?, r.precision.parse().ok()?))
-}
-
 /// The terms of a training phase. Activation, logits and score terms count one micro-batch
 /// (`batch / grad_accum`, what a forward holds at once) over `seq` tokens; the optimizer term
 /// counts only when the state is live in the phase (`optimizer_live`: from the first optimizer
@@ -165,12 +161,9 @@ fn grad_bytes(r: &Record, f: &Features, phase: Phase) -> u64 {
     if !matches!(phase, Phase::Backward | Phase::Optimizer | Phase::StepTotal) {
         return 0;
     }
-    match (
-        r.optimizer.parse::<Optimizer>(),
-        r.trainable.parse::<Trainable>(),
-    ) {
-        (Ok(o), _) if o.is_adamw() => f.optimizer_bytes / 2,
-        (Ok(Optimizer::Sgd), Ok(Trainable::Full)) => f.weight_bytes,
+    match (r.optimizer, r.trainable) {
+        (o, _) if o.is_adamw() => f.optimizer_bytes / 2,
+        (o, Some(Trainable::Full)) if o.is_sgd() => f.weight_bytes,
         _ => 0,
     }
 }
@@ -187,10 +180,9 @@ pub fn record_terms(r: &Record) -> Option<Terms> {
         logits_bytes: r.feature_logits_bytes?,
         optimizer_bytes: r.feature_optimizer_bytes.unwrap_or(0),
     };
-    let (mode, precision) = mode_precision(r)?;
-    let bytes = precision.act_bytes();
+    let bytes = r.precision.act_bytes();
     let phase = r.phase?;
-    if mode == Mode::Train && phase != Phase::Load {
+    if r.mode == Mode::Train && phase != Phase::Load {
         let live = r.step.unwrap_or(1) > 1 || matches!(phase, Phase::Optimizer | Phase::StepTotal);
         return Some(train_terms(
             &f,
@@ -206,100 +198,147 @@ pub fn record_terms(r: &Record) -> Option<Terms> {
     Some(terms(&f, r.batch, s, t, bytes))
 }
 
-/// The `train` part of a training row's group: optimizer, checkpointing and the kind of
-/// trainable set (`full`, `frozen-embeddings`, `lora`: the rank only scales the adapters).
-pub fn train_group(optimizer: &str, checkpointing: Checkpointing, trainable: Trainable) -> String {
-    format!("{optimizer}+{checkpointing}+{}", trainable.kind())
+/// The `train` part of a training row's group: the optimizer as it ran, checkpointing, the
+/// kind of trainable set (`full`, `frozen-embeddings`, `lora`: the rank only scales the
+/// adapters), and whether the rows are the first step's. Written `adamw+none+full[+step1]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TrainGroup {
+    pub optimizer: Optimizer,
+    pub checkpointing: Checkpointing,
+    pub trainable: TrainableKind,
+    /// The first step is its own group: its optimizer state is created inside it, so its
+    /// forward and backward run without the state that later steps carry.
+    pub first_step: bool,
+}
+
+impl std::fmt::Display for TrainGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step1 = if self.first_step { "+step1" } else { "" };
+        write!(
+            f,
+            "{}+{}+{}{step1}",
+            self.optimizer, self.checkpointing, self.trainable
+        )
+    }
+}
+
+impl std::str::FromStr for TrainGroup {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = |e: &dyn std::fmt::Display| format!("training group `{s}`: {e}");
+        let parts: Vec<&str> = s.split('+').collect();
+        let (o, c, t, first_step) = match parts[..] {
+            [o, c, t] => (o, c, t, false),
+            [o, c, t, "step1"] => (o, c, t, true),
+            _ => return Err(bad(&"expected optimizer+checkpointing+trainable[+step1]")),
+        };
+        Ok(TrainGroup {
+            optimizer: o.parse().map_err(|e| bad(&e))?,
+            checkpointing: c.parse().map_err(|e| bad(&e))?,
+            trainable: t.parse().map_err(|e| bad(&e))?,
+            first_step,
+        })
+    }
+}
+
+impl TryFrom<String> for TrainGroup {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<TrainGroup> for String {
+    fn from(g: TrainGroup) -> String {
+        g.to_string()
+    }
 }
 
 /// What identifies a group of rows fitted together.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct GroupKey {
     pub architecture: String,
-    pub backend: String,
-    pub precision: String,
-    pub mode: String,
-    pub kv_cache: String,
-    /// Training rows: `optimizer+checkpointing+trainable kind` ([`train_group`]), with
-    /// `+step1` for the first step's rows; empty for inference.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub train: String,
-    /// `kernels+attention` ([`ops_group`]) when not the default `reference+eager`; empty for
-    /// the default (as in every constants file written before these axes).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ops: String,
-    pub phase: String,
+    pub backend: Backend,
+    pub precision: Precision,
+    pub mode: Mode,
+    /// Inference rows; written `""` for training groups.
+    #[serde(with = "crate::vocab::blank")]
+    pub kv_cache: Option<KvKind>,
+    /// Training rows ([`TrainGroup`]); absent for inference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<TrainGroup>,
+    /// `kernels+attention` when not the default `reference+eager`; absent for the default (as
+    /// in every constants file written before these axes).
+    #[serde(default, skip_serializing_if = "is_default_ops", with = "ops_text")]
+    pub ops: Ops,
+    pub phase: Phase,
 }
 
-/// The `ops` part of a group: empty for `reference` kernels with `eager` attention (what
-/// every schema-1 row ran), else `kernels+attention`.
-pub fn ops_group(kernels: &str, attention: &str) -> String {
-    let (k, a) = (
-        if kernels.is_empty() {
-            "reference"
-        } else {
-            kernels
-        },
-        if attention.is_empty() {
-            "eager"
-        } else {
-            attention
-        },
-    );
-    if (k, a) == ("reference", "eager") {
-        String::new()
-    } else {
-        format!("{k}+{a}")
+fn is_default_ops(o: &Ops) -> bool {
+    *o == Ops::default()
+}
+
+/// `Ops` in a constants file: `kernels+attention`.
+mod ops_text {
+    use crate::vocab::Ops;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(o: &Ops, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{}+{}", o.kernels, o.attention))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Ops, D::Error> {
+        let text = String::deserialize(d)?;
+        let (k, a) = text
+            .split_once('+')
+            .ok_or_else(|| D::Error::custom(format!("ops `{text}`: expected kernels+attention")))?;
+        Ok(Ops {
+            kernels: k.parse().map_err(D::Error::custom)?,
+            attention: a.parse().map_err(D::Error::custom)?,
+        })
     }
 }
 
 impl GroupKey {
+    /// A row's group: None for a row without a phase, or a training row without its
+    /// checkpointing and trainable set.
     pub fn of(r: &Record) -> Option<GroupKey> {
-        let phase = serde_json::to_value(r.phase?).ok()?.as_str()?.to_string();
+        let train = match r.mode {
+            Mode::Train => Some(TrainGroup {
+                optimizer: r.optimizer,
+                checkpointing: r.checkpointing?,
+                trainable: r.trainable?.kind(),
+                first_step: r.step == Some(1),
+            }),
+            Mode::Infer | Mode::Encode => None,
+        };
         Some(GroupKey {
             architecture: r.architecture.clone(),
-            backend: r.backend.clone(),
-            precision: r.precision.clone(),
-            mode: r.mode.clone(),
-            kv_cache: r.kv_cache.clone(),
-            // The first step is its own group: its optimizer state is created inside it, so
-            // its forward and backward run without the state that later steps carry.
-            train: if r.mode == Mode::Train.as_str() {
-                let g = train_group(
-                    &r.optimizer,
-                    r.checkpointing.parse().ok()?,
-                    r.trainable.parse().ok()?,
-                );
-                if r.step == Some(1) {
-                    g + "+step1"
-                } else {
-                    g
-                }
-            } else {
-                String::new()
+            backend: r.backend,
+            precision: r.precision,
+            mode: r.mode,
+            kv_cache: r.kv_cache,
+            train,
+            ops: Ops {
+                kernels: r.kernels,
+                attention: r.attention,
             },
-            ops: ops_group(&r.kernels, &r.attention),
-            phase,
+            phase: r.phase?,
         })
     }
     pub fn label(&self) -> String {
-        let ops = if self.ops.is_empty() {
+        let ops = if is_default_ops(&self.ops) {
             String::new()
         } else {
-            format!("/{}", self.ops)
+            format!("/{}+{}", self.ops.kernels, self.ops.attention)
+        };
+        let kind = match (&self.train, self.kv_cache) {
+            (Some(t), _) => t.to_string(),
+            (None, Some(kv)) => kv.to_string(),
+            (None, None) => String::new(),
         };
         format!(
-            "{}/{}/{}/{}/{}{ops}/{}",
-            self.architecture,
-            self.backend,
-            self.precision,
-            self.mode,
-            if self.train.is_empty() {
-                &self.kv_cache
-            } else {
-                &self.train
-            },
-            self.phase
+            "{}/{}/{}/{}/{kind}{ops}/{}",
+            self.architecture, self.backend, self.precision, self.mode, self.phase
         )
     }
 }
@@ -331,10 +370,7 @@ impl Sample {
         Some(Sample {
             x: record_terms(r)?,
             y,
-            prior: {
-                let (mode, precision) = mode_precision(r)?;
-                priors(mode, precision.act_bytes())
-            },
+            prior: priors(r.mode, r.precision.act_bytes()),
             point: r.point_id.clone(),
             context: r.context,
             step: r.step.unwrap_or(0),
@@ -773,33 +809,7 @@ pub struct GroupFit {
 /// terms, provenance).
 pub const CONSTANTS_SCHEMA: u32 = 2;
 
-/// The software that ran the measured workloads: their uncertain terms (activations saved
-/// per layer, logits path, optimizer transients, allocator) differ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Runtime {
-    /// vramlab's own candle workloads (`vramlab sweep`).
-    Candle,
-    /// PyTorch + transformers (`scripts/torch_probe.py`).
-    Torch,
-}
-
-impl Runtime {
-    /// The runtime that wrote a CSV row (the torch probe writes `kernels = torch`).
-    pub fn of(r: &Record) -> Runtime {
-        if r.kernels == "torch" || r.candle_version.is_empty() {
-            Runtime::Torch
-        } else {
-            Runtime::Candle
-        }
-    }
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Runtime::Candle => "candle",
-            Runtime::Torch => "torch",
-        }
-    }
-}
+pub use crate::vocab::Runtime;
 
 /// The constants file `fit` writes and `estimate --constants` reads.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -809,7 +819,7 @@ pub struct Constants {
     /// Where the constants came from: the runtime, backend and device that measured the rows,
     /// and the models measured.
     pub runtime: Runtime,
-    pub backend: String,
+    pub backend: Backend,
     pub device: String,
     pub models: Vec<String>,
     /// Held-out error of the fit over all groups (k-fold by point, peak allocated).
@@ -830,7 +840,7 @@ pub struct FitReport {
 }
 
 /// The phases a training step's peak is the envelope of.
-pub const STEP_PHASES: [&str; 3] = ["forward", "backward", "optimizer"];
+pub const STEP_PHASES: [Phase; 3] = [Phase::Forward, Phase::Backward, Phase::Optimizer];
 
 /// k-fold by point over the `step_total` samples of a training group: each fold refits the
 /// forward, backward and optimizer groups (`phases`, with the fitter the full fit chose)
@@ -934,13 +944,13 @@ pub fn fit_all(
         let mut env = Vec::new();
         for (key, step) in groups
             .iter()
-            .filter(|(k, _)| k.mode == Mode::Train.as_str() && k.phase == Phase::StepTotal.as_str())
+            .filter(|(k, _)| k.mode == Mode::Train && k.phase == Phase::StepTotal)
         {
             let phases: Option<Vec<(&[Sample], Fitter)>> = STEP_PHASES
                 .iter()
                 .map(|ph| {
                     let pk = GroupKey {
-                        phase: ph.to_string(),
+                        phase: *ph,
                         ..key.clone()
                     };
                     let fitted = group.iter().find(|g| g.key == pk && g.target == target)?;
@@ -971,8 +981,12 @@ pub fn fit_all(
         constants: Constants {
             schema: CONSTANTS_SCHEMA,
             vramlab_version: env!("CARGO_PKG_VERSION").into(),
-            runtime: records.first().map(Runtime::of).unwrap_or(Runtime::Candle),
-            backend: distinct(|r| r.backend.clone()).join("+"),
+            runtime: records
+                .first()
+                .map(|r| r.meter.runtime())
+                .unwrap_or(Runtime::Candle),
+            // `vramlab fit` refuses CSVs of several backends (`cmd/fit.rs`).
+            backend: records.first().map(|r| r.backend).unwrap_or_default(),
             device: distinct(|r| r.device_name.clone()).join("+"),
             models: distinct(|r| r.model_id.clone()),
             fit_error,
@@ -1061,7 +1075,7 @@ impl Constants {
         &self,
         path: &std::path::Path,
         runtime: Runtime,
-        backend: &str,
+        backend: Backend,
         allow_transfer: bool,
     ) -> anyhow::Result<Option<String>> {
         if self.runtime == runtime && self.backend == backend {

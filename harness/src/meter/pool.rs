@@ -89,7 +89,7 @@ impl<P: PoolAttrs> PoolMeter<P> {
     }
 
     /// The `pool_release` CSV column: empty where no pool is used.
-    pub fn pool_release_column(&self) -> &'static str {
+    pub fn pool_release_column(&self) -> Option<PoolRelease> {
         release_column(self.kind(), self.release)
     }
 
@@ -101,12 +101,8 @@ impl<P: PoolAttrs> PoolMeter<P> {
 
 /// The `pool_release` CSV column for a meter of kind `meter_kind`: the option where a pool is
 /// read (`cuda-pool`), empty otherwise.
-pub fn release_column(meter_kind: MeterKind, release: PoolRelease) -> &'static str {
-    if meter_kind == MeterKind::CudaPool {
-        release.as_str()
-    } else {
-        ""
-    }
+pub fn release_column(meter_kind: MeterKind, release: PoolRelease) -> Option<PoolRelease> {
+    (meter_kind == MeterKind::CudaPool).then_some(release)
 }
 
 /// The manifest's `pool` object for a meter of kind `meter_kind`; null on CPU.
@@ -349,17 +345,17 @@ mod tests {
         );
         // No pool attribute is touched without async allocation.
         assert!(m.pool().log.borrow().iter().all(|l| !l.starts_with("set")));
-        assert_eq!(m.pool_release_column(), "");
+        assert_eq!(m.pool_release_column(), None);
     }
 
     #[test]
     fn release_threshold_from_the_option() {
         let m = PoolMeter::new(FakePool::new(true), PoolRelease::Keep).unwrap();
         assert_eq!(m.pool().attrs[&PoolAttr::ReleaseThreshold], u64::MAX);
-        assert_eq!(m.pool_release_column(), "keep");
+        assert_eq!(m.pool_release_column(), Some(PoolRelease::Keep));
         let m = PoolMeter::new(FakePool::new(true), PoolRelease::Release).unwrap();
         assert_eq!(m.pool().attrs[&PoolAttr::ReleaseThreshold], 0);
-        assert_eq!(m.pool_release_column(), "release");
+        assert_eq!(m.pool_release_column(), Some(PoolRelease::Release));
         let mut p = FakePool::new(true);
         p.fail_set = true;
         assert!(PoolMeter::new(p, PoolRelease::Keep).is_err());
@@ -482,13 +478,13 @@ mod tests {
         let mut m = PoolMeter::new(FakePool::new(true), PoolRelease::Keep).unwrap();
         let (_, mem, _) = measure(&mut m, || Ok(())).unwrap();
         let mut r = crate::record::Record {
-            meter: m.kind().to_string(),
-            pool_release: m.pool_release_column().into(),
+            meter: m.kind(),
+            pool_release: m.pool_release_column(),
             ..Default::default()
         };
         r.set_memory(&mem);
-        assert_eq!(r.meter, "cuda-pool");
-        assert_eq!(r.pool_release, "keep");
+        assert_eq!(r.meter, MeterKind::CudaPool);
+        assert_eq!(r.pool_release, Some(PoolRelease::Keep));
         assert_eq!(r.device_used, Some(500 * MIB));
         assert_eq!(r.non_pool, Some(500 * MIB));
         let j = m.settings_json();
@@ -501,7 +497,7 @@ mod tests {
         );
         assert_eq!(
             release_column(MeterKind::CudaMeminfo, PoolRelease::Release),
-            ""
+            None
         );
         assert_eq!(
             pool_json(MeterKind::CudaMeminfo, PoolRelease::Keep)["meter"],

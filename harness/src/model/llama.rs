@@ -332,6 +332,10 @@ impl Llama {
         let window = self.cfg.sliding_window;
         match self.ops.attention {
             Attention::Eager => attention(q, k, v, Some(Causal { pos, window }), fused),
+            // Refused by the scenario (`sdpa` is the torch probe's).
+            Attention::Sdpa => Err(candle_core::Error::Msg(
+                "attention `sdpa` is PyTorch's kernel, not a candle op".into(),
+            )),
             Attention::Flash => {
                 let (b, h, s, hd) = q.dims4()?;
                 let scale = 1.0 / (hd as f32).sqrt();

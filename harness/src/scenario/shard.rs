@@ -2,7 +2,7 @@
 //! estimator's cost, with the points that share loaded weights kept together.
 use super::grid::Point;
 use super::spec::Mode;
-use crate::estimate::{estimate, Attention, Optimizer, Query};
+use crate::estimate::{estimate, Attention, Query};
 use crate::model::Config;
 use std::collections::BTreeMap;
 
@@ -44,12 +44,8 @@ pub fn cost(config: &Config, p: &Point) -> u64 {
         precision: p.precision,
         batch: p.batch as u64,
         context: p.context as u64,
-        optimizer: match p.train.optimizer {
-            super::spec::Optimizer::Sgd => Optimizer::Sgd,
-            // The same state; the fused step's smaller transient matters little to a cost.
-            super::spec::Optimizer::Adamw | super::spec::Optimizer::AdamwFused => Optimizer::Adamw,
-        },
-        checkpointing: p.train.checkpointing == super::spec::Checkpointing::Layer,
+        optimizer: p.train.optimizer,
+        checkpointing: p.train.checkpointing,
         trainable: p.train.trainable,
         attention: Attention::Eager,
         kv_cache: p.kv_cache,

@@ -279,9 +279,21 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
         nonempty("kv_window", s.kv_window.len())?;
         nonempty("kernels", s.kernels.len())?;
         nonempty("attention", s.attention.len())?;
+        if s.attention.contains(&Attention::Sdpa) {
+            return Err((
+                "attention",
+                "[sweep] attention `sdpa` is PyTorch's kernel (the torch probe's `--attention sdpa`); vramlab's models run `eager` or `flash`".into(),
+            ));
+        }
         let train = s.mode.contains(&Mode::Train);
         if train {
             nonempty("optimizer", s.optimizer.len())?;
+            if let Some(o) = s.optimizer.iter().find(|o| !o.is_scenario_choice()) {
+                return Err((
+                    "optimizer",
+                    format!("[sweep] optimizer `{o}` is not a scenario choice: use `sgd`, `adamw` or `adamw-fused` (torch's implementations are the probe's `--torch-optim`)"),
+                ));
+            }
             nonempty("checkpointing", s.checkpointing.len())?;
             nonempty("grad_accum", s.grad_accum.len())?;
             nonempty("trainable", s.trainable.len())?;

@@ -59,6 +59,8 @@ impl AnyOpt {
                     ..Default::default()
                 },
             )?),
+            // The scenario admits only the three above (`Optimizer::is_scenario_choice`).
+            other => anyhow::bail!("optimizer `{other}` is not one vramlab's candle training runs"),
         })
     }
     fn step(&mut self, g: &GradStore) -> Result<()> {

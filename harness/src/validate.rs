@@ -479,6 +479,7 @@ fn estimate_row(
         }
         (_, ModelRef::Config(c)) => {
             let cfg = &c.config;
+            // Constants answer only for the architecture they were fitted on.
             let k = constants.filter(|k| {
                 k.check_architecture(Path::new(""), cfg.architecture.name())
                     .is_ok()
@@ -489,11 +490,7 @@ fn estimate_row(
                     estimate::estimate(cfg, &q, k)
                 }
                 // Weights loaded, no forward pass: no cuBLAS handle yet.
-                (Mode::Infer, None, None) => Breakdown {
-                    cublas_workspace: 0,
-                    ..estimate::estimate(cfg, &q, k)
-                }
-                .weights_only(),
+                (Mode::Infer, None, None) => estimate::estimate(cfg, &q, k).weights_only(),
                 (_, Some(_), Some(_)) => estimate::estimate(cfg, &q, k),
                 (Mode::Infer, Some(_), None) => {
                     return Err(fail("prompt length not stated in the source".into()))
@@ -510,7 +507,8 @@ fn estimate_row(
 }
 
 impl Breakdown {
-    /// Weights and the device's context and rounding only (a model loaded, nothing run).
+    /// Weights and the device's context and rounding only (a model loaded, nothing run: no
+    /// cuBLAS handle yet).
     fn weights_only(self) -> Breakdown {
         Breakdown {
             weights: self.weights,

@@ -52,4 +52,13 @@ pub enum Command {
     /// Plot calibration CSVs as SVG and PNG (axes in GiB): memory vs context and batch, the KV
     /// curve, training phases, predicted vs measured, candle vs torch.
     Plot(crate::cmd::plot::Args),
+    /// Check the estimator against published measurements (a peers file such as
+    /// results/peers/published.json): per row the estimate, the measurement, the signed error
+    /// and which terms the metric includes (NVML "used" includes the CUDA context and the
+    /// caching allocator's reserve; `max_memory_allocated` neither; analytic rows are paper
+    /// formulas), then the median and worst absolute error. Rows the estimator cannot express
+    /// (Adafactor, 8-bit Adam, bitsandbytes int8/4-bit) are listed as not expressible.
+    ///
+    /// An unknown metric or a malformed file is a one-line error naming the file (exit 2).
+    Validate(crate::cmd::validate::Args),
 }

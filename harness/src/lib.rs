@@ -20,6 +20,7 @@ pub mod runner;
 pub mod scenario;
 pub mod supervisor;
 pub mod units;
+pub mod validate;
 pub mod vocab;
 pub mod workload;
 

@@ -20,6 +20,7 @@ fn main() {
         Command::Merge(a) => cmd::merge::run(a),
         Command::Bundle(a) => cmd::bundle::run(a),
         Command::Plot(a) => cmd::plot::run(a),
+        Command::Validate(a) => cmd::validate::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

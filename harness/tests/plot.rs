@@ -5,24 +5,22 @@ mod common;
 use common::{root, vramlab};
 use std::path::Path;
 
-/// A torch probe CSV of the same points: `runtime` column, the probe's signature, 10% more.
+/// A torch probe CSV of the same points: the probe's meter and signature, 10% more.
 fn torch_csv(dir: &Path) -> std::path::PathBuf {
     let mut rd = csv::Reader::from_path(root().join("results/cpu/cpu-smollm2.csv")).unwrap();
     let headers = rd.headers().unwrap().clone();
     let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
     let p = dir.join("torch.csv");
     let mut w = csv::Writer::from_path(&p).unwrap();
-    let mut h: Vec<&str> = headers.iter().collect();
-    h.push("runtime");
-    w.write_record(&h).unwrap();
+    w.write_record(&headers).unwrap();
     for row in rd.records() {
         let mut row: Vec<String> = row.unwrap().iter().map(str::to_string).collect();
         row[col("vramlab_version")] = "torch_probe".into();
+        row[col("meter")] = "cpu-preload".into();
         let i = col("peak_allocated");
         if let Ok(v) = row[i].parse::<u64>() {
             row[i] = (v + v / 10).to_string();
         }
-        row.push("torch-2.11".into());
         w.write_record(&row).unwrap();
     }
     w.flush().unwrap();

@@ -9,3 +9,4 @@ pub mod plot;
 pub mod summary;
 pub mod sweep;
 pub mod synth_weights;
+pub mod validate;

@@ -193,6 +193,117 @@ fn analytic_infer(c: &Config, q: &Query) -> Breakdown {
     }
 }
 
+/// How much of a layer's activations the backward recomputes instead of keeping
+/// (Korthikanti et al. §4–5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recompute {
+    /// Everything the backward needs is kept.
+    None,
+    /// The attention core (scores, softmax, dropout) is recomputed: the 5·a·s/h term goes.
+    Selective,
+    /// Only each layer's input is kept (2·s·b·h at 16 bits); the layer is recomputed.
+    Full,
+}
+
+/// Activation bytes one transformer layer keeps for the backward, per GPU, by Korthikanti et
+/// al. ("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
+/// Table 2) at 16-bit activations with 1-byte dropout masks, scaled by `act_bytes / 2` for
+/// other widths: s·b·h·(10 + 24/t + 5·a·s/(h·t)) under `t`-way tensor parallelism, with the 10
+/// (layer norms and dropout outputs, replicated across the tensor-parallel group) also divided
+/// by `t` under sequence parallelism; selective recomputation drops the score term, full
+/// recomputation keeps only the layer's input (2·s·b·h, divided by `t` under sequence
+/// parallelism). `scores` is false when the attention kernel never materializes them (flash,
+/// SDPA), which is the selective case.
+#[allow(clippy::too_many_arguments)] // the formula's own variables
+pub fn layer_activations(
+    c: &Config,
+    batch: u64,
+    seq: u64,
+    act_bytes: u64,
+    scores: bool,
+    recompute: Recompute,
+    tp: u64,
+    sequence_parallel: bool,
+) -> u64 {
+    let (b, s, t) = (batch, seq, tp.max(1));
+    let (h, a) = (c.hidden_size as u64, c.num_heads as u64);
+    let sbh = s * b * h;
+    let replicated = if sequence_parallel {
+        10 * sbh / t
+    } else {
+        10 * sbh
+    };
+    let at16 = match recompute {
+        Recompute::Full => 2 * sbh / if sequence_parallel { t } else { 1 },
+        Recompute::Selective => replicated + 24 * sbh / t,
+        Recompute::None => {
+            let score = if scores { 5 * a * s * s * b / t } else { 0 };
+            replicated + 24 * sbh / t + score
+        }
+    };
+    at16 * act_bytes / 2
+}
+
+/// What torch autocast (AMP: f32 weights, 16-bit compute) keeps per layer beyond
+/// Korthikanti's all-16-bit accounting, following transformers' layer code: the residual
+/// stream stays f32 (the weights and embeddings are f32), so both layer norms save f32 inputs
+/// (+2·s·b·h each); softmax is on autocast's float32 list, so the saved attention
+/// probabilities are f32 (+2·a·s²·b) when the scores are materialized; and autocast casts a
+/// non-leaf input afresh for every matmul (its cast cache holds only leaf weights), so
+/// separate q, k and v projections save three 16-bit copies of their input, two more than the
+/// formula's one (+4·s·b·h; none with a fused qkv projection).
+fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> u64 {
+    let (h, a) = (c.hidden_size as u64, c.num_heads as u64);
+    let sbh = s * b * h;
+    let norms = 2 * 2 * sbh;
+    let casts = if c.fused_qkv { 0 } else { 2 * 2 * sbh };
+    let softmax = if scores { 2 * a * s * s * b } else { 0 };
+    norms + casts + softmax
+}
+
+/// Per-GPU model states (weights, 16-bit weight copies, gradients, optimizer state) of
+/// training `t` of `p` parameters (`adapters` of them LoRA adapters outside `p`), following the
+/// ZeRO paper (Rajbhandari et al., arXiv:1910.02054, §3 and Figure 1). Under data parallelism
+/// (DDP) mixed precision is torch AMP's layout: f32 weights, f32 gradients and f32 Adam
+/// moments (4 + 4 + 8 B per parameter) plus autocast's 16-bit copies of the weights. Under a
+/// ZeRO stage it is DeepSpeed's: 16-bit weights and gradients (2 + 2 B) and an optimizer state
+/// of K = 12 B (f32 master weights and both moments); stage 1 shards the optimizer state,
+/// stage 2 also the gradients, stage 3 (= FSDP) also the weights, each over `gpus`.
+pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
+    let n = q.gpus.max(1);
+    let shard = |bytes: u64, sharded: bool| if sharded { bytes.div_ceil(n) } else { bytes };
+    let (s1, s2, s3) = match q.sharding {
+        Sharding::Ddp => (false, false, false),
+        Sharding::Zero1 => (true, false, false),
+        Sharding::Zero2 => (true, true, false),
+        Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
+    };
+    let zero_mixed = q.precision.is_mixed() && q.sharding != Sharding::Ddp;
+    let wb = q.precision.weight_bytes();
+    // Stored weight and gradient bytes per parameter: 16-bit under a ZeRO stage's mixed
+    // precision, where the f32 master copy is part of the optimizer state.
+    let (w, g) = if zero_mixed { (2, 2) } else { (wb, wb) };
+    // Under a ZeRO stage's mixed precision the state also holds the f32 master weights.
+    let master = if zero_mixed { wb } else { 0 };
+    let opt_per_param = match q.optimizer {
+        o if o.is_adamw() => 2 * wb + master,
+        o if o.is_sgd() => master,
+        _ => 0,
+    };
+    let grads = if q.optimizer.updates() { t * g } else { 0 };
+    Breakdown {
+        weights: shard((p + adapters) * w, s3),
+        weight_copies: if q.precision.is_mixed() && !zero_mixed {
+            shard(p * 2, s3)
+        } else {
+            0
+        },
+        gradients: shard(grads, s2),
+        optimizer: shard(t * opt_per_param, s1),
+        ..Default::default()
+    }
+}
+
 fn analytic_train(c: &Config, q: &Query) -> Breakdown {
     // All parameters, the updated ones (gradients and optimizer state follow them) and the
     // LoRA adapters.
@@ -202,57 +313,65 @@ fn analytic_train(c: &Config, q: &Query) -> Breakdown {
         adapters,
         ..
     } = feat::counts(c, q.trainable);
-    let n = q.gpus.max(1);
-    let shard = |bytes: u64, sharded: bool| if sharded { bytes.div_ceil(n) } else { bytes };
-    let (s1, s2, s3) = match q.sharding {
-        Sharding::Ddp => (false, false, false),
-        Sharding::Zero1 => (true, false, false),
-        Sharding::Zero2 => (true, true, false),
-        Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
-    };
-    let wb = q.precision.weight_bytes();
-    let opt_per_param = if q.optimizer.is_adamw() { 2 * wb } else { 0 };
-    let grads = if q.optimizer.updates() { t * wb } else { 0 };
+    let states = model_states(p, t, adapters, q);
     let (b, s) = (q.batch, q.context);
-    let (h, l, a) = (
-        c.hidden_size as u64,
-        c.num_layers as u64,
-        c.num_heads as u64,
-    );
     let aw = q.precision.act_bytes();
-    // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit; scaled for f32.
-    let score_term = match q.attention {
-        Attention::Flash | Attention::Sdpa => 0,
-        Attention::Eager => 5 * a * s * s * b,
-    };
-    let per_layer = (34 * s * b * h + score_term) * aw / 2;
-    let activations = if q.checkpointing == Checkpointing::Layer {
-        l * s * b * h * aw + per_layer
-    } else {
-        l * per_layer
-    };
-    let logits = b * s * c.vocab_size as u64 * (aw + 4);
-    let optimizer = shard(t * opt_per_param, s1);
-    // The step's transient, over this GPU's share of the updated parameters.
-    let transient = if optimizer == 0 {
-        0
-    } else {
-        step_transient(c, q, shard(t, s1))
-    };
-    Breakdown {
-        weights: shard((p + adapters) * wb, s3),
-        weight_copies: if q.precision.is_mixed() {
-            shard(p * 2, s3)
+    let scores = q.attention == Attention::Eager;
+    let layers = c.num_layers as u64;
+    let amp = q.runtime == Runtime::Torch && q.precision.is_mixed();
+    let per_layer = layer_activations(c, b, s, aw, scores, Recompute::None, 1, false)
+        + if amp {
+            autocast_extra(c, b, s, scores)
         } else {
             0
-        },
+        };
+    // Under autocast the residual stream, and so each checkpointed layer input, is f32.
+    let input =
+        layer_activations(c, b, s, aw, scores, Recompute::Full, 1, false) * if amp { 2 } else { 1 };
+    let activations = if q.checkpointing == Checkpointing::Layer {
+        // Every layer's input, plus the one layer being recomputed.
+        layers * input + per_layer
+    } else {
+        layers * per_layer
+    };
+    // Decoders' LM head: logits in the compute dtype and their f32 log-softmax. Encoders
+    // train through a pooled head (a sequence classifier, or vramlab's pooled regression):
+    // no per-token logits.
+    let logits = match c.architecture.role() {
+        crate::model::arch::Role::Decoder => b * s * c.vocab_size as u64 * (aw + 4),
+        crate::model::arch::Role::Encoder => 0,
+    };
+    // The step's transient, over this GPU's share of the updated parameters.
+    let transient = if states.optimizer == 0 {
+        0
+    } else {
+        let updated = if q.sharding == Sharding::Ddp {
+            t
+        } else {
+            t.div_ceil(q.gpus.max(1))
+        };
+        step_transient(c, q, updated)
+    };
+    Breakdown {
         activations,
         logits,
-        gradients: shard(grads, s2),
-        optimizer,
         step_transient: transient.saturating_sub(activations + logits),
         source: "analytic".into(),
         ..device_terms(q)
+    }
+    .with_states(&states)
+}
+
+impl Breakdown {
+    /// This breakdown with the model-state rows of `states`.
+    fn with_states(self, states: &Breakdown) -> Breakdown {
+        Breakdown {
+            weights: states.weights,
+            weight_copies: states.weight_copies,
+            gradients: states.gradients,
+            optimizer: states.optimizer,
+            ..self
+        }
     }
 }
 
@@ -765,16 +884,96 @@ mod tests {
             at(Sharding::Zero2),
             at(Sharding::Zero3),
         );
-        // mixed precision AdamW: 4 (f32 weights) + 4 (grads) + 8 (m, v) = 16 B/param; the
-        // parameter count divides by 4 GPUs exactly.
-        assert_eq!(p % 4, 0);
+        // DDP, torch AMP: 4 (f32 weights) + 4 (grads) + 8 (m, v) = 16 B/param, plus the
+        // 16-bit weight copies. ZeRO, DeepSpeed's layout: 2 (16-bit weights) + 2 (16-bit
+        // grads) + K = 12 (f32 master, m, v) = 16 B/param. The count divides by 8 exactly.
+        assert_eq!(p % 8, 0);
         assert_eq!((d.weights, d.gradients, d.optimizer), (4 * p, 4 * p, 8 * p));
         assert_eq!(d.weight_copies, 2 * p);
-        assert_eq!(z1.optimizer, 2 * p);
-        assert_eq!((z2.gradients, z2.optimizer, z2.weights), (p, 2 * p, 4 * p));
-        assert_eq!((z3.weights, z3.gradients, z3.optimizer), (p, p, 2 * p));
+        assert_eq!(
+            (z1.weights, z1.gradients, z1.optimizer),
+            (2 * p, 2 * p, 3 * p)
+        );
+        assert_eq!(
+            (z2.weights, z2.gradients, z2.optimizer),
+            (2 * p, p / 2, 3 * p)
+        );
+        assert_eq!(
+            (z3.weights, z3.gradients, z3.optimizer),
+            (p / 2, p / 2, 3 * p)
+        );
+        assert_eq!(z1.weight_copies + z2.weight_copies + z3.weight_copies, 0);
         assert_eq!(at(Sharding::Fsdp), z3);
         assert_eq!(d.activations, z3.activations);
+    }
+
+    #[test]
+    fn zero_paper_figure_1() {
+        // ZeRO (arXiv:1910.02054) Figure 1: Ψ = 7.5B, K = 12, N_d = 64; per-device model
+        // states (2 + 2 + K)Ψ = 120 GB, P_os 2Ψ + 2Ψ + KΨ/N_d, P_os+g 2Ψ + (2 + K)Ψ/N_d,
+        // P_os+g+p (2 + 2 + K)Ψ/N_d.
+        let psi: u64 = 7_500_000_000;
+        let states = |sharding, gpus| {
+            let q = Query {
+                mode: Mode::Train,
+                precision: Precision::MixedF16,
+                sharding,
+                gpus,
+                ..q()
+            };
+            let b = model_states(psi, psi, 0, &q);
+            b.weights + b.gradients + b.optimizer
+        };
+        assert_eq!(states(Sharding::Ddp, 1), 16 * psi);
+        assert_eq!(states(Sharding::Zero1, 64), 4 * psi + 12 * psi / 64);
+        assert_eq!(states(Sharding::Zero2, 64), 2 * psi + 14 * psi / 64);
+        assert_eq!(states(Sharding::Zero3, 64), 16 * psi / 64);
+        assert_eq!(states(Sharding::Zero3, 64), 1_875_000_000);
+    }
+
+    #[test]
+    fn korthikanti_table_2() {
+        // Korthikanti et al. (arXiv:2205.05198) Table 2 with GPT-3 175B's h = 12288, a = 96,
+        // s = 2048, b = 1, t = 8, at 16 bits.
+        let m = gpt3_175b();
+        let (s, b, h, a, t) = (2048u64, 1u64, 12288u64, 96u64, 8u64);
+        let sbh = s * b * h;
+        let l = |scores, r, tp, sp| layer_activations(&m, b, s, 2, scores, r, tp, sp);
+        assert_eq!(
+            l(true, Recompute::None, 1, false),
+            sbh * 34 + 5 * a * s * s * b
+        );
+        assert_eq!(
+            l(true, Recompute::None, t, false),
+            sbh * 10 + sbh * 24 / t + 5 * a * s * s * b / t
+        );
+        assert_eq!(
+            l(true, Recompute::None, t, true),
+            sbh * 34 / t + 5 * a * s * s * b / t
+        );
+        assert_eq!(
+            l(true, Recompute::Selective, t, false),
+            sbh * 10 + sbh * 24 / t
+        );
+        assert_eq!(l(true, Recompute::Selective, t, true), sbh * 34 / t);
+        assert_eq!(l(true, Recompute::Full, 1, false), 2 * sbh);
+        // Flash attention keeps no scores: the selective figure.
+        assert_eq!(
+            l(false, Recompute::None, 1, false),
+            l(true, Recompute::Selective, 1, false)
+        );
+        // f32 activations: twice the bytes.
+        assert_eq!(
+            layer_activations(&m, b, s, 4, true, Recompute::None, 1, false),
+            2 * l(true, Recompute::None, 1, false)
+        );
+    }
+
+    /// GPT-3 175B's shapes (Brown et al. 2020, Table 2.1) as a GPT-2 config.
+    fn gpt3_175b() -> Config {
+        let json = serde_json::json!({"model_type": "gpt2", "vocab_size": 50257, "n_embd": 12288,
+            "n_layer": 96, "n_head": 96, "n_positions": 2048});
+        Config::from_json(std::path::Path::new("gpt3-175b"), &json).unwrap()
     }
 
     #[test]
@@ -1007,11 +1206,13 @@ mod tests {
         let states = |e: &Breakdown| e.total() - e.activations - e.logits - e.step_transient;
         assert_eq!(states(&foreach), states(&fused));
         assert_eq!(foreach.total() - states(&foreach), backward.max(params * 4));
-        // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32).
+        // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32), over
+        // candle's own backward (no autocast: all activations in the compute dtype).
         let candle = at(Runtime::Candle, OptimizerImpl::Foreach);
+        assert!(candle.activations < fused.activations);
         assert_eq!(
             candle.step_transient,
-            (14 * 128_256 * 4096 * 4u64).saturating_sub(backward)
+            (14 * 128_256 * 4096 * 4u64).saturating_sub(candle.activations + candle.logits)
         );
         // At a long context the backward dominates and the step adds nothing.
         let long = estimate(

@@ -8,6 +8,10 @@ use std::path::Path;
 
 /// Built-in presets: published `config.json` files (harness/presets/NAME/config.json).
 pub const PRESETS: &[(&str, &str)] = &[
+    (
+        "bert-large-uncased",
+        include_str!("../../presets/bert-large-uncased/config.json"),
+    ),
     ("gpt2", include_str!("../../presets/gpt2/config.json")),
     (
         "llama-3.1-8b",

@@ -1,0 +1,235 @@
+//! `vramlab validate` through the real binary, on the committed peers file. The analytic
+//! rows' expected figures are the papers' formulas, computed here; the structure checks are
+//! derived from the peers file itself.
+mod common;
+use common::{root, vramlab};
+use predicates::str::contains;
+use serde_json::Value;
+use std::path::Path;
+
+const PEERS: &str = "results/peers/published.json";
+
+fn report(args: &[&str]) -> Value {
+    let out = vramlab()
+        .args(["validate", PEERS, "--json"])
+        .args(args)
+        .assert()
+        .success();
+    serde_json::from_slice(&out.get_output().stdout).unwrap()
+}
+
+fn peers() -> Vec<Value> {
+    let text = std::fs::read_to_string(root().join(PEERS)).unwrap();
+    serde_json::from_str::<Value>(&text)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn row<'a>(r: &'a Value, id: &str) -> &'a Value {
+    r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == id)
+        .unwrap_or_else(|| panic!("no row {id}"))
+}
+
+fn estimate(r: &Value, id: &str) -> u64 {
+    row(r, id)["estimate_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{id} not estimated"))
+}
+
+#[test]
+fn every_row_is_reported_with_consistent_figures() {
+    let r = report(&[]);
+    let rows = r["rows"].as_array().unwrap();
+    let published = peers();
+    assert_eq!(rows.len(), published.len());
+    let mut abs = Vec::new();
+    for (p, x) in published.iter().zip(rows) {
+        assert_eq!(x["id"], p["id"]);
+        assert_eq!(x["measured_bytes"], p["value_bytes"]);
+        let metric = p["metric"].as_str().unwrap();
+        let includes = x["includes"].as_str().unwrap();
+        if metric.starts_with("nvidia-smi used") {
+            assert!(includes.contains("CUDA context + allocator reserve"), "{x}");
+        } else if metric.starts_with("torch.cuda.max_memory_allocated") {
+            assert!(includes.contains("no context, no reserve"), "{x}");
+        } else {
+            assert!(includes.starts_with("formula"), "{x}");
+        }
+        // Rows the estimator cannot express are listed with a reason, not dropped.
+        let words = format!("{} {}", p["optimizer"], p["precision"]).to_lowercase();
+        let inexpressible = ["adafactor", "8bit", "int8", "int4"]
+            .iter()
+            .any(|w| words.contains(w));
+        if inexpressible {
+            assert_eq!(x["kind"], "not_expressible", "{x}");
+            assert!(!x["reason"].as_str().unwrap().is_empty());
+            continue;
+        }
+        if x["kind"] == "not_expressible" {
+            continue;
+        }
+        let est = x["estimate_bytes"].as_u64().unwrap();
+        let terms: u64 = x["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(terms, est, "{x}");
+        let measured = p["value_bytes"].as_u64().unwrap() as f64;
+        let err = 100.0 * (est as f64 - measured) / measured;
+        assert!((x["error_pct"].as_f64().unwrap() - err).abs() < 1e-9, "{x}");
+        // A formula counts only its own terms; a measured metric never counts the context
+        // unless it is NVML's.
+        let names: Vec<&str> = x["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        if !metric.starts_with("nvidia-smi") {
+            assert!(!names.contains(&"CUDA context"), "{x}");
+        }
+        abs.push(err.abs());
+    }
+    abs.sort_by(f64::total_cmp);
+    let n = abs.len();
+    let median = if n % 2 == 1 {
+        abs[n / 2]
+    } else {
+        (abs[n / 2 - 1] + abs[n / 2]) / 2.0
+    };
+    let s = &r["summary"];
+    assert_eq!(s["estimated"].as_u64().unwrap() as usize, n);
+    assert_eq!(
+        s["not_expressible"].as_u64().unwrap() as usize,
+        rows.len() - n
+    );
+    assert!((s["median_abs_error_pct"].as_f64().unwrap() - median).abs() < 1e-9);
+    assert!((s["worst_abs_error_pct"].as_f64().unwrap() - abs[n - 1]).abs() < 1e-9);
+}
+
+#[test]
+fn analytic_rows_are_the_papers_formulas() {
+    let r = report(&[]);
+    // ZeRO (arXiv:1910.02054) Figure 1: (2 + 2 + K)Ψ with K = 12, Ψ = 7.5e9; stage 3 over
+    // N_d = 64 divides all of it.
+    let psi: u64 = 7_500_000_000;
+    assert_eq!(estimate(&r, "analytic-zero-7.5b-baseline-dp"), 16 * psi);
+    assert_eq!(
+        estimate(&r, "analytic-zero-7.5b-stage3-nd64"),
+        16 * psi / 64
+    );
+    // Korthikanti et al. (arXiv:2205.05198): s·b·h·(34 + 5·a·s/h) per layer, and 34·s·b·h/t
+    // with tensor and sequence parallelism and selective recomputation; GPT-3 175B's
+    // h = 12288, a = 96 at s = 2048, b = 1, t = 8.
+    let (s, b, h, a, t) = (2048u64, 1u64, 12288u64, 96u64, 8u64);
+    assert_eq!(
+        estimate(&r, "analytic-korthikanti-gpt3-175b-layer-noparallel"),
+        s * b * h * 34 + 5 * a * s * s * b
+    );
+    assert_eq!(
+        estimate(&r, "analytic-korthikanti-gpt3-175b-layer-tp8-sp-selective"),
+        34 * s * b * h / t
+    );
+    // And so within 0.1% of the published figures.
+    for p in peers() {
+        let id = p["id"].as_str().unwrap();
+        if id.starts_with("analytic-") {
+            let err = row(&r, id)["error_pct"].as_f64().unwrap();
+            assert!(err.abs() <= 0.1, "{id}: {err}%");
+        }
+    }
+}
+
+#[test]
+fn a_loaded_model_is_its_weights_and_the_context() {
+    // bert-large-uncased (BertModel with pooler): embeddings (30522 + 512 + 2)·1024 and their
+    // norm; 24 layers of q, k, v, o (1024² + 1024 each), two norms, 1024→4096→1024; pooler.
+    let d = 1024u64;
+    let f = 4096u64;
+    let layer = 4 * (d * d + d) + 2 * 2 * d + (d * f + f) + (f * d + d);
+    let params = (30522 + 512 + 2) * d + 2 * d + 24 * layer + d * d + d;
+    assert_eq!(params, 335_141_888);
+    let r = report(&[]);
+    // f32 weights, the 1343 MiB context HF measured under CUDA 11.2, one 20 MiB segment.
+    assert_eq!(
+        estimate(&r, "hf-bertlarge-load-fp32-v100"),
+        4 * params + (1343 << 20) + (20 << 20)
+    );
+}
+
+#[test]
+fn text_output_lists_rows_skips_and_summary() {
+    vramlab()
+        .args(["validate", PEERS])
+        .assert()
+        .success()
+        .stdout(contains("analytic-zero-7.5b-stage3-nd64"))
+        .stdout(contains("not expressible (8):"))
+        .stdout(contains("Adafactor"))
+        .stdout(contains("median absolute error:"))
+        .stdout(contains("worst:"));
+}
+
+fn fails_with(file: &Path, needle: &str) {
+    let out = vramlab()
+        .arg("validate")
+        .arg(file)
+        .assert()
+        .code(2)
+        .stderr(contains(file.display().to_string()))
+        .stderr(contains(needle));
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn unknown_metric_and_malformed_files_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = peers();
+    rows[0]["metric"] = Value::from("peak RSS of the host");
+    let unknown = dir.path().join("unknown-metric.json");
+    std::fs::write(&unknown, serde_json::to_string(&rows).unwrap()).unwrap();
+    fails_with(&unknown, "unknown metric `peak RSS of the host`");
+
+    let malformed = dir.path().join("malformed.json");
+    std::fs::write(&malformed, "[{\"id\": \"x\",").unwrap();
+    fails_with(&malformed, "not a peers file");
+
+    let mut rows = peers();
+    rows[1].as_object_mut().unwrap().remove("value_bytes");
+    let missing = dir.path().join("missing-field.json");
+    std::fs::write(&missing, serde_json::to_string(&rows).unwrap()).unwrap();
+    fails_with(&missing, "value_bytes");
+
+    let mut rows = peers();
+    rows[2]["mode"] = Value::from("serving");
+    let mode = dir.path().join("unknown-mode.json");
+    std::fs::write(&mode, serde_json::to_string(&rows).unwrap()).unwrap();
+    fails_with(&mode, "unknown mode `serving`");
+
+    fails_with(&dir.path().join("absent.json"), "cannot read");
+}
+
+#[test]
+fn cpu_constants_for_cuda_rows_need_allow_transfer() {
+    let constants = "results/cpu/cpu-smollm2.constants.toml";
+    vramlab()
+        .args(["validate", PEERS, "--constants", constants])
+        .assert()
+        .code(2)
+        .stderr(contains(constants));
+    // Transferred, they apply only to their own architecture (llama): every row here keeps
+    // its analytic figure.
+    let plain = report(&[]);
+    let transferred = report(&["--constants", constants, "--allow-transfer"]);
+    assert_eq!(plain["rows"], transferred["rows"]);
+}

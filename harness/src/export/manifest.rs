@@ -80,6 +80,9 @@ pub struct WeightInfo {
     pub files: Vec<PathBuf>,
     pub bytes: u64,
     pub sha256: String,
+    /// True when `sha256` came from the weight-hash cache (files unchanged in size and mtime
+    /// since they were hashed; see `export::hash_cache`), false when this run computed it.
+    pub sha256_cached: bool,
 }
 
 /// sha256 over the concatenated bytes of `files`, and their total size.
@@ -131,8 +134,9 @@ pub struct Manifest {
     /// `--capacity` in bytes, when the sweep ran under a budget.
     pub capacity_bytes: Option<u64>,
     pub status_counts: std::collections::BTreeMap<String, usize>,
-    /// Worker processes this run started: one per group of points sharing weights, plus one
-    /// after each worker that died (out of memory under `--capacity`, a crash).
+    /// Worker processes this run started: one (it runs every group in turn), plus one after
+    /// each worker that died (out of memory under `--capacity`, a crash), and one for a group
+    /// re-run with per-point warm-ups.
     pub workers_started: usize,
 }
 

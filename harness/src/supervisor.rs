@@ -1,8 +1,8 @@
 //! Process isolation for sweeps (a memory harness must survive running out of memory).
 //!
-//! The parent `vramlab sweep` never measures: it re-executes itself as a worker
-//! (`--worker START:END`) that runs the groups of points in order, loading each group's
-//! weights once and running its points, appending each row to the CSV (flushed and synced). The worker reports
+//! The parent `vramlab sweep` never measures: for each group of points that share weights it
+//! re-executes itself as a worker (`--worker START:END`) that loads the weights once and runs
+//! the points in order, appending each row to the CSV (flushed and synced). The worker reports
 //! on stdout (`vramlab-phase NAME`, `vramlab-point-done ID`). When a worker dies (an allocation
 //! refused by `--capacity` aborts it, or a signal, or a panic) the parent records the point it
 //! was on as `oom` or `error`, with the phase, and starts a fresh worker after it.
@@ -193,27 +193,8 @@ fn run_worker(
     Ok(Some(Death { phase, oom, tail }))
 }
 
-/// The bounds `[start, end)` of the group (points sharing loaded weights) that holds point `k`.
-fn group_bounds(points: &[Point], k: usize) -> (usize, usize) {
-    let same = |j: &usize| crate::scenario::grid::same_group(&points[*j], &points[k]);
-    let start = (0..k).rev().take_while(same).last().unwrap_or(k);
-    let end = (k..points.len())
-        .take_while(same)
-        .last()
-        .map_or(k, |j| j + 1);
-    (start, end)
-}
-
-/// Runs every unfinished point of `points` in workers; returns how many workers it started.
-/// `failed_row(point, phase, status, peak, message)` builds the row recorded for a point whose
-/// worker died.
-///
-/// One worker runs the groups one after another (each group loads its weights, warms up and
-/// is dropped before the next; the measured figures are the same as in a worker of its own,
-/// checked with `vramlab compare`), so a sweep starts one process, not one per group. After a
-/// worker dies, the next one starts at the first unfinished point. A group whose warm-up ran
-/// out of memory is run again on its own, each point warmed up at its own shapes
-/// (`--point-warmup`).
+/// Runs every unfinished point of `points` in workers; returns how many workers it started. `failed_row(point, phase, status,
+/// peak, message)` builds the row recorded for a point whose worker died.
 #[allow(clippy::type_complexity)]
 pub fn supervise(
     points: &[Point],
@@ -225,66 +206,69 @@ pub fn supervise(
     on_device: &mut dyn FnMut(serde_json::Value),
 ) -> Result<usize> {
     let mut started = 0;
-    // Start indices of the groups whose warm-up at their largest shapes ran out of memory.
-    let mut point_warmup: HashSet<usize> = HashSet::new();
-    while let Some(start) = (0..points.len()).find(|&k| !done.contains(&points[k].id)) {
-        let (group_start, group_end) = group_bounds(points, start);
-        let per_point = point_warmup.contains(&group_start);
-        let end = if per_point { group_end } else { points.len() };
-        let mut mark = |id: &str| {
-            done.insert(id.to_string());
-            on_done(id);
-        };
-        let mut cmd = base_cmd(start, end);
-        if per_point {
-            cmd.arg("--point-warmup");
-        }
-        started += 1;
-        let Some(death) = run_worker(cmd, &mut mark, on_device)? else {
-            continue;
-        };
-        let Some(k) = (start..end).find(|&k| !done.contains(&points[k].id)) else {
-            continue;
-        };
-        let (group_start, group_end) = group_bounds(points, k);
-        let phase = death.phase.unwrap_or(Phase::Load);
-        if death.oom.is_some()
-            && death.phase == Some(Phase::Warmup)
-            && !point_warmup.contains(&group_start)
-        {
-            // The group's warm-up at its largest shapes: no point of it was measured; run them
-            // again, each warmed up at its own shapes.
-            point_warmup.insert(group_start);
-            continue;
-        }
-        // Out of memory while loading the group's weights: every point left in the group
-        // shares them, so all are recorded at once, without a reload per point.
-        let affected = if death.oom.is_some() && death.phase == Some(Phase::Load) {
-            (k..group_end)
-                .filter(|&j| !done.contains(&points[j].id))
-                .collect()
-        } else {
-            vec![k]
-        };
-        for j in affected {
-            let p = &points[j];
-            let row = match death.oom {
-                Some((req, live, cap)) => failed_row(
-                    p,
-                    phase,
-                    Status::Oom,
-                    Some(live),
-                    format!(
-                        "out of memory in {}: {req} B requested with {live} B live, capacity {cap} B",
-                        phase.as_str()
-                    ),
-                ),
-                None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),
+    let mut i = 0;
+    while i < points.len() {
+        let first = &points[i];
+        let end = i + points[i..]
+            .iter()
+            .take_while(|p| crate::scenario::grid::same_group(p, first))
+            .count();
+        // Set once a worker of this group died in the group's warm-up: later workers warm up
+        // each point at its own shapes (`--point-warmup`).
+        let mut point_warmup = false;
+        while let Some(start) = (i..end).find(|&k| !done.contains(&points[k].id)) {
+            let mut mark = |id: &str| {
+                done.insert(id.to_string());
+                on_done(id);
             };
-            exporter.write(&row)?;
-            done.insert(p.id.clone());
-            on_done(&p.id);
+            let mut cmd = base_cmd(start, end);
+            if point_warmup {
+                cmd.arg("--point-warmup");
+            }
+            started += 1;
+            let Some(death) = run_worker(cmd, &mut mark, on_device)? else {
+                continue;
+            };
+            let Some(k) = (start..end).find(|&k| !done.contains(&points[k].id)) else {
+                break;
+            };
+            let phase = death.phase.unwrap_or(Phase::Load);
+            if death.oom.is_some() && death.phase == Some(Phase::Warmup) && !point_warmup {
+                // The group's warm-up at its largest shapes: no point was measured; run them
+                // again, each warmed up at its own shapes.
+                point_warmup = true;
+                continue;
+            }
+            // Out of memory while loading the group's weights: every point left in the group
+            // shares them, so all are recorded at once, without a reload per point.
+            let affected = if death.oom.is_some() && death.phase == Some(Phase::Load) {
+                (k..end)
+                    .filter(|&j| !done.contains(&points[j].id))
+                    .collect()
+            } else {
+                vec![k]
+            };
+            for j in affected {
+                let p = &points[j];
+                let row = match death.oom {
+                    Some((req, live, cap)) => failed_row(
+                        p,
+                        phase,
+                        Status::Oom,
+                        Some(live),
+                        format!(
+                            "out of memory in {}: {req} B requested with {live} B live, capacity {cap} B",
+                            phase.as_str()
+                        ),
+                    ),
+                    None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),
+                };
+                exporter.write(&row)?;
+                done.insert(p.id.clone());
+                on_done(&p.id);
+            }
         }
+        i = end;
     }
     Ok(started)
 }

@@ -134,9 +134,8 @@ pub struct Manifest {
     /// `--capacity` in bytes, when the sweep ran under a budget.
     pub capacity_bytes: Option<u64>,
     pub status_counts: std::collections::BTreeMap<String, usize>,
-    /// Worker processes this run started: one (it runs every group in turn), plus one after
-    /// each worker that died (out of memory under `--capacity`, a crash), and one for a group
-    /// re-run with per-point warm-ups.
+    /// Worker processes this run started: one per group of points sharing weights, plus one
+    /// after each worker that died (out of memory under `--capacity`, a crash).
     pub workers_started: usize,
 }
 

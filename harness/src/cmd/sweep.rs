@@ -1,7 +1,8 @@
 //! `vramlab sweep`: expand a scenario into points, measure each, write CSV + manifest.
 use crate::error::{bad_file, InputError};
 use crate::export::csv::CsvExporter;
-use crate::export::manifest::{hash_files, Host, Manifest, Versions, WeightInfo};
+use crate::export::hash_cache::{default_path as hash_cache_path, hash_files_cached};
+use crate::export::manifest::{Host, Manifest, Versions, WeightInfo};
 use crate::model::{weights, Source};
 use crate::record::{Phase, Status};
 use crate::runner::{base_record, now_rfc3339, progress_bar, Prepared, RunContext, Runner};
@@ -255,15 +256,17 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     let mut weights_info = Vec::new();
+    let hash_cache = hash_cache_path();
     for (s, prep) in &models {
         let files = weights::weight_files(&prep.source, None)?;
-        let (sha256, bytes) = hash_files(&files)?;
+        let (sha256, bytes, sha256_cached) = hash_files_cached(&files, hash_cache.as_deref())?;
         weights_info.push(WeightInfo {
             model_id: prep.source.model_id(),
             source: s.clone(),
             files,
             bytes,
             sha256,
+            sha256_cached,
         });
     }
     let started_at = now_rfc3339();

@@ -80,6 +80,9 @@ pub struct WeightInfo {
     pub files: Vec<PathBuf>,
     pub bytes: u64,
     pub sha256: String,
+    /// True when `sha256` came from the weight-hash cache (files unchanged in size and mtime
+    /// since they were hashed; see `export::hash_cache`), false when this run computed it.
+    pub sha256_cached: bool,
 }
 
 /// sha256 over the concatenated bytes of `files`, and their total size.

@@ -1,5 +1,6 @@
 //! Exporters: where records go. One trait, one file per format.
 pub mod csv;
+pub mod hash_cache;
 pub mod manifest;
 
 use crate::record::Record;

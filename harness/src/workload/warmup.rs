@@ -22,12 +22,26 @@ pub fn device(dev: &Device, dtype: DType) -> Result<()> {
     Ok(())
 }
 
-/// Model-level warm-up: a prefill of the group's largest (batch, prompt) and a few decode
-/// steps with each cache kind. Lazily sized per-thread buffers (gemm's packing memory) grow
-/// to their size for the group here, not inside the first measured point, so a point's
-/// figures do not depend on which points ran before it in the process.
+/// The most tokens per sequence an inference warm-up runs (prompt or encoder sequence).
+///
+/// What a warm-up leaves behind does not depend on the sequence length once every matmul is
+/// large enough to be split across every thread of the pool: rayon's threads, gemm's
+/// per-thread packing slab (sized by the L2 cache, not by the problem), candle's thread-locals,
+/// lazily loaded CUDA modules. 64 tokens at the group's largest batch already are, for every
+/// model the harness runs, while a prefill's cost grows faster than its length: warming up
+/// SmolLM2 at 480 tokens cost two prefills of 10 to 19 s per group, a third of a sweep's
+/// measured time. The measured figures are the same either way: `vramlab compare` of a
+/// `scenarios/cpu-smollm2.toml` run before and after this bound is exact on every allocated
+/// column (README, "Sweep overhead").
+pub const MAX_TOKENS: usize = 64;
+
+/// Model-level warm-up: a prefill at the group's largest batch and prompt (at most
+/// [`MAX_TOKENS`]) and a few decode steps with each cache kind. Lazily allocated per-thread
+/// buffers (gemm's packing memory) come into being here, not inside the first measured point,
+/// so a point's figures do not depend on which points ran before it in the process.
 pub fn decoder(m: &dyn Decoder, batch: usize, prompt: usize) -> Result<()> {
     let dev = m.device().clone();
+    let prompt = prompt.clamp(1, MAX_TOKENS);
     for kind in [KvKind::Preallocated, KvKind::Growing] {
         let mut cache = KvCache::new(
             kind,
@@ -48,9 +62,10 @@ pub fn decoder(m: &dyn Decoder, batch: usize, prompt: usize) -> Result<()> {
     Ok(())
 }
 
-/// Encoder warm-up: one pass at the group's largest (batch, sequence).
+/// Encoder warm-up: one pass at the group's largest batch and sequence (at most
+/// [`MAX_TOKENS`]).
 pub fn encoder(m: &dyn Encoder, batch: usize, seq: usize) -> Result<()> {
-    let ids = Tensor::zeros((batch, seq), DType::U32, m.device())?;
+    let ids = Tensor::zeros((batch, seq.clamp(1, MAX_TOKENS)), DType::U32, m.device())?;
     let _ = m
         .encode(&ids)?
         .to_dtype(DType::F32)?

@@ -226,7 +226,7 @@ fn kv_curve(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
         .copied()
         .filter(|r| ok(r) && r.phase == Some(Phase::Decode) && r.kv_tokens.is_some())
         .collect();
-    let precision = decode.iter().map(|r| r.precision.clone()).min()?;
+    let precision = decode.iter().map(|r| r.precision).min()?;
     let (b, c) = decode
         .iter()
         .filter(|r| r.precision == precision)

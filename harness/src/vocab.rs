@@ -286,18 +286,28 @@ impl std::str::FromStr for Trainable {
     }
 }
 
-impl TryFrom<String> for Trainable {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
+/// serde through text for a type with `Display` and `FromStr<Err = String>`: the
+/// `TryFrom<String>`/`Into<String>` pair that `#[serde(try_from = "String", into = "String")]`
+/// needs.
+macro_rules! serde_as_text {
+    ($t:ty) => {
+        impl TryFrom<String> for $t {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                s.parse()
+            }
+        }
 
-impl From<Trainable> for String {
-    fn from(t: Trainable) -> String {
-        t.to_string()
-    }
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
+    };
 }
+pub(crate) use serde_as_text;
+
+serde_as_text!(Trainable);
 
 impl std::fmt::Display for Trainable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -242,18 +242,7 @@ impl std::str::FromStr for TrainGroup {
     }
 }
 
-impl TryFrom<String> for TrainGroup {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<TrainGroup> for String {
-    fn from(g: TrainGroup) -> String {
-        g.to_string()
-    }
-}
+crate::vocab::serde_as_text!(TrainGroup);
 
 /// What identifies a group of rows fitted together.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -4,6 +4,7 @@ mod common;
 use vramlab::model::{gguf, Source};
 use vramlab::scenario::spec::{Attention, Kernels, Ops};
 use vramlab::scenario::Precision;
+use vramlab::vocab::Compute;
 
 fn decode(vocab: &[String], ids: &[u32]) -> String {
     ids.iter()
@@ -25,7 +26,8 @@ fn check_with(precision: Precision, ops: Ops) {
     // "The capital of France is" in SmolLM2's vocabulary.
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(decode(&vocab, &prompt), "The capital of France is");
-    let mut model = vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision).unwrap();
+    let mut model =
+        vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision, Compute::F32).unwrap();
     model.set_ops(ops).unwrap();
     let out = vramlab::workload::inference::generate(model.as_ref(), &prompt, 6).unwrap();
     let text = decode(&vocab, &out);

@@ -624,6 +624,61 @@ fn unpermute_rows(bytes: &[u8], rows: usize, n_head: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// Bytes per block of each type vramlab re-quantizes to: the figures, candle's
+    /// block structs, and `GgmlDType::type_size`, which `Planned::bytes` uses.
+    #[test]
+    fn block_bytes_are_candles_structs() {
+        use candle_core::quantized::k_quants as k;
+        use std::mem::size_of;
+        let table = [
+            (GgmlDType::Q4_0, 32, 18, size_of::<k::BlockQ4_0>()),
+            (GgmlDType::Q4_1, 32, 20, size_of::<k::BlockQ4_1>()),
+            (GgmlDType::Q5_0, 32, 22, size_of::<k::BlockQ5_0>()),
+            (GgmlDType::Q5_1, 32, 24, size_of::<k::BlockQ5_1>()),
+            (GgmlDType::Q8_0, 32, 34, size_of::<k::BlockQ8_0>()),
+            (GgmlDType::Q4K, 256, 144, size_of::<k::BlockQ4K>()),
+            (GgmlDType::Q5K, 256, 176, size_of::<k::BlockQ5K>()),
+            (GgmlDType::Q6K, 256, 210, size_of::<k::BlockQ6K>()),
+            (GgmlDType::Q8K, 256, 292, size_of::<k::BlockQ8K>()),
+        ];
+        for (t, weights, bytes, candle) in table {
+            assert_eq!(t.block_size(), weights, "{}", type_name(t));
+            assert_eq!(t.type_size(), bytes, "{}", type_name(t));
+            assert_eq!(candle, bytes, "{}", type_name(t));
+            let p = Planned {
+                hf: String::new(),
+                gguf: String::new(),
+                shape: vec![3, 2 * weights],
+                file: GgmlDType::F32,
+                kept: Kept::Quant(t),
+            };
+            assert_eq!(p.bytes(DType::F32), 6 * bytes as u64);
+        }
+    }
+
+    /// Un-permuting a quantized tensor's raw rows equals un-permuting its values.
+    #[test]
+    fn unpermute_rows_matches_unpermute() {
+        let (heads, hd, cols) = (3usize, 4usize, 64usize);
+        let t = Tensor::randn(0f32, 1.0, (heads * hd, cols), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&t, GgmlDType::Q8_0).unwrap();
+        let bytes = unpermute_rows(&q.data().unwrap(), heads * hd, heads);
+        let back = qtensor_from_ggml(
+            GgmlDType::Q8_0,
+            &bytes,
+            vec![heads * hd, cols],
+            &Device::Cpu,
+        )
+        .unwrap()
+        .dequantize(&Device::Cpu)
+        .unwrap();
+        let want = unpermute(&q.dequantize(&Device::Cpu).unwrap(), heads).unwrap();
+        assert_eq!(
+            back.to_vec2::<f32>().unwrap(),
+            want.to_vec2::<f32>().unwrap()
+        );
+    }
+
     #[test]
     fn names_map() {
         assert_eq!(

@@ -31,16 +31,75 @@ pub fn read_content<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Content> {
     let start = r
         .stream_position()
         .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
-    if let Ok(Some(0)) = alignment(r) {
+    let scan = scan(r);
+    if let Ok(Scan {
+        alignment: Some(0), ..
+    }) = scan
+    {
         return Err(bad_file(
             path,
             "not a valid GGUF file: metadata `general.alignment` is 0",
+        ));
+    }
+    if let Ok(Scan {
+        unsupported: Some((name, t)),
+        ..
+    }) = scan
+    {
+        return Err(bad_file(
+            path,
+            format!(
+                "tensor `{name}` has GGML type {t}{}, which candle 0.11 cannot load (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K to Q6_K and Q8_K)",
+                llama_cpp_type(t).map(|n| format!(" ({n})")).unwrap_or_default()
+            ),
         ));
     }
     r.seek(SeekFrom::Start(start))
         .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
     Content::read(r)
         .map_err(|e| bad_file(path, format!("not a valid GGUF file: {}", candle_msg(&e))))
+}
+
+/// llama.cpp's name of a GGML type id candle does not read.
+fn llama_cpp_type(t: u32) -> Option<&'static str> {
+    const NAMES: [&str; 24] = [
+        "IQ2_XXS",
+        "IQ2_XS",
+        "IQ3_XXS",
+        "IQ1_S",
+        "IQ4_NL",
+        "IQ3_S",
+        "IQ2_S",
+        "IQ4_XS",
+        "I8",
+        "I16",
+        "I32",
+        "I64",
+        "F64",
+        "IQ1_M",
+        "BF16",
+        "Q4_0_4_4",
+        "Q4_0_4_8",
+        "Q4_0_8_8",
+        "TQ1_0",
+        "TQ2_0",
+        "IQ4_NL_4_4",
+        "IQ4_NL_4_8",
+        "IQ4_NL_8_8",
+        "MXFP4",
+    ];
+    t.checked_sub(16)
+        .and_then(|i| NAMES.get(i as usize))
+        .copied()
+}
+
+/// What [`scan`] finds in a GGUF header.
+#[derive(Debug, Default)]
+struct Scan {
+    /// An integer `general.alignment`.
+    alignment: Option<i64>,
+    /// The first tensor whose GGML type candle cannot read, and that type's id.
+    unsupported: Option<(String, u32)>,
 }
 
 /// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set.
@@ -54,9 +113,10 @@ pub fn candle_msg(e: &candle_core::Error) -> String {
     }
 }
 
-/// Walks the GGUF metadata (without keeping it) to find an integer `general.alignment`.
-/// Errors mean "malformed"; `Content::read` then reports the problem in its own words.
-fn alignment<R: Read + Seek>(r: &mut R) -> std::io::Result<Option<i64>> {
+/// Walks the GGUF metadata (without keeping it) to find an integer `general.alignment`, then
+/// the tensor table to find a tensor type candle cannot read. Errors mean "malformed";
+/// `Content::read` then reports the problem in its own words.
+fn scan<R: Read + Seek>(r: &mut R) -> std::io::Result<Scan> {
     use std::io::{Error, ErrorKind};
     fn u32_of<R: Read>(r: &mut R) -> std::io::Result<u32> {
         let mut b = [0u8; 4];
@@ -81,7 +141,7 @@ fn alignment<R: Read + Seek>(r: &mut R) -> std::io::Result<Option<i64>> {
             u64_of(r)
         }
     };
-    let _tensors = len(r)?;
+    let tensors = len(r)?;
     let kvs = len(r)?;
     let file_len = {
         let here = r.stream_position()?;
@@ -154,23 +214,45 @@ fn alignment<R: Read + Seek>(r: &mut R) -> std::io::Result<Option<i64>> {
             _ => Err(bad()),
         }
     }
-    if kvs > file_len {
+    if kvs > file_len || tensors > file_len {
         return Err(bad());
     }
-    for _ in 0..kvs {
+    let mut out = Scan::default();
+    let name = |r: &mut R| -> std::io::Result<Vec<u8>> {
         let n = len(r)?;
         if n > 4096 {
             return Err(bad());
         }
         let mut key = vec![0u8; n as usize];
         r.read_exact(&mut key)?;
+        Ok(key)
+    };
+    for _ in 0..kvs {
+        let key = name(r)?;
         let t = u32_of(r)?;
         let v = skip(r, t, 0, &len, file_len)?;
         if key == b"general.alignment" {
-            return Ok(v);
+            out.alignment = v;
         }
     }
-    Ok(None)
+    for _ in 0..tensors {
+        let key = name(r)?;
+        let dims = u32_of(r)?;
+        if dims > 8 {
+            return Err(bad());
+        }
+        for _ in 0..dims {
+            len(r)?;
+        }
+        let t = u32_of(r)?;
+        u64_of(r)?;
+        // The type ids candle 0.11.1's `GgmlDType::from_u32` accepts.
+        if !matches!(t, 0..=3 | 6..=15 | 30) {
+            out.unsupported = Some((String::from_utf8_lossy(&key).into_owned(), t));
+            break;
+        }
+    }
+    Ok(out)
 }
 
 fn meta_usize(path: &Path, c: &Content, key: &str) -> Result<usize> {

@@ -471,35 +471,28 @@ impl QuantGroup {
     ) -> Result<Self> {
         use crate::model::gguf::{self, Kept};
         let plan = gguf::plan(path, cfg, q)?;
-        let weight_bytes = plan.iter().map(|t| t.bytes(compute)).sum();
-        let mut types: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
-        let (mut norms, mut matrices) = (0usize, Vec::new());
-        for t in &plan {
-            match t.kept {
-                Kept::Quant(ty) => {
-                    let e = types.entry(gguf::type_name(ty)).or_default();
-                    e.0 += 1;
-                    e.1 += t.bytes(compute);
-                }
-                Kept::Dense if t.shape.len() < 2 => norms += 1,
-                Kept::Dense => matrices.push(format!("{} ({})", t.gguf, gguf::type_name(t.file))),
-            }
-        }
-        let quantized = types
+        let kept = gguf::plan_types(&plan, compute)
             .iter()
-            .map(|(ty, (n, b))| format!("{n} {ty} = {b} B"))
+            .map(|(ty, n, b)| format!("{n} {ty} = {b} B"))
             .collect::<Vec<_>>()
             .join(", ");
+        let matrices: Vec<String> = plan
+            .iter()
+            .filter(|t| t.kept == Kept::Dense && t.shape.len() > 1)
+            .map(|t| format!("{} ({})", t.gguf, gguf::type_name(t.file)))
+            .collect();
         let mut message = format!(
-            "quantized tensors kept in QTensors: {quantized}; dense in {}: {norms} 1-D norm/bias tensors",
+            "weights as kept: {kept} (quantized ones in candle QTensors; the {} ones are the 1-D norms and biases",
             compute.as_str()
         );
         if !matrices.is_empty() {
             message += &format!(
-                ", and matrices the file stores unquantized (dense at their loaded bytes): {}",
+                ", and matrices the file stores unquantized, loaded dense: {}",
                 matrices.join(", ")
             );
         }
+        message.push(')');
+        let weight_bytes = gguf::plan_bytes(&plan, compute);
         Ok(QuantGroup {
             weight_bytes,
             message,

@@ -228,6 +228,30 @@ fn load_is_the_gguf_block_bytes_plus_bounded_metadata() {
     assert!(native.feature_weight_bytes.unwrap() * 5 < SMOLLM2_PARAMS * 4);
 }
 
+/// `estimate --model FILE.gguf` reads the same tensor types: its weights are the load row's.
+#[test]
+fn estimate_reads_the_gguf_types() {
+    let out = vramlab()
+        .arg("estimate")
+        .arg("--model")
+        .arg(smollm2_gguf())
+        .arg("--json")
+        .assert()
+        .success();
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let native = run()
+        .rows
+        .iter()
+        .find(|r| r.phase == Some(Phase::Load) && r.precision == "native" && r.compute == "f32")
+        .unwrap();
+    assert_eq!(j["weights"]["bytes"].as_u64(), native.feature_weight_bytes);
+    assert_eq!(
+        j["breakdown"][0]["bytes"].as_u64(),
+        native.feature_weight_bytes
+    );
+    assert_eq!(j["query"]["precision"], "native");
+}
+
 /// KV in the compute dtype: the preallocated cache is allocated whole in the prefill, the
 /// growing one grows by one token's K and V per decode step, exactly.
 #[test]

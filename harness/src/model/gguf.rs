@@ -593,36 +593,78 @@ pub fn plan_of(path: &Path, c: &Content, cfg: &Config, q: Quantized) -> Result<V
             .tensor_infos
             .get(&g)
             .ok_or_else(|| bad_file(path, format!("tensor `{g}` (for `{hf}`) is missing")))?;
-        let file = info.ggml_dtype;
-        let unquantized = matches!(file, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        let kept = match q {
-            _ if shape.len() < 2 => Kept::Dense,
-            Quantized::Native if unquantized => Kept::Dense,
-            Quantized::Native => Kept::Quant(file),
-            Quantized::To(t) => {
-                let row = *shape.last().expect("a matrix");
-                if row % t.block_size() != 0 {
-                    return Err(bad_file(
-                        path,
-                        format!(
-                            "cannot re-quantize tensor `{g}` (shape {shape:?}) to {}: its rows of {row} weights are not a multiple of the {}-weight block",
-                            type_name(t),
-                            t.block_size()
-                        ),
-                    ));
-                }
-                Kept::Quant(t)
-            }
-        };
-        out.push(Planned {
-            hf,
-            gguf: g,
-            shape,
-            file,
-            kept,
-        });
+        out.push(planned(hf, g, shape, info.ggml_dtype, q).map_err(|e| bad_file(path, e))?);
     }
     Ok(out)
+}
+
+/// The tensors of `cfg` (say, a preset's) re-quantized to `to`, as if stored in f32: the
+/// block formula per tensor. Err: the message naming the first tensor whose rows are not
+/// whole blocks.
+pub fn plan_config(cfg: &Config, to: GgmlDType) -> std::result::Result<Vec<Planned>, String> {
+    cfg.tensor_shapes()
+        .into_iter()
+        .map(|(hf, shape)| {
+            let g = gguf_name(&hf).unwrap_or_else(|| hf.clone());
+            planned(hf, g, shape, GgmlDType::F32, Quantized::To(to))
+        })
+        .collect()
+}
+
+/// How a quantized point keeps one tensor stored as `file`.
+fn planned(
+    hf: String,
+    gguf: String,
+    shape: Vec<usize>,
+    file: GgmlDType,
+    q: Quantized,
+) -> std::result::Result<Planned, String> {
+    let unquantized = matches!(file, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+    let kept = match q {
+        _ if shape.len() < 2 => Kept::Dense,
+        Quantized::Native if unquantized => Kept::Dense,
+        Quantized::Native => Kept::Quant(file),
+        Quantized::To(t) => {
+            let row = *shape.last().expect("a matrix");
+            if row % t.block_size() != 0 {
+                return Err(format!(
+                    "cannot re-quantize tensor `{gguf}` (shape {shape:?}) to {}: its rows of {row} weights are not a multiple of the {}-weight block",
+                    type_name(t),
+                    t.block_size()
+                ));
+            }
+            Kept::Quant(t)
+        }
+    };
+    Ok(Planned {
+        hf,
+        gguf,
+        shape,
+        file,
+        kept,
+    })
+}
+
+/// Loaded weight bytes of a plan: blocks × block bytes per quantized tensor, the dense ones
+/// in `compute`.
+pub fn plan_bytes(plan: &[Planned], compute: DType) -> u64 {
+    plan.iter().map(|t| t.bytes(compute)).sum()
+}
+
+/// Per kept type: (type, tensors, bytes), by type name; dense tensors under their compute
+/// dtype's name.
+pub fn plan_types(plan: &[Planned], compute: DType) -> Vec<(&'static str, usize, u64)> {
+    let mut by: std::collections::BTreeMap<&'static str, (usize, u64)> = Default::default();
+    for t in plan {
+        let name = match t.kept {
+            Kept::Quant(ty) => type_name(ty),
+            Kept::Dense => compute.as_str(),
+        };
+        let e = by.entry(name).or_default();
+        e.0 += 1;
+        e.1 += t.bytes(compute);
+    }
+    by.into_iter().map(|(k, (n, b))| (k, n, b)).collect()
 }
 
 /// [`plan_of`] of a GGUF file.

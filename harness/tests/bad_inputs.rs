@@ -480,7 +480,10 @@ fn fit(name: &str, needle: &str) {
 fn csv_wrong_schema_version() {
     fit(
         "csv-wrong-schema-version.csv",
-        "row 2: schema_version `9` is not one of the supported 1..=3",
+        &format!(
+            "row 2: schema_version `9` is not one of the supported 1..={}",
+            vramlab::record::SCHEMA_VERSION
+        ),
     );
 }
 
@@ -624,13 +627,9 @@ fn gguf_unsupported_tensor_type() {
 #[test]
 fn requantize_to_a_block_that_does_not_divide_the_rows() {
     smollm2_gguf();
-    let tmp = tempfile::tempdir().unwrap();
-    let s = tmp.path().join("q4k.toml");
-    std::fs::write(
-        &s,
+    let (_tmp, s) = inline_scenario(
         "name = \"q4k\"\n[model]\nsource = \"gguf:${VRAMLAB_MODELS}/SmolLM2-135M-Instruct.Q4_1.gguf\"\n[sweep]\nmode = [\"infer\"]\nprecision = [\"q4k\"]\nbatch = [1]\ncontext = [16]\ndecode_steps = 2\n",
-    )
-    .unwrap();
+    );
     sweep_names(
         &show(&s),
         "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -638,24 +637,26 @@ fn requantize_to_a_block_that_does_not_divide_the_rows() {
     );
 }
 
+/// A scenario file with `text`, in a temporary folder (kept alive by the first value).
+fn inline_scenario(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = tmp.path().join("s.toml");
+    std::fs::write(&s, text).unwrap();
+    (tmp, s)
+}
+
 /// Quantized precisions run inference on GGUF sources only.
 #[test]
 fn quantized_precision_for_training_or_safetensors() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = tmp.path().join("qt.toml");
-    std::fs::write(
-        &s,
+    let (_t, s) = inline_scenario(
         "name = \"qt\"\n[model]\nsource = \"gguf:/m/M.gguf\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"native\"]\nbatch = [1]\ncontext = [16]\n",
-    )
-    .unwrap();
+    );
     sweep(
         &show(&s),
         "precision `native` keeps GGUF weights quantized, which runs inference only",
     );
-    std::fs::write(
-        &s,
+    let (_t, s) = inline_scenario(
         "name = \"qt\"\n[model]\nsource = \"hf:/m/M\"\n[sweep]\nmode = [\"infer\"]\nprecision = [\"q8_0\"]\nbatch = [1]\ncontext = [16]\ndecode_steps = 2\n",
-    )
-    .unwrap();
+    );
     sweep(&show(&s), "precision `q8_0` needs a `gguf:` source");
 }

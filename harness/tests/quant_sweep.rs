@@ -262,29 +262,9 @@ fn kv_is_exact_in_the_compute_dtype() {
         let decodes = rows_of(&id, Phase::Decode);
         assert_eq!(decodes.len(), 4, "{id}");
         if id.contains("/preallocated") {
-            let kv = bpt * pre.context * pre.batch;
-            assert_eq!(pre.feature_kv_bytes, Some(kv), "{id}");
-            let grown = pre.end_allocated.unwrap() - pre.baseline_allocated.unwrap();
-            assert!(
-                grown >= kv && grown - kv <= 512 * 60,
-                "{id}: cache grew {grown}, expected {kv} + <= 30720"
-            );
-            for d in &decodes {
-                assert_eq!(d.end_allocated, pre.end_allocated, "{id} step {:?}", d.step);
-            }
+            check_preallocated_kv(&id, pre, &decodes, bpt);
         } else {
-            for d in &decodes {
-                let t = d.kv_tokens.unwrap() - pre.kv_tokens.unwrap();
-                assert_eq!(
-                    d.end_allocated.unwrap() - pre.end_allocated.unwrap(),
-                    bpt * t * pre.batch,
-                    "{id} step {t}"
-                );
-                assert_eq!(
-                    d.feature_kv_bytes,
-                    Some(bpt * d.kv_tokens.unwrap() * d.batch)
-                );
-            }
+            check_growing_kv(&id, pre, &decodes, bpt);
         }
     }
 }

@@ -106,22 +106,7 @@ fn preallocated_kv_is_exact_and_constant() {
         if pre.precision == "f32" {
             assert_eq!(bytes, 46_080);
         }
-        let kv = bytes * pre.context * pre.batch;
-        assert_eq!(pre.feature_kv_bytes, Some(kv));
-        let grown = pre.end_allocated.unwrap() - pre.baseline_allocated.unwrap();
-        // 60 cache tensors (K and V per layer) of metadata, plus the (batch, 1) next-token ids.
-        assert!(
-            grown >= kv && grown - kv <= 512 * 60,
-            "{id}: cache grew {grown}, expected {kv} + <= 30720"
-        );
-        let ends: Vec<u64> = phase_rows(id, Phase::Decode)
-            .iter()
-            .map(|r| r.end_allocated.unwrap())
-            .collect();
-        assert!(
-            ends.iter().all(|&e| e == pre.end_allocated.unwrap()),
-            "{id}: {ends:?}"
-        );
+        check_preallocated_kv(id, pre, &phase_rows(id, Phase::Decode), bytes);
     }
 }
 
@@ -130,19 +115,7 @@ fn growing_kv_grows_by_exactly_one_token_per_step() {
     for id in points().iter().filter(|i| i.contains("/growing")) {
         let pre = phase_rows(id, Phase::Prefill)[0];
         let bpt = SMOLLM2_KV_ELEMS_PER_TOKEN * dtype_bytes(pre);
-        for d in phase_rows(id, Phase::Decode) {
-            let t = d.step.unwrap();
-            assert_eq!(d.kv_tokens, Some(pre.prompt_len.unwrap() + t));
-            assert_eq!(
-                d.end_allocated.unwrap() - pre.end_allocated.unwrap(),
-                bpt * t * pre.batch,
-                "{id} step {t}"
-            );
-            assert_eq!(
-                d.feature_kv_bytes,
-                Some(bpt * d.kv_tokens.unwrap() * d.batch)
-            );
-        }
+        check_growing_kv(id, pre, &phase_rows(id, Phase::Decode), bpt);
     }
 }
 

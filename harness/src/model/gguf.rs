@@ -626,7 +626,7 @@ fn planned(
         Quantized::Native => Kept::Quant(file),
         Quantized::To(t) => {
             let row = *shape.last().expect("a matrix");
-            if row % t.block_size() != 0 {
+            if !row.is_multiple_of(t.block_size()) {
                 return Err(format!(
                     "cannot re-quantize tensor `{gguf}` (shape {shape:?}) to {}: its rows of {row} weights are not a multiple of the {}-weight block",
                     type_name(t),

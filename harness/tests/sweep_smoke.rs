@@ -140,13 +140,14 @@ fn repeated_points_have_identical_peaks() {
 fn csv_has_the_full_schema_and_roundtrips() {
     let r = run();
     assert_eq!(r.header, vramlab::record::columns());
-    // DESIGN.md §5's 48 columns of version 1, plus `attention` (version 2) and `kv_window`
-    // (version 3).
-    assert_eq!(r.header.len(), 50);
+    // DESIGN.md §5's 48 columns of version 1, plus `attention` (version 2), `kv_window`
+    // (version 3) and `compute` (version 4).
+    assert_eq!(r.header.len(), 51);
     assert_eq!(vramlab::record::columns_of(1).len(), 48);
     for rec in &r.rows {
         assert_eq!(rec.schema_version, vramlab::record::SCHEMA_VERSION);
         assert_eq!(rec.attention, "eager");
+        assert_eq!(rec.compute, "", "dense precisions have no compute column");
         assert_eq!(rec.backend, "cpu");
         assert_eq!(rec.meter, "cpu-alloc");
         assert_eq!(rec.weight_source, "gguf");

@@ -52,13 +52,13 @@ import time
 import tomllib
 from pathlib import Path, PurePosixPath
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The Record columns of harness/src/record.rs, in order.
 COLUMNS = [
     "schema_version", "run_id", "point_id", "started_at", "vramlab_version", "git_rev",
     "backend", "device_name", "driver_version", "cuda_version", "candle_version",
     "model_id", "architecture", "param_count", "weight_source",
-    "mode", "precision", "batch", "context", "prompt_len", "decode_steps",
+    "mode", "precision", "compute", "batch", "context", "prompt_len", "decode_steps",
     "kv_cache", "kv_window", "optimizer", "checkpointing", "grad_accum",
     "trainable", "kernels", "attention", "pool_release",
     "scenario_hash", "meter",
@@ -183,7 +183,12 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
     points = []
     for source in as_list(s.get("source", spec["model"]["source"])):
         mid = model_id(source)
-        for precision in s["precision"]:
+        # As grid.rs: a quantized precision (GGUF blocks kept, issue 15) runs once per compute
+        # dtype and its id says both (`native-f32`). The probe only lists such points
+        # (--dry-run); running one is refused (`compute` is not a key it runs).
+        tagged = [(p, f"{p}-{c}" if p in QUANTIZED else p)
+                  for p in s["precision"] for c in (s.get("compute", ["f32"]) if p in QUANTIZED else [None])]
+        for precision, precision_tag in tagged:
             for mode in s["mode"]:
                 axes = {"train": train_axes, "encode": encode_axes}.get(mode, infer_axes)
                 for batch in s["batch"]:
@@ -191,7 +196,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                         for tag, kv, window, train, kernels, attention in [
                                 (*a, k, t) for a in axes for k in ops_k for t in ops_a]:
                             for repeat in range(repeats):
-                                pid = f"{mid}/{mode}/{precision}/b{batch}/c{context}"
+                                pid = f"{mid}/{mode}/{precision_tag}/b{batch}/c{context}"
                                 if tag:
                                     pid += f"/{tag}"
                                 # As grid.rs: ids of the default ops carry no suffix.
@@ -442,6 +447,8 @@ def features(shape: dict, p: dict, phase: str, kv_tokens: int, params: int, trai
 
 # ------------------------------------------------------------------------------ running --
 
+# vramlab's quantized precisions (harness/src/vocab.rs `Precision`): GGUF blocks kept.
+QUANTIZED = {"native", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4k", "q5k", "q6k", "q8k"}
 SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
               "prompt_len", "decode_every", "repeats", "optimizer", "checkpointing", "grad_accum",
               "trainable", "train_steps", "lr", "kernels", "attention"}

@@ -5,17 +5,19 @@
 //! `kv_window` (model|full, inference rows) after `kv_cache`. Readers accept every version: a
 //! version-1 row reads with `attention = "eager"` (the only attention version 1 had), and an
 //! inference row before version 3 with `kv_window = "full"` (earlier versions never capped a
-//! cache at a window).
+//! cache at a window). 4 adds `compute` (f32|f16|bf16) after `precision`: a quantized point's
+//! compute dtype (empty for dense precisions, which compute in their own; so older rows need
+//! nothing filled).
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 use crate::vocab::{
-    Attention, Backend, Checkpointing, Kernels, KvKind, KvWindow, MeterKind, Mode, Optimizer,
-    PoolRelease, Precision, Trainable,
+    Attention, Backend, Checkpointing, Compute, Kernels, KvKind, KvWindow, MeterKind, Mode,
+    Optimizer, PoolRelease, Precision, Trainable,
 };
 pub use crate::vocab::{Phase, Status};
 
@@ -40,6 +42,8 @@ pub struct Record {
     pub weight_source: String,
     pub mode: Mode,
     pub precision: Precision,
+    /// A quantized precision's compute dtype; empty for dense ones. Absent before version 4.
+    pub compute: Option<Compute>,
     pub batch: u64,
     pub context: u64,
     pub prompt_len: Option<u64>,
@@ -85,7 +89,7 @@ pub struct Record {
 /// The columns a row of schema `version` must have: every column of this version less those
 /// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
 pub fn columns_of(version: u32) -> Vec<String> {
-    const ADDED: [(&str, u32); 2] = [("attention", 2), ("kv_window", 3)];
+    const ADDED: [(&str, u32); 3] = [("attention", 2), ("kv_window", 3), ("compute", 4)];
     columns()
         .into_iter()
         .filter(|c| !ADDED.iter().any(|(a, v)| a == c && version < *v))
@@ -137,7 +141,7 @@ mod tests {
         let expected = "schema_version, run_id, point_id, started_at, vramlab_version, git_rev,
 backend, device_name, driver_version, cuda_version, candle_version,
 model_id, architecture, param_count, weight_source,
-mode, precision, batch, context, prompt_len, decode_steps,
+mode, precision, compute, batch, context, prompt_len, decode_steps,
 kv_cache, kv_window, optimizer, checkpointing, grad_accum,
 trainable, kernels, attention, pool_release,
 scenario_hash, meter,

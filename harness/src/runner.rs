@@ -92,6 +92,7 @@ pub fn base_record(
             weight_source: prep.source.kind().into(),
             mode: p.mode,
             precision: p.precision,
+            compute: p.compute,
             batch: p.batch as u64,
             context: p.context as u64,
             prompt_len: infer.then_some(p.prompt_len as u64),
@@ -139,6 +140,25 @@ impl Runner<'_> {
             .iter()
             .map(|p| base_record(&self.ctx, self.meter.kind(), p, &models[&p.source]))
             .collect();
+        // A quantized group's exact weight bytes and load message, from the GGUF's tensor
+        // table (a re-quantization whose blocks do not fit a tensor fails here, before any
+        // measuring).
+        let mut quant: BTreeMap<String, QuantGroup> = BTreeMap::new();
+        for p in points {
+            if let (Some(q), Source::Gguf(path)) =
+                (p.precision.quantized(), &models[&p.source].source)
+            {
+                if !quant.contains_key(&p.id) {
+                    let g = QuantGroup::of(path, &models[&p.source].config, q, p.dtypes().1)?;
+                    for o in points
+                        .iter()
+                        .filter(|o| crate::scenario::grid::same_group(o, p))
+                    {
+                        quant.insert(o.id.clone(), g.clone());
+                    }
+                }
+            }
+        }
         crate::meter::alloc::set_floor();
         // All keys exist before the first measurement: a map node allocated mid-sweep would
         // shift every later baseline.
@@ -156,8 +176,8 @@ impl Runner<'_> {
             let group = &points[i..i + n];
             i += n;
             let prep = &models[&first.source];
-            let dtype = first.precision.dtype();
-            warmup::device(&self.device, first.precision.compute_dtype())?;
+            let (dtype, compute) = first.dtypes();
+            warmup::device(&self.device, compute)?;
             bar.set_message(format!(
                 "loading {} ({})",
                 first.model_id,
@@ -168,15 +188,33 @@ impl Runner<'_> {
             // The load runs under the capacity; a device OOM here fails the whole group at
             // once (every point shares these weights), without a reload per point.
             let load = crate::workload::phase(self.meter.as_mut(), Phase::Load, || {
+                if let (Some(q), Source::Gguf(path)) = (first.precision.quantized(), &prep.source) {
+                    let (t, qt) = crate::model::gguf::load_quantized(
+                        path,
+                        &prep.config,
+                        q,
+                        compute,
+                        &device,
+                        |_, _| {},
+                    )?;
+                    return Ok(Loaded::Model(
+                        prep.config.architecture.inference_quantized(
+                            &prep.config,
+                            t,
+                            qt,
+                            compute,
+                        )?,
+                    ));
+                }
                 let t = weights::load(&prep.source, &prep.config, dtype, &device, |_, _| {})?;
                 Ok(if train {
                     Loaded::Vars(to_vars(t)?)
                 } else {
-                    Loaded::Model(prep.config.architecture.inference(
-                        &prep.config,
-                        t,
-                        first.precision.compute_dtype(),
-                    )?)
+                    Loaded::Model(
+                        prep.config
+                            .architecture
+                            .inference(&prep.config, t, compute)?,
+                    )
                 })
             });
             let group_bases = &bases[i - n..i];
@@ -256,8 +294,12 @@ impl Runner<'_> {
                         ),
                     }
                 };
+                let quant = quant.get(&p.id);
                 let row = |phase: Phase, kv_tokens: usize| {
-                    let f = features(phase, kv_tokens);
+                    let mut f = features(phase, kv_tokens);
+                    if let Some(q) = quant {
+                        f.weight_bytes = q.weight_bytes;
+                    }
                     Record {
                         phase: Some(phase),
                         feature_weight_bytes: Some(f.weight_bytes),
@@ -277,6 +319,9 @@ impl Runner<'_> {
                 load.status = Some(Status::Ok);
                 load.message =
                     "weights loaded once per (model, precision, mode); shared by the group".into();
+                if let Some(q) = quant {
+                    load.message += &format!("; {}", q.message);
+                }
                 if per_point {
                     load.message += "; warmed up at this point's shapes (the group's warm-up at its largest shapes ran out of memory)";
                 }
@@ -399,6 +444,52 @@ fn warm_up(cfg: &Config, loaded: &Loaded, points: &[Point]) -> Result<()> {
     }
 }
 
+/// A quantized group's weight bytes (exact: GGUF blocks × block bytes per tensor type, plus
+/// the dense tensors in the compute dtype) and what its load row says about them.
+#[derive(Clone, Debug)]
+struct QuantGroup {
+    weight_bytes: u64,
+    message: String,
+}
+
+impl QuantGroup {
+    fn of(
+        path: &std::path::Path,
+        cfg: &Config,
+        q: crate::vocab::Quantized,
+        compute: candle_core::DType,
+    ) -> Result<Self> {
+        use crate::model::gguf::{self, Kept};
+        let plan = gguf::plan(path, cfg, q)?;
+        let kept = gguf::plan_types(&plan, compute)
+            .iter()
+            .map(|(ty, n, b)| format!("{n} {ty} = {b} B"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let matrices: Vec<String> = plan
+            .iter()
+            .filter(|t| t.kept == Kept::Dense && t.shape.len() > 1)
+            .map(|t| format!("{} ({})", t.gguf, gguf::type_name(t.file)))
+            .collect();
+        let mut message = format!(
+            "weights as kept: {kept} (quantized ones in candle QTensors; the {} ones are the 1-D norms and biases",
+            compute.as_str()
+        );
+        if !matrices.is_empty() {
+            message += &format!(
+                ", and matrices the file stores unquantized, loaded dense: {}",
+                matrices.join(", ")
+            );
+        }
+        message.push(')');
+        let weight_bytes = gguf::plan_bytes(&plan, compute);
+        Ok(QuantGroup {
+            weight_bytes,
+            message,
+        })
+    }
+}
+
 /// What a group loads: a ready inference model, or the weights as training variables.
 enum Loaded {
     Model(InferenceModel),
@@ -439,7 +530,7 @@ fn infer_shape(p: &Point) -> InferShape {
         prompt_len: p.prompt_len,
         kv: p.kv_cache,
         kv_window: p.kv_window,
-        dtype_bytes: p.precision.dtype().size_in_bytes(),
+        dtype_bytes: p.dtypes().1.size_in_bytes(),
     }
 }
 

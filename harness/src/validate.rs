@@ -254,6 +254,7 @@ fn model_ref(words: &str) -> Option<ModelRef> {
                         ModelRef::Config(Resolved {
                             name: name.to_string(),
                             config,
+                            gguf: None,
                         })
                     })
                 }

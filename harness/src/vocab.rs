@@ -83,25 +83,115 @@ vocab! {
         MixedBf16,
         /// f32 master weights, f16 compute (training only).
         MixedF16,
+        /// GGUF weights kept in the types the file stores them in (candle `QTensor`s, multiplied
+        /// through `QMatMul`); activations and KV in the point's `compute` dtype (inference only).
+        Native,
+        /// GGUF weights re-quantized at load to Q4_0 (18 B per 32 weights), then as `native`.
+        #[serde(rename = "q4_0")]
+        #[strum(serialize = "q4_0")]
+        #[value(name = "q4_0")]
+        Q4_0,
+        /// Q4_1: 20 B per 32 weights.
+        #[serde(rename = "q4_1")]
+        #[strum(serialize = "q4_1")]
+        #[value(name = "q4_1")]
+        Q4_1,
+        /// Q5_0: 22 B per 32 weights.
+        #[serde(rename = "q5_0")]
+        #[strum(serialize = "q5_0")]
+        #[value(name = "q5_0")]
+        Q5_0,
+        /// Q5_1: 24 B per 32 weights.
+        #[serde(rename = "q5_1")]
+        #[strum(serialize = "q5_1")]
+        #[value(name = "q5_1")]
+        Q5_1,
+        /// Q8_0: 34 B per 32 weights.
+        #[serde(rename = "q8_0")]
+        #[strum(serialize = "q8_0")]
+        #[value(name = "q8_0")]
+        Q8_0,
+        /// Q4_K: 144 B per 256 weights.
+        #[serde(rename = "q4k")]
+        #[strum(serialize = "q4k")]
+        #[value(name = "q4k")]
+        Q4k,
+        /// Q5_K: 176 B per 256 weights.
+        #[serde(rename = "q5k")]
+        #[strum(serialize = "q5k")]
+        #[value(name = "q5k")]
+        Q5k,
+        /// Q6_K: 210 B per 256 weights.
+        #[serde(rename = "q6k")]
+        #[strum(serialize = "q6k")]
+        #[value(name = "q6k")]
+        Q6k,
+        /// Q8_K: 292 B per 256 weights.
+        #[serde(rename = "q8k")]
+        #[strum(serialize = "q8k")]
+        #[value(name = "q8k")]
+        Q8k,
     }
 }
 
+/// What a quantized precision does with a GGUF's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantized {
+    /// Keep each tensor in its stored type.
+    Native,
+    /// Re-quantize every matrix to this type.
+    To(candle_core::quantized::GgmlDType),
+}
+
 impl Precision {
-    /// The dtype weights (and, in training, gradients and optimizer state) are stored in.
+    /// The dtype weights (and, in training, gradients and optimizer state) are stored in. A
+    /// quantized precision's dense tensors (norms) and activations use the point's `compute`
+    /// axis instead: see [`Precision::dtypes`]; here they answer f32, `compute`'s default.
     pub fn dtype(&self) -> DType {
+        self.dtypes(Compute::F32).0
+    }
+    /// The dtype activations are computed in (f32 for a quantized precision: see
+    /// [`Precision::dtypes`]).
+    pub fn compute_dtype(&self) -> DType {
+        self.dtypes(Compute::F32).1
+    }
+    /// (dense weights, activations and KV) dtypes of a point at this precision, `compute`
+    /// being the point's compute axis (what a quantized precision's dense tensors and
+    /// activations use; a dense precision ignores it).
+    pub fn dtypes(&self, compute: Compute) -> (DType, DType) {
         match self {
-            Precision::F32 | Precision::MixedBf16 | Precision::MixedF16 => DType::F32,
-            Precision::F16 => DType::F16,
-            Precision::Bf16 => DType::BF16,
+            Precision::F32 => (DType::F32, DType::F32),
+            Precision::F16 => (DType::F16, DType::F16),
+            Precision::Bf16 => (DType::BF16, DType::BF16),
+            Precision::MixedBf16 => (DType::F32, DType::BF16),
+            Precision::MixedF16 => (DType::F32, DType::F16),
+            _ => (compute.dtype(), compute.dtype()),
         }
     }
-    /// The dtype activations are computed in.
-    pub fn compute_dtype(&self) -> DType {
-        match self {
-            Precision::F32 => DType::F32,
-            Precision::F16 | Precision::MixedF16 => DType::F16,
-            Precision::Bf16 | Precision::MixedBf16 => DType::BF16,
-        }
+    /// For a quantized precision, what it does with a GGUF's weights.
+    pub fn quantized(&self) -> Option<Quantized> {
+        use candle_core::quantized::GgmlDType as G;
+        let to = match self {
+            Precision::F32
+            | Precision::F16
+            | Precision::Bf16
+            | Precision::MixedBf16
+            | Precision::MixedF16 => return None,
+            Precision::Native => return Some(Quantized::Native),
+            Precision::Q4_0 => G::Q4_0,
+            Precision::Q4_1 => G::Q4_1,
+            Precision::Q5_0 => G::Q5_0,
+            Precision::Q5_1 => G::Q5_1,
+            Precision::Q8_0 => G::Q8_0,
+            Precision::Q4k => G::Q4K,
+            Precision::Q5k => G::Q5K,
+            Precision::Q6k => G::Q6K,
+            Precision::Q8k => G::Q8K,
+        };
+        Some(Quantized::To(to))
+    }
+    pub fn is_quantized(&self) -> bool {
+        self.quantized().is_some()
     }
     pub fn is_mixed(&self) -> bool {
         matches!(self, Precision::MixedBf16 | Precision::MixedF16)
@@ -113,6 +203,28 @@ impl Precision {
     /// Bytes per element of activations, KV and logits.
     pub fn act_bytes(&self) -> u64 {
         self.compute_dtype().size_in_bytes() as u64
+    }
+}
+
+vocab! {
+    /// The dtype a quantized point computes in (activations, KV cache, dense tensors).
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Compute {
+        #[default]
+        F32,
+        F16,
+        Bf16,
+    }
+}
+
+impl Compute {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Compute::F32 => DType::F32,
+            Compute::F16 => DType::F16,
+            Compute::Bf16 => DType::BF16,
+        }
     }
 }
 
@@ -528,6 +640,9 @@ mod tests {
         same(&all::<Attention>());
         same(&all::<Checkpointing>());
         same(&all::<TrainableKind>());
+        same(&all::<Compute>());
+        assert_eq!(Precision::Q4_0.as_str(), "q4_0");
+        assert_eq!(Precision::Q4k.as_str(), "q4k");
         same(&[
             Trainable::Full,
             Trainable::FrozenEmbeddings,

@@ -480,7 +480,10 @@ fn fit(name: &str, needle: &str) {
 fn csv_wrong_schema_version() {
     fit(
         "csv-wrong-schema-version.csv",
-        "row 2: schema_version `9` is not one of the supported 1..=3",
+        &format!(
+            "row 2: schema_version `9` is not one of the supported 1..={}",
+            vramlab::record::SCHEMA_VERSION
+        ),
     );
 }
 
@@ -587,4 +590,73 @@ fn empty_source_list() {
         "empty-source-list.toml",
         "[model] `source` is an empty list",
     );
+}
+
+/// A GGUF tensor of a type candle cannot read (IQ4_NL, id 20, patched into a copy of the real
+/// file's tensor table): the message names the tensor and the type.
+#[test]
+fn gguf_unsupported_tensor_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("iq.gguf");
+    let mut bytes = std::fs::read(smollm2_gguf()).unwrap();
+    let name = b"blk.3.ffn_down.weight";
+    let mut entry = (name.len() as u64).to_le_bytes().to_vec();
+    entry.extend_from_slice(name);
+    let at = bytes
+        .windows(entry.len())
+        .rposition(|w| w == entry.as_slice())
+        .expect("the tensor's entry");
+    // name, n_dims (u32), 2 dims (u64), then the type id (u32).
+    let ty = at + entry.len() + 4 + 16;
+    assert_eq!(
+        bytes[ty..ty + 4],
+        3u32.to_le_bytes(),
+        "Q4_1 in the real file"
+    );
+    bytes[ty..ty + 4].copy_from_slice(&20u32.to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    generate(
+        &format!("gguf:{}", show(&p)),
+        &show(&p),
+        "tensor `blk.3.ffn_down.weight` has GGML type 20 (IQ4_NL), which candle 0.11 cannot load",
+    );
+}
+
+/// SmolLM2's rows of 576 weights are not whole Q4_K blocks (256): the re-quantization fails
+/// on the first such tensor, by name, before anything is measured.
+#[test]
+fn requantize_to_a_block_that_does_not_divide_the_rows() {
+    smollm2_gguf();
+    let (_tmp, s) = inline_scenario(
+        "name = \"q4k\"\n[model]\nsource = \"gguf:${VRAMLAB_MODELS}/SmolLM2-135M-Instruct.Q4_1.gguf\"\n[sweep]\nmode = [\"infer\"]\nprecision = [\"q4k\"]\nbatch = [1]\ncontext = [16]\ndecode_steps = 2\n",
+    );
+    sweep_names(
+        &show(&s),
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "cannot re-quantize tensor `token_embd.weight` (shape [49152, 576]) to Q4_K: its rows of 576 weights are not a multiple of the 256-weight block",
+    );
+}
+
+/// A scenario file with `text`, in a temporary folder (kept alive by the first value).
+fn inline_scenario(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = tmp.path().join("s.toml");
+    std::fs::write(&s, text).unwrap();
+    (tmp, s)
+}
+
+/// Quantized precisions run inference on GGUF sources only.
+#[test]
+fn quantized_precision_for_training_or_safetensors() {
+    let (_t, s) = inline_scenario(
+        "name = \"qt\"\n[model]\nsource = \"gguf:/m/M.gguf\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"native\"]\nbatch = [1]\ncontext = [16]\n",
+    );
+    sweep(
+        &show(&s),
+        "precision `native` keeps GGUF weights quantized, which runs inference only",
+    );
+    let (_t, s) = inline_scenario(
+        "name = \"qt\"\n[model]\nsource = \"hf:/m/M\"\n[sweep]\nmode = [\"infer\"]\nprecision = [\"q8_0\"]\nbatch = [1]\ncontext = [16]\ndecode_steps = 2\n",
+    );
+    sweep(&show(&s), "precision `q8_0` needs a `gguf:` source");
 }

@@ -466,3 +466,23 @@ fn cpu_constants_are_refused_for_a_gpu_query_and_never_change_exact_terms() {
         assert!(err.contains(name), "{err}");
     }
 }
+
+/// `--weights q4k` on a preset: every matrix at Q4_K's 144 B per 256 weights (scales
+/// included), the 1-D norms dense in the f32 compute dtype, to the byte, by hand from
+/// Llama-3.1-8B's published shapes; and the bits per weight that gives.
+#[test]
+fn preset_requantized_weights_are_the_block_formula() {
+    let (v, d, f, kv, l) = (128_256u64, 4_096u64, 14_336u64, 1_024u64, 32u64);
+    let matrices = 2 * v * d + l * (2 * d * d + 2 * d * kv + 3 * d * f);
+    let norms = (2 * l + 1) * d;
+    let bytes = matrices / 256 * 144 + norms * 4;
+    let j = estimate_json(&["--model", "llama-3.1-8b", "--weights", "q4k"]);
+    assert_eq!(row(&j, "weights"), bytes);
+    assert_eq!(j["weights"]["bytes"], bytes);
+    let bits = j["weights"]["bits_per_weight"].as_f64().unwrap();
+    assert!((bits - bytes as f64 * 8.0 / (matrices + norms) as f64).abs() < 1e-9);
+    assert!(bits > 4.5 && bits < 4.51, "{bits}");
+    // Q8_0: 34 B per 32 weights.
+    let j = estimate_json(&["--model", "llama-3.1-8b", "--weights", "q8_0"]);
+    assert_eq!(row(&j, "weights"), matrices / 32 * 34 + norms * 4);
+}

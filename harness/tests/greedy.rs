@@ -4,6 +4,7 @@ mod common;
 use vramlab::model::{gguf, Source};
 use vramlab::scenario::spec::{Attention, Kernels, Ops};
 use vramlab::scenario::Precision;
+use vramlab::vocab::Compute;
 
 fn decode(vocab: &[String], ids: &[u32]) -> String {
     ids.iter()
@@ -25,7 +26,8 @@ fn check_with(precision: Precision, ops: Ops) {
     // "The capital of France is" in SmolLM2's vocabulary.
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(decode(&vocab, &prompt), "The capital of France is");
-    let mut model = vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision).unwrap();
+    let mut model =
+        vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision, Compute::F32).unwrap();
     model.set_ops(ops).unwrap();
     let out = vramlab::workload::inference::generate(model.as_ref(), &prompt, 6).unwrap();
     let text = decode(&vocab, &out);
@@ -71,5 +73,69 @@ fn smollm2_greedy_flash_bf16() {
             attention: Attention::Flash,
             ..Ops::default()
         },
+    );
+}
+
+/// Greedy tokens of the quantized model (weights kept in QTensors, products through QMatMul)
+/// in `compute`, with a KV cache of kind `kv`.
+fn quantized_tokens(
+    precision: Precision,
+    compute: Compute,
+    kv: vramlab::model::KvKind,
+) -> Vec<u32> {
+    let path = common::smollm2_gguf();
+    let model = vramlab::cmd::generate::load(&Source::Gguf(path), precision, compute).unwrap();
+    vramlab::workload::inference::generate_with(
+        model.as_ref(),
+        &[504u32, 3575, 282, 4649, 314],
+        6,
+        kv,
+    )
+    .unwrap()
+}
+
+/// The Q4_1 file's own blocks, f32 compute: the same " Paris.\n\nThe answer" as the dequantized
+/// model, with both KV caches (candle quantizes the activations to Q8_1 blocks for the dot
+/// products, which moves logits slightly but not these argmaxes).
+#[test]
+fn smollm2_greedy_native_f32_both_kv_kinds() {
+    use vramlab::model::KvKind;
+    for kv in [KvKind::Preallocated, KvKind::Growing] {
+        assert_eq!(
+            quantized_tokens(Precision::Native, Compute::F32, kv),
+            [7042, 30, 198, 198, 504, 2988],
+            "{kv:?}"
+        );
+    }
+}
+
+/// bf16 compute on the Q4_1 blocks: " Paris.\n\nThe United" (the sixth argmax changes), the
+/// same on every run and with both KV caches.
+#[test]
+fn smollm2_greedy_native_bf16_is_deterministic() {
+    use vramlab::model::KvKind;
+    let expected = [7042u32, 30, 198, 198, 504, 1797];
+    let path = common::smollm2_gguf();
+    let vocab = gguf::vocab(&path).unwrap();
+    assert_eq!(decode(&vocab, &expected), " Paris.\n\nThe United");
+    for kv in [KvKind::Preallocated, KvKind::Growing, KvKind::Preallocated] {
+        assert_eq!(
+            quantized_tokens(Precision::Native, Compute::Bf16, kv),
+            expected,
+            "{kv:?}"
+        );
+    }
+}
+
+/// Re-quantized to Q8_0 (f32 compute): still " Paris.\n\nThe answer".
+#[test]
+fn smollm2_greedy_q8_0() {
+    assert_eq!(
+        quantized_tokens(
+            Precision::Q8_0,
+            Compute::F32,
+            vramlab::model::KvKind::Growing
+        ),
+        [7042, 30, 198, 198, 504, 2988]
     );
 }

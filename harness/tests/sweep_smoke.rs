@@ -107,22 +107,7 @@ fn preallocated_kv_is_exact_and_constant() {
         if pre.precision == Precision::F32 {
             assert_eq!(bytes, 46_080);
         }
-        let kv = bytes * pre.context * pre.batch;
-        assert_eq!(pre.feature_kv_bytes, Some(kv));
-        let grown = pre.end_allocated.unwrap() - pre.baseline_allocated.unwrap();
-        // 60 cache tensors (K and V per layer) of metadata, plus the (batch, 1) next-token ids.
-        assert!(
-            grown >= kv && grown - kv <= 512 * 60,
-            "{id}: cache grew {grown}, expected {kv} + <= 30720"
-        );
-        let ends: Vec<u64> = phase_rows(id, Phase::Decode)
-            .iter()
-            .map(|r| r.end_allocated.unwrap())
-            .collect();
-        assert!(
-            ends.iter().all(|&e| e == pre.end_allocated.unwrap()),
-            "{id}: {ends:?}"
-        );
+        check_preallocated_kv(id, pre, &phase_rows(id, Phase::Decode), bytes);
     }
 }
 
@@ -131,19 +116,7 @@ fn growing_kv_grows_by_exactly_one_token_per_step() {
     for id in points().iter().filter(|i| i.contains("/growing")) {
         let pre = phase_rows(id, Phase::Prefill)[0];
         let bpt = SMOLLM2_KV_ELEMS_PER_TOKEN * dtype_bytes(pre);
-        for d in phase_rows(id, Phase::Decode) {
-            let t = d.step.unwrap();
-            assert_eq!(d.kv_tokens, Some(pre.prompt_len.unwrap() + t));
-            assert_eq!(
-                d.end_allocated.unwrap() - pre.end_allocated.unwrap(),
-                bpt * t * pre.batch,
-                "{id} step {t}"
-            );
-            assert_eq!(
-                d.feature_kv_bytes,
-                Some(bpt * d.kv_tokens.unwrap() * d.batch)
-            );
-        }
+        check_growing_kv(id, pre, &phase_rows(id, Phase::Decode), bpt);
     }
 }
 
@@ -168,13 +141,14 @@ fn repeated_points_have_identical_peaks() {
 fn csv_has_the_full_schema_and_roundtrips() {
     let r = run();
     assert_eq!(r.header, vramlab::record::columns());
-    // DESIGN.md §5's 48 columns of version 1, plus `attention` (version 2) and `kv_window`
-    // (version 3).
-    assert_eq!(r.header.len(), 50);
+    // DESIGN.md §5's 48 columns of version 1, plus `attention` (version 2), `kv_window`
+    // (version 3) and `compute` (version 4).
+    assert_eq!(r.header.len(), 51);
     assert_eq!(vramlab::record::columns_of(1).len(), 48);
     for rec in &r.rows {
         assert_eq!(rec.schema_version, vramlab::record::SCHEMA_VERSION);
         assert_eq!(rec.attention, Attention::Eager);
+        assert_eq!(rec.compute, None, "dense precisions have no compute column");
         assert_eq!(rec.backend, Backend::Cpu);
         assert_eq!(rec.meter, MeterKind::CpuAlloc);
         assert_eq!(rec.weight_source, "gguf");

@@ -2,8 +2,9 @@
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
 use crate::error::InputError;
 use crate::estimate::{
-    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, GpuFit, KvWindow, Mode,
-    Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable, CATALOG,
+    self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, Compute, GpuFit, KvWindow,
+    Mode, Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable,
+    CATALOG,
 };
 use crate::fit::Constants;
 use crate::model::Config;
@@ -21,8 +22,15 @@ pub struct Args {
     pub model: String,
     #[arg(long, value_enum, default_value = "infer")]
     pub mode: Mode,
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub precision: Precision,
+    /// f32, f16, bf16, mixed-bf16, mixed-f16; or weights kept quantized (inference): `native`
+    /// (a GGUF's own tensor types, read from the file) or q4_0, q4_1, q5_0, q5_1, q8_0, q4k,
+    /// q5k, q6k, q8k (every matrix at that format's block bytes, scales included). Default:
+    /// `native` for a GGUF file, bf16 otherwise. `--weights` is the same flag.
+    #[arg(long, value_enum, visible_alias = "weights")]
+    pub precision: Option<Precision>,
+    /// The compute dtype (activations, KV cache) of a quantized precision.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub compute: Compute,
     #[arg(long, default_value_t = 1)]
     pub batch: u64,
     /// Tokens per sequence (prompt + generated for inference; sequence length for training).
@@ -115,7 +123,57 @@ struct Report<'a> {
     smallest_gpu_gb: Option<u64>,
     smallest_gpu_examples: Option<&'static str>,
     gpu: Option<GpuFit>,
+    /// A quantized precision's weights: bytes, bits per weight, and the kept types.
+    weights: Option<&'a QuantWeights>,
     notes: &'a [String],
+}
+
+/// The weights of a quantized precision, from the GGUF's tensor types or the block formula.
+#[derive(Serialize)]
+struct QuantWeights {
+    bytes: u64,
+    /// bytes × 8 / parameters, scales and the dense norms included.
+    bits_per_weight: f64,
+    /// (type, tensors, bytes) per kept type.
+    types: Vec<(&'static str, usize, u64)>,
+}
+
+/// The exact weights of a quantized `precision` (None for a dense one).
+fn quantized_weights(
+    a: &Args,
+    gguf: Option<&std::path::Path>,
+    m: &Config,
+    precision: Precision,
+) -> Result<Option<QuantWeights>> {
+    use crate::vocab::Quantized;
+    let Some(q) = precision.quantized() else {
+        return Ok(None);
+    };
+    if a.mode != Mode::Infer {
+        return Err(InputError::arg(format!(
+            "--precision {precision}: quantized weights are estimated for inference only (--mode infer)"
+        ))
+        .into());
+    }
+    let compute = precision.dtypes(a.compute).1;
+    let plan = match (gguf, q) {
+        (Some(file), _) => crate::model::gguf::plan(file, m, q)?,
+        (None, Quantized::To(t)) => crate::model::gguf::plan_config(m, t)
+            .map_err(|e| InputError::arg(format!("--model {}: {e}", a.model)))?,
+        (None, Quantized::Native) => {
+            return Err(InputError::arg(format!(
+                "--precision native reads the tensor types of a GGUF file; --model {} is not one (use a format such as q4k or q8_0)",
+                a.model
+            ))
+            .into())
+        }
+    };
+    let bytes = crate::model::gguf::plan_bytes(&plan, compute);
+    Ok(Some(QuantWeights {
+        bytes,
+        bits_per_weight: bytes as f64 * 8.0 / m.param_count() as f64,
+        types: crate::model::gguf::plan_types(&plan, compute),
+    }))
 }
 
 fn parse_trainable(s: &str) -> Result<Trainable, String> {
@@ -134,7 +192,14 @@ pub fn run(a: Args) -> Result<()> {
     let Resolved {
         name: model_name,
         config: m,
+        gguf,
     } = estimate::resolve(&a.model)?;
+    let precision = a.precision.unwrap_or(if gguf.is_some() {
+        Precision::Native
+    } else {
+        Precision::Bf16
+    });
+    let quant = quantized_weights(&a, gguf.as_deref(), &m, precision)?;
     let mut notes = Vec::new();
     let constants: Option<Constants> = match &a.constants {
         None => None,
@@ -150,7 +215,9 @@ pub fn run(a: Args) -> Result<()> {
     };
     let q = Query {
         mode: a.mode,
-        precision: a.precision,
+        precision,
+        compute: a.compute,
+        weight_bytes: quant.as_ref().map(|w| w.bytes),
         batch: a.batch,
         context: a.context,
         optimizer: a.optimizer,
@@ -250,10 +317,26 @@ pub fn run(a: Args) -> Result<()> {
             smallest_gpu_gb: small.map(|c| c.gb),
             smallest_gpu_examples: small.map(|c| c.examples),
             gpu: fit,
+            weights: quant.as_ref(),
             notes: &notes,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
+    }
+    if let Some(w) = &quant {
+        let types: Vec<String> = w
+            .types
+            .iter()
+            .map(|(t, n, b)| format!("{n} {t} = {b} B"))
+            .collect();
+        notes.insert(
+            0,
+            format!(
+                "weights: {:.3} bits per weight (scales and dense norms included): {}",
+                w.bits_per_weight,
+                types.join(", ")
+            ),
+        );
     }
     print_text(
         &model_name,

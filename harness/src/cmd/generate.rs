@@ -3,7 +3,7 @@
 use super::synth_weights::storage_precision;
 use crate::error::InputError;
 use crate::model::{gguf, weights, Decoder, InferenceModel, Source};
-use crate::vocab::Precision;
+use crate::vocab::{Compute, Precision};
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
@@ -17,17 +17,39 @@ pub struct Args {
     /// Tokens to generate.
     #[arg(long, default_value_t = 16)]
     pub steps: usize,
-    /// Storage precision: f32, f16 or bf16.
+    /// Precision: f32, f16 or bf16 (dense); or, for a GGUF, `native` (keep the file's
+    /// quantized types) or a re-quantization (q4_0, q4_1, q5_0, q5_1, q8_0, q4k, q5k, q6k, q8k).
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: Precision,
+    /// Compute dtype of a quantized precision (activations and KV cache).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub compute: Compute,
 }
 
-/// Loads a decoder of any architecture at a precision on the CPU.
-pub fn load(source: &Source, p: Precision) -> Result<Box<dyn Decoder>> {
+/// Loads a decoder of any architecture at a precision on the CPU (`compute`: a quantized
+/// precision's compute dtype; dense precisions compute in their own).
+pub fn load(source: &Source, p: Precision, compute: Compute) -> Result<Box<dyn Decoder>> {
     let cfg = source.config()?;
     let dev = candle_core::Device::Cpu;
-    let t = weights::load(source, &cfg, p.dtype(), &dev, |_, _| {})?;
-    match cfg.architecture.inference(&cfg, t, p.dtype())? {
+    let (dtype, compute) = p.dtypes(compute);
+    let model = match (p.quantized(), source) {
+        (Some(q), Source::Gguf(path)) => {
+            let (t, qt) = gguf::load_quantized(path, &cfg, q, compute, &dev, |_, _| {})?;
+            cfg.architecture.inference_quantized(&cfg, t, qt, compute)?
+        }
+        (Some(_), _) => {
+            return Err(InputError::arg(format!(
+                "--precision {p}: quantized precisions need a `gguf:` model, got `{}`",
+                source.path().display()
+            ))
+            .into())
+        }
+        (None, _) => {
+            let t = weights::load(source, &cfg, dtype, &dev, |_, _| {})?;
+            cfg.architecture.inference(&cfg, t, compute)?
+        }
+    };
+    match model {
         InferenceModel::Decoder(m) => Ok(m),
         InferenceModel::Encoder(_) => Err(InputError::arg(format!(
             "--model {}: a {} model is an encoder; generate needs a decoder",
@@ -43,7 +65,10 @@ pub fn run(args: Args) -> Result<()> {
     if !source.path().exists() {
         return Err(InputError::file(source.path(), "does not exist").into());
     }
-    let model = load(&source, storage_precision("--precision", args.precision)?)?;
+    if args.precision.is_mixed() {
+        storage_precision("--precision", args.precision)?;
+    }
+    let model = load(&source, args.precision, args.compute)?;
     let out = crate::workload::inference::generate(model.as_ref(), &args.prompt_ids, args.steps)?;
     let ids: Vec<String> = out.iter().map(|t| t.to_string()).collect();
     println!("ids: {}", ids.join(","));

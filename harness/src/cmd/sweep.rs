@@ -97,6 +97,11 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
                 ),
             ));
         }
+        // A re-quantization whose blocks do not divide a tensor's rows: one line naming it.
+        if let (Some(q), Source::Gguf(file)) = (p.precision.quantized(), &models[&p.source].source)
+        {
+            crate::model::gguf::plan(file, &models[&p.source].config, q)?;
+        }
         let max = models[&p.source].config.max_position_embeddings;
         if p.context > max {
             return Err(bad_file(

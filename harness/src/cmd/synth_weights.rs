@@ -37,9 +37,14 @@ pub struct Args {
 /// `precision` as a storage dtype: f32, f16 or bf16 (the mixed policies are training
 /// policies, not storage).
 pub fn storage_precision(flag: &str, p: Precision) -> Result<Precision> {
-    if p.is_mixed() {
+    if p.is_mixed() || p.is_quantized() {
+        let what = if p.is_mixed() {
+            "a mixed policy"
+        } else {
+            "a quantized precision (it keeps a GGUF's blocks)"
+        };
         return Err(InputError::arg(format!(
-            "{flag} {p}: a mixed policy is not a storage precision (use f32, f16 or bf16)"
+            "{flag} {p}: {what} is not a dense storage precision (use f32, f16 or bf16)"
         ))
         .into());
     }

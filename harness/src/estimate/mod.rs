@@ -32,7 +32,9 @@ pub const ALLOCATOR_ROUNDING: u64 = 20 << 20;
 /// The device a query is for: CUDA GPUs (the catalog), or the CPU (candle's CPU backend, to
 /// check an estimate against `vramlab sweep` on this machine).
 pub use crate::vocab::Backend;
-pub use crate::vocab::{Attention, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Trainable};
+pub use crate::vocab::{
+    Attention, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Trainable,
+};
 use crate::vocab::{Checkpointing, Ops};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -66,6 +68,18 @@ pub struct Query {
     pub backend: Backend,
     /// torch only (candle-nn's AdamW has one implementation).
     pub optimizer_impl: OptimizerImpl,
+    /// A quantized precision's compute dtype (activations, KV); dense ones compute in their own.
+    pub compute: Compute,
+    /// The exact weight bytes of a quantized precision (block bytes per tensor type, from a
+    /// GGUF's tensor table or a re-quantization's block formula); `None`: params × dtype bytes.
+    pub weight_bytes: Option<u64>,
+}
+
+impl Query {
+    /// Bytes per element of activations, KV and logits.
+    pub fn act_bytes(&self) -> u64 {
+        self.precision.dtypes(self.compute).1.size_in_bytes() as u64
+    }
 }
 
 impl Default for Query {
@@ -86,6 +100,8 @@ impl Default for Query {
             runtime: Runtime::Torch,
             backend: Backend::Cuda,
             optimizer_impl: OptimizerImpl::Foreach,
+            compute: Compute::F32,
+            weight_bytes: None,
         }
     }
 }
@@ -161,13 +177,17 @@ pub fn infer_features(c: &Config, q: &Query) -> Features {
         prompt_len: q.context as usize,
         kv: q.kv_cache,
         kv_window: q.kv_window,
-        dtype_bytes: q.precision.act_bytes() as usize,
+        dtype_bytes: q.act_bytes() as usize,
     };
-    feat::infer(c, &shape, Phase::Total, q.context as usize)
+    let f = feat::infer(c, &shape, Phase::Total, q.context as usize);
+    Features {
+        weight_bytes: q.weight_bytes.unwrap_or(f.weight_bytes),
+        ..f
+    }
 }
 
 fn analytic_infer(c: &Config, q: &Query) -> Breakdown {
-    let w = q.precision.act_bytes();
+    let w = q.act_bytes();
     let f = infer_features(c, q);
     let (b, s) = (q.batch, q.context);
     let (hidden, ffn, heads) = (
@@ -315,7 +335,7 @@ fn analytic_train(c: &Config, q: &Query) -> Breakdown {
     } = feat::counts(c, q.trainable);
     let states = model_states(p, t, adapters, q);
     let (b, s) = (q.batch, q.context);
-    let aw = q.precision.act_bytes();
+    let aw = q.act_bytes();
     let scores = q.attention == Attention::Eager;
     let layers = c.num_layers as u64;
     let amp = q.runtime == Runtime::Torch && q.precision.is_mixed();
@@ -425,7 +445,7 @@ pub fn train_features(c: &Config, q: &Query) -> Features {
         batch: q.batch as usize,
         seq: q.context as usize,
         weight_bytes: q.precision.weight_bytes() as usize,
-        compute_bytes: q.precision.act_bytes() as usize,
+        compute_bytes: q.act_bytes() as usize,
         adamw: q.optimizer.is_adamw(),
         trainable: q.trainable,
     };
@@ -474,7 +494,7 @@ pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
             q.batch,
             q.context,
             q.context,
-            q.precision.act_bytes(),
+            q.act_bytes(),
         ),
         // The steady state: every step after the first holds the optimizer state throughout;
         // gradients are live from the backward on.
@@ -484,7 +504,7 @@ pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
             q.context,
             1,
             true,
-            q.precision.act_bytes(),
+            q.act_bytes(),
             if phase == Phase::Forward {
                 0
             } else {
@@ -716,7 +736,7 @@ pub fn gpu_fit(
     let fits = |q: &Query| estimate(cfg, q, c).total() <= cap;
     let (kv_tokens, concurrency) = if q.mode == Mode::Infer {
         let e = estimate(cfg, q, c);
-        let per_token = cfg.kv_bytes_per_token(q.precision.act_bytes() as usize);
+        let per_token = cfg.kv_bytes_per_token(q.act_bytes() as usize);
         let tokens = cap.saturating_sub(e.total() - e.kv) / per_token.max(1);
         let per_sequence = cfg.kv_tokens_held(q.context as usize, q.kv_window);
         (Some(tokens), Some(tokens as f64 / per_sequence as f64))

@@ -69,6 +69,9 @@ pub const PRESETS: &[(&str, &str)] = &[
 pub struct Resolved {
     pub name: String,
     pub config: Config,
+    /// The GGUF file `--model` named, if it is one (its tensor types give exact quantized
+    /// weight bytes).
+    pub gguf: Option<std::path::PathBuf>,
 }
 
 impl Resolved {
@@ -76,6 +79,7 @@ impl Resolved {
         Ok(Resolved {
             name: name.to_string(),
             config: Config::from_json(path, v)?,
+            gguf: None,
         })
     }
 }
@@ -102,6 +106,7 @@ pub fn resolve(spec: &str) -> Result<Resolved> {
             return Ok(Resolved {
                 name,
                 config: gguf::config(&file)?,
+                gguf: Some(file),
             });
         }
         let text = std::fs::read_to_string(&file)

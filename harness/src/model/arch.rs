@@ -124,6 +124,20 @@ pub trait Architecture: Sync + Send {
             c, t, compute,
         )?)))
     }
+    /// The model for inference of a quantized point: `q` holds the quantized matrices and
+    /// embedding, `t` the dense tensors (in `compute`). Default: the llama decoder family's
+    /// (the only family GGUF files are read for).
+    fn inference_quantized(
+        &self,
+        c: &Config,
+        t: Tensors,
+        q: super::nn::QTensors,
+        compute: DType,
+    ) -> Result<InferenceModel> {
+        Ok(InferenceModel::Decoder(Box::new(super::Llama::quantized(
+            c, t, q, compute,
+        )?)))
+    }
 }
 
 /// A `Copy` handle on a registered architecture; compares by name.

@@ -177,7 +177,7 @@ impl Bert {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
     pub fn new(cfg: &Config, t: Tensors, compute: DType) -> Result<Self> {
-        let mut t = Named(t);
+        let mut t = Named::dense(t);
         let word = t.take("embeddings.word_embeddings.weight")?;
         let position = t.take("embeddings.position_embeddings.weight")?;
         let token_type = t.take("embeddings.token_type_embeddings.weight")?;

@@ -201,7 +201,7 @@ impl Gpt2 {
 
     /// Builds the model from tensors stored in `layout`.
     pub fn with_layout(cfg: &Config, t: Tensors, compute: DType, layout: Layout) -> Result<Self> {
-        let mut t = Named(t);
+        let mut t = Named::dense(t);
         let p = layout.prefix;
         let dense = |t: &mut Named, m: &str| {
             if layout.conv1d {

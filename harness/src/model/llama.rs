@@ -9,7 +9,9 @@
 //! SwiGLU (and softmax inside eager attention), each with its own backward;
 //! `attention = "flash"` runs its tiled attention, which never materializes the scores.
 use super::arch::{checked, parse_json, Architecture, Decoder, Tensors};
-use super::nn::{attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named};
+use super::nn::{
+    attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named, QTensors, Weight,
+};
 use super::{Config, KvCache, Trainable};
 use crate::vocab::{Attention, Kernels, Ops};
 use anyhow::Result;
@@ -196,10 +198,11 @@ pub struct Llama {
     cfg: Config,
     /// The dtype activations are computed in (weights are cast to it at use when they differ).
     compute: DType,
-    embed: Tensor,
+    /// The token embedding (dense, or quantized: rows are dequantized as they are gathered).
+    embed: Weight,
     layers: Vec<Layer>,
     norm: Tensor,
-    lm_head: Option<Tensor>,
+    lm_head: Option<Weight>,
     ops: Ops,
 }
 
@@ -239,8 +242,17 @@ impl Llama {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
     pub fn new(cfg: &Config, t: Tensors, compute: DType) -> Result<Self> {
-        let mut t = Named(t);
-        let embed = t.take("model.embed_tokens.weight")?;
+        Self::build(cfg, Named::dense(t), compute)
+    }
+
+    /// The model of a quantized point: the matrices and the embedding in `q` stay quantized
+    /// (their products run through `QMatMul`), the dense tensors `t` (norms) are in `compute`.
+    pub fn quantized(cfg: &Config, t: Tensors, q: QTensors, compute: DType) -> Result<Self> {
+        Self::build(cfg, Named(t, q), compute)
+    }
+
+    fn build(cfg: &Config, mut t: Named, compute: DType) -> Result<Self> {
+        let embed = t.weight("model.embed_tokens.weight")?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("model.layers.{i}");
@@ -286,7 +298,7 @@ impl Llama {
         let lm_head = if cfg.tie_word_embeddings {
             None
         } else {
-            Some(t.take("lm_head.weight")?)
+            Some(t.weight("lm_head.weight")?)
         };
         Ok(Llama {
             cfg: cfg.clone(),
@@ -417,7 +429,13 @@ impl Llama {
 
     fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let x = self.norm(x, &self.norm)?;
-        Linear::new(self.lm_head.as_ref().unwrap_or(&self.embed).clone(), None).forward(&x)
+        Linear {
+            w: self.lm_head.as_ref().unwrap_or(&self.embed).clone(),
+            b: None,
+            transposed: false,
+            lora: None,
+        }
+        .forward(&x)
     }
 }
 
@@ -429,7 +447,11 @@ impl Trainable for Llama {
     /// Gathers rows in the weights' dtype, then casts (so a mixed policy's embedding
     /// gradient lands on the f32 variable without casting the whole table).
     fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
-        embedding(&self.embed, ids, self.compute)
+        match &self.embed {
+            Weight::Dense(table) => embedding(table, ids, self.compute),
+            // candle gathers the rows of a quantized table and dequantizes them (f32).
+            Weight::Quant(q) => q.embedding(ids)?.to_dtype(self.compute),
+        }
     }
 
     fn num_layers(&self) -> usize {
@@ -456,7 +478,7 @@ impl Decoder for Llama {
     }
 
     fn device(&self) -> &Device {
-        self.embed.device()
+        self.norm.device()
     }
 
     fn set_ops(&mut self, ops: Ops) -> Result<()> {

@@ -106,9 +106,21 @@ impl candle_core::CustomOp2 for FrozenMatmul {
     }
 }
 
-/// A dense layer. `w` is (out, in) like torch's Linear, or (in, out) for GPT-2's Conv1D.
+/// A layer's weight: a dense tensor, or a quantized one (a GGUF point at a quantized
+/// precision) multiplied through candle's `QMatMul`.
+#[derive(Clone)]
+pub enum Weight {
+    Dense(Tensor),
+    Quant(std::sync::Arc<candle_core::quantized::QTensor>),
+}
+
+/// HF-named quantized tensors (a quantized point's matrices and embedding).
+pub type QTensors =
+    std::collections::HashMap<String, std::sync::Arc<candle_core::quantized::QTensor>>;
+
+/// A linear layer. `w` is (out, in) like torch's Linear, or (in, out) for GPT-2's Conv1D.
 pub struct Linear {
-    pub w: Tensor,
+    pub w: Weight,
     pub b: Option<Tensor>,
     pub transposed: bool,
     pub lora: Option<Lora>,
@@ -117,7 +129,7 @@ pub struct Linear {
 impl Linear {
     pub fn new(w: Tensor, b: Option<Tensor>) -> Self {
         Linear {
-            w,
+            w: Weight::Dense(w),
             b,
             transposed: false,
             lora: None,
@@ -128,19 +140,29 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, s, i) = x.dims3()?;
         let x = x.reshape((b * s, i))?;
-        let w = cast_like(&self.w, &x)?;
-        let y = if x.track_op() && !w.track_op() {
-            // A frozen weight under training: no gradient for it (see FrozenMatmul).
-            x.apply_op2(
-                &w,
-                FrozenMatmul {
-                    transposed: self.transposed,
-                },
-            )?
-        } else if self.transposed {
-            x.matmul(&w)?
-        } else {
-            x.matmul(&w.t()?)?
+        let y = match &self.w {
+            // candle's quantized matmul (inference only: it records no backward). It takes f32,
+            // f16 or bf16 activations and returns their dtype.
+            Weight::Quant(q) => candle_core::Module::forward(
+                &candle_core::quantized::QMatMul::QTensor(q.clone()),
+                &x,
+            )?,
+            Weight::Dense(w) => {
+                let w = cast_like(w, &x)?;
+                if x.track_op() && !w.track_op() {
+                    // A frozen weight under training: no gradient for it (see FrozenMatmul).
+                    x.apply_op2(
+                        &w,
+                        FrozenMatmul {
+                            transposed: self.transposed,
+                        },
+                    )?
+                } else if self.transposed {
+                    x.matmul(&w)?
+                } else {
+                    x.matmul(&w.t()?)?
+                }
+            }
         };
         let y = match &self.b {
             Some(bias) => y.broadcast_add(&cast_like(bias, &y)?)?,
@@ -170,20 +192,34 @@ impl Norm {
     }
 }
 
-/// The HF-named tensors a model constructor consumes, by name.
-pub struct Named(pub std::collections::HashMap<String, Tensor>);
+/// The HF-named tensors a model constructor consumes, by name: dense ones, and (for a
+/// quantized point) quantized ones.
+pub struct Named(pub std::collections::HashMap<String, Tensor>, pub QTensors);
 
 impl Named {
+    /// Dense tensors only.
+    pub fn dense(t: std::collections::HashMap<String, Tensor>) -> Self {
+        Named(t, QTensors::new())
+    }
+
     pub fn take(&mut self, name: &str) -> anyhow::Result<Tensor> {
         self.0
             .remove(name)
             .ok_or_else(|| anyhow::anyhow!("weights lack tensor `{name}`"))
     }
 
+    /// A weight: quantized when the map holds it quantized, else dense.
+    pub fn weight(&mut self, name: &str) -> anyhow::Result<Weight> {
+        match self.1.remove(name) {
+            Some(q) => Ok(Weight::Quant(q)),
+            None => self.take(name).map(Weight::Dense),
+        }
+    }
+
     /// Module `m`'s `.weight` (and `.bias` when `bias`), plus its LoRA adapter
     /// (`m.lora_A.weight`, `m.lora_B.weight`) when the map holds one.
     pub fn linear(&mut self, m: &str, bias: bool) -> anyhow::Result<Linear> {
-        let w = self.take(&format!("{m}.weight"))?;
+        let w = self.weight(&format!("{m}.weight"))?;
         let b = if bias {
             Some(self.take(&format!("{m}.bias"))?)
         } else {
@@ -366,7 +402,7 @@ mod tests {
             let b = Some(Tensor::randn(0f32, 1.0, 4, &dev).unwrap());
             let run = |w: Tensor| {
                 let lin = Linear {
-                    w,
+                    w: Weight::Dense(w),
                     b: b.clone(),
                     transposed,
                     lora: None,

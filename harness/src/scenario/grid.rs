@@ -1,8 +1,8 @@
 //! Pure grid expansion: a [`Spec`] → the ordered list of points. Points are ordered model-major,
 //! then precision, so the points that share loaded weights are contiguous.
 use super::spec::{
-    Attention, Checkpointing, Kernels, KvWindow, Mode, Ops, Optimizer, Precision, Spec, SweepSpec,
-    Trainable,
+    Attention, Checkpointing, Compute, Kernels, KvWindow, Mode, Ops, Optimizer, Precision, Spec,
+    SweepSpec, Trainable,
 };
 use crate::model::KvKind;
 use serde::Serialize;
@@ -19,6 +19,9 @@ pub struct Point {
     pub model_id: String,
     pub mode: Mode,
     pub precision: Precision,
+    /// A quantized precision's compute dtype (activations, KV, dense tensors); `None` for a
+    /// dense precision, which computes in its own.
+    pub compute: Option<Compute>,
     pub batch: usize,
     pub context: usize,
     pub prompt_len: usize,
@@ -44,11 +47,18 @@ pub struct TrainAxes {
     pub lr: f64,
 }
 
-/// Whether two points share loaded weights (model source, precision and mode): the one
+/// Whether two points share loaded weights (model source, precision, compute and mode): the one
 /// grouping rule of the runner, the supervisor and the sweep command. `expand` keeps a
 /// group's points contiguous.
 pub fn same_group(a: &Point, b: &Point) -> bool {
-    a.source == b.source && a.precision == b.precision && a.mode == b.mode
+    a.source == b.source && a.precision == b.precision && a.compute == b.compute && a.mode == b.mode
+}
+
+impl Point {
+    /// (dense weights, activations and KV) dtypes of the point.
+    pub fn dtypes(&self) -> (candle_core::DType, candle_core::DType) {
+        self.precision.dtypes(self.compute.unwrap_or_default())
+    }
 }
 
 /// The model id of a source string, without touching the file system.
@@ -128,7 +138,19 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
     let mut out = Vec::new();
     for source in s.source.as_ref().unwrap_or(&spec.model.source).to_vec() {
         let model_id = model_id_of(&source);
-        for &precision in &s.precision {
+        // A quantized precision runs once per compute dtype; a dense one computes in its own.
+        let precisions = s.precision.iter().flat_map(|&p| {
+            if p.is_quantized() {
+                s.compute.iter().map(|&c| (p, Some(c))).collect::<Vec<_>>()
+            } else {
+                vec![(p, None)]
+            }
+        });
+        for (precision, compute) in precisions {
+            let precision_tag = match compute {
+                Some(c) => format!("{}-{}", precision.as_str(), c.as_str()),
+                None => precision.as_str().to_string(),
+            };
             for &mode in &s.mode {
                 let axes = match mode {
                     Mode::Infer => &infer_axes,
@@ -144,7 +166,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                                     let mut id = format!(
                                         "{model_id}/{}/{}/b{batch}/c{context}",
                                         mode.as_str(),
-                                        precision.as_str(),
+                                        precision_tag,
                                     );
                                     if !tag.is_empty() {
                                         id.push_str(&format!("/{tag}"));
@@ -165,6 +187,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                                         model_id: model_id.clone(),
                                         mode,
                                         precision,
+                                        compute,
                                         batch,
                                         context,
                                         prompt_len: s

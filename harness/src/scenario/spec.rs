@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub use crate::vocab::{
-    Attention, Checkpointing, Kernels, KvKind, KvWindow, Mode, Ops, Optimizer, PoolRelease,
-    Precision, Trainable, MAX_LORA_RANK,
+    Attention, Checkpointing, Compute, Kernels, KvKind, KvWindow, Mode, Ops, Optimizer,
+    PoolRelease, Precision, Trainable, MAX_LORA_RANK,
 };
 
 /// A string or a list of strings.
@@ -64,6 +64,9 @@ fn default_trainable() -> Vec<Trainable> {
 fn default_kernels() -> Vec<Kernels> {
     vec![Kernels::Reference]
 }
+fn default_compute() -> Vec<Compute> {
+    vec![Compute::F32]
+}
 fn default_attention() -> Vec<Attention> {
     vec![Attention::Eager]
 }
@@ -103,6 +106,10 @@ pub struct SweepSpec {
     /// `reference` and/or `fused` (norms, RoPE, SwiGLU, softmax); llama family.
     #[serde(default = "default_kernels")]
     pub kernels: Vec<Kernels>,
+    /// The compute dtype (activations, KV, dense tensors) of quantized precisions
+    /// (`native`, `q8_0`, ...); dense precisions compute in their own dtype.
+    #[serde(default = "default_compute")]
+    pub compute: Vec<Compute>,
     /// `eager` and/or `flash`; llama family.
     #[serde(default = "default_attention")]
     pub attention: Vec<Attention>,
@@ -224,6 +231,19 @@ impl Spec {
         }
         for (i, s) in self.sweep.0.iter().enumerate() {
             validate_sweep(s).map_err(|(k, e)| (Some((i, k)), e))?;
+            let sources = s.source.as_ref().unwrap_or(&self.model.source).to_vec();
+            if let (Some(p), Some(src)) = (
+                s.precision.iter().find(|p| p.is_quantized()),
+                sources.iter().find(|s| !s.starts_with("gguf:")),
+            ) {
+                return Err((
+                    Some((i, "precision")),
+                    format!(
+                        "[sweep] precision `{}` needs a `gguf:` source (quantized weights come from a GGUF file), got `{src}`",
+                        p.as_str()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -284,6 +304,19 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
                 "attention",
                 "[sweep] attention `sdpa` is PyTorch's kernel (the torch probe's `--attention sdpa`); vramlab's models run `eager` or `flash`".into(),
             ));
+        }
+        nonempty("compute", s.compute.len())?;
+        if let Some(p) = s.precision.iter().find(|p| p.is_quantized()) {
+            if let Some(m) = s.mode.iter().find(|m| **m != Mode::Infer) {
+                return Err((
+                    "precision",
+                    format!(
+                        "[sweep] precision `{}` keeps GGUF weights quantized, which runs inference only (mode `{}` needs f32, f16, bf16 or mixed-*)",
+                        p.as_str(),
+                        m.as_str()
+                    ),
+                ));
+            }
         }
         let train = s.mode.contains(&Mode::Train);
         if train {

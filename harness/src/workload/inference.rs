@@ -129,9 +129,19 @@ pub fn run(
 
 /// Greedy decoding of `n` tokens after `prompt` (one sequence), with a preallocated cache.
 pub fn generate(model: &dyn Decoder, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+    generate_with(model, prompt, n, KvKind::Preallocated)
+}
+
+/// [`generate`] with a KV cache of kind `kv`.
+pub fn generate_with(
+    model: &dyn Decoder,
+    prompt: &[u32],
+    n: usize,
+    kv: KvKind,
+) -> Result<Vec<u32>> {
     let dev = model.device().clone();
     let mut cache = KvCache::new(
-        KvKind::Preallocated,
+        kv,
         model.config(),
         1,
         prompt.len() + n,

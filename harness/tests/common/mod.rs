@@ -80,3 +80,50 @@ pub fn stable(r: &vramlab::record::Record) -> impl PartialEq + std::fmt::Debug {
         r.status,
     )
 }
+
+/// A preallocated cache of `bpt` bytes per token: allocated whole in the prefill (its
+/// `context` tokens, plus at most 512 B of metadata for each of SmolLM2's 60 K/V tensors),
+/// and constant through the decode rows.
+pub fn check_preallocated_kv(
+    id: &str,
+    pre: &vramlab::record::Record,
+    decodes: &[&vramlab::record::Record],
+    bpt: u64,
+) {
+    let kv = bpt * pre.context * pre.batch;
+    assert_eq!(pre.feature_kv_bytes, Some(kv), "{id}");
+    let grown = pre.end_allocated.unwrap() - pre.baseline_allocated.unwrap();
+    // 60 cache tensors (K and V per layer) of metadata, plus the (batch, 1) next-token ids.
+    assert!(
+        grown >= kv && grown - kv <= 512 * 60,
+        "{id}: cache grew {grown}, expected {kv} + <= 30720"
+    );
+    let ends: Vec<u64> = decodes.iter().map(|r| r.end_allocated.unwrap()).collect();
+    assert!(
+        ends.iter().all(|&e| e == pre.end_allocated.unwrap()),
+        "{id}: {ends:?}"
+    );
+}
+
+/// A growing cache of `bpt` bytes per token: each decode row holds exactly its new tokens
+/// more than the prefill.
+pub fn check_growing_kv(
+    id: &str,
+    pre: &vramlab::record::Record,
+    decodes: &[&vramlab::record::Record],
+    bpt: u64,
+) {
+    for d in decodes {
+        let t = d.step.unwrap();
+        assert_eq!(d.kv_tokens, Some(pre.prompt_len.unwrap() + t));
+        assert_eq!(
+            d.end_allocated.unwrap() - pre.end_allocated.unwrap(),
+            bpt * t * pre.batch,
+            "{id} step {t}"
+        );
+        assert_eq!(
+            d.feature_kv_bytes,
+            Some(bpt * d.kv_tokens.unwrap() * d.batch)
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! Quantized GGUF inference, measured by the real binary (its own process, so the counting
+//! allocator sees only the sweep): SmolLM2-135M Q4_1 kept in its blocks (`native`, f32 and
+//! bf16 compute) and re-quantized to Q8_0. The weight bytes are derived here from the GGUF
+//! tensor table, parsed by this file (not by the loader's code path), with the block sizes of
+//! the GGUF specification.
+mod common;
+use common::*;
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::OnceLock;
+use vramlab::record::{Phase, Record, Status};
+use vramlab::vocab::{Compute, Precision};
+
+/// (block size in weights, bytes per block) of a GGML type id, from the GGUF specification.
+fn block(type_id: u32) -> (u64, u64) {
+    match type_id {
+        0 => (1, 4),      // F32
+        1 => (1, 2),      // F16
+        2 => (32, 18),    // Q4_0
+        3 => (32, 20),    // Q4_1
+        6 => (32, 22),    // Q5_0
+        7 => (32, 24),    // Q5_1
+        8 => (32, 34),    // Q8_0
+        12 => (256, 144), // Q4_K
+        13 => (256, 176), // Q5_K
+        14 => (256, 210), // Q6_K
+        30 => (1, 2),     // BF16
+        t => panic!("type {t} is not in this test's table"),
+    }
+}
+
+/// One entry of a GGUF tensor table: name, dims (GGUF order: fastest first), type id.
+struct Info {
+    name: String,
+    dims: Vec<u64>,
+    type_id: u32,
+}
+
+/// Parses the GGUF header (v2/v3) up to the end of the tensor table.
+fn tensor_table(path: &std::path::Path) -> Vec<Info> {
+    let mut f = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    fn u32_(f: &mut impl Read) -> u32 {
+        let mut b = [0u8; 4];
+        f.read_exact(&mut b).unwrap();
+        u32::from_le_bytes(b)
+    }
+    fn u64_(f: &mut impl Read) -> u64 {
+        let mut b = [0u8; 8];
+        f.read_exact(&mut b).unwrap();
+        u64::from_le_bytes(b)
+    }
+    fn string(f: &mut impl Read) -> String {
+        let n = u64_(f) as usize;
+        let mut b = vec![0u8; n];
+        f.read_exact(&mut b).unwrap();
+        String::from_utf8(b).unwrap()
+    }
+    fn skip(f: &mut impl Read, t: u32) {
+        let n = match t {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            10..=12 => 8,
+            8 => {
+                string(f);
+                return;
+            }
+            9 => {
+                let (et, n) = (u32_(f), u64_(f));
+                for _ in 0..n {
+                    skip(f, et);
+                }
+                return;
+            }
+            t => panic!("metadata type {t}"),
+        };
+        let mut b = vec![0u8; n];
+        f.read_exact(&mut b).unwrap();
+    }
+    assert_eq!(u32_(&mut f), 0x4655_4747, "GGUF magic");
+    assert!(u32_(&mut f) >= 2, "GGUF v2 or later");
+    let (tensors, kvs) = (u64_(&mut f), u64_(&mut f));
+    for _ in 0..kvs {
+        string(&mut f);
+        let t = u32_(&mut f);
+        skip(&mut f, t);
+    }
+    (0..tensors)
+        .map(|_| {
+            let name = string(&mut f);
+            let n = u32_(&mut f);
+            let dims = (0..n).map(|_| u64_(&mut f)).collect();
+            let type_id = u32_(&mut f);
+            let _offset = u64_(&mut f);
+            Info {
+                name,
+                dims,
+                type_id,
+            }
+        })
+        .collect()
+}
+
+/// Loaded weight bytes of SmolLM2 at a quantized precision: every matrix as blocks of its
+/// type (`requant`: this (block, bytes) instead of the file's), every 1-D tensor dense at
+/// `compute_bytes`. Also the tensor count.
+fn expected_weight_bytes(requant: Option<(u64, u64)>, compute_bytes: u64) -> (u64, u64) {
+    let table = tensor_table(&smollm2_gguf());
+    let mut total = 0;
+    for t in &table {
+        let elems: u64 = t.dims.iter().product();
+        total += if t.dims.len() == 1 {
+            elems * compute_bytes
+        } else {
+            let (bs, bb) = requant.unwrap_or(block(t.type_id));
+            assert_eq!(elems % bs, 0, "{}", t.name);
+            elems / bs * bb
+        };
+    }
+    (total, table.len() as u64)
+}
+
+struct Run {
+    rows: Vec<Record>,
+}
+
+fn run() -> &'static Run {
+    static RUN: OnceLock<Run> = OnceLock::new();
+    RUN.get_or_init(|| {
+        smollm2_gguf();
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = dir.path().join("quant.toml");
+        std::fs::write(
+            &scenario,
+            r#"name = "quant"
+device = "cpu"
+[model]
+source = "gguf:${VRAMLAB_MODELS}/SmolLM2-135M-Instruct.Q4_1.gguf"
+[[sweep]]
+mode = ["infer"]
+precision = ["native"]
+compute = ["f32", "bf16"]
+batch = [1, 2]
+context = [24]
+kv_cache = ["preallocated", "growing"]
+decode_steps = 4
+decode_every = 1
+[[sweep]]
+mode = ["infer"]
+precision = ["q8_0"]
+batch = [1]
+context = [24]
+kv_cache = ["growing"]
+decode_steps = 4
+decode_every = 1
+"#,
+        )
+        .unwrap();
+        let out = dir.path().join("quant.csv");
+        vramlab()
+            .args(["sweep", "--quiet", "--out"])
+            .arg(&out)
+            .arg(&scenario)
+            .assert()
+            .success();
+        Run {
+            rows: vramlab::export::csv::read(&out).unwrap(),
+        }
+    })
+}
+
+fn rows_of(id: &str, phase: Phase) -> Vec<&'static Record> {
+    run()
+        .rows
+        .iter()
+        .filter(|r| r.point_id == id && r.phase == Some(phase))
+        .collect()
+}
+
+fn points() -> Vec<String> {
+    let mut ids: Vec<String> = run().rows.iter().map(|r| r.point_id.clone()).collect();
+    ids.dedup();
+    ids
+}
+
+fn compute_bytes(r: &Record) -> u64 {
+    match r.compute {
+        Some(Compute::F32) => 4,
+        Some(Compute::Bf16 | Compute::F16) => 2,
+        None => panic!("{}: no compute dtype", r.point_id),
+    }
+}
+
+#[test]
+fn every_point_ok() {
+    let ids = points();
+    assert_eq!(ids.len(), 9, "{ids:?}");
+    assert!(run().rows.iter().all(|r| r.status == Some(Status::Ok)));
+    assert!(ids.iter().any(|i| i.contains("/native-bf16/")));
+    assert!(ids.iter().any(|i| i.contains("/q8_0-f32/")));
+}
+
+/// Load row: `feature_weight_bytes` is the GGUF block bytes (the file mixes Q4_1 matrices
+/// and a Q8_0 embedding) plus the F32 norms in the compute dtype, to the byte; the live bytes
+/// the load leaves are that plus at most 512 B of metadata per tensor.
+#[test]
+fn load_is_the_gguf_block_bytes_plus_bounded_metadata() {
+    for id in points() {
+        let r = rows_of(&id, Phase::Load)[0];
+        let requant = (r.precision == Precision::Q8_0).then_some((32, 34));
+        let (weights, tensors) = expected_weight_bytes(requant, compute_bytes(r));
+        assert_eq!(r.feature_weight_bytes, Some(weights), "{id}");
+        let live = r.end_allocated.unwrap() - r.baseline_allocated.unwrap();
+        assert!(live >= weights, "{id}: live {live} < weights {weights}");
+        assert!(
+            live - weights <= 512 * tensors,
+            "{id}: {} B of metadata for {tensors} tensors",
+            live - weights
+        );
+        let types = if r.precision == Precision::Q8_0 {
+            "211 Q8_0"
+        } else {
+            "210 Q4_1"
+        };
+        assert!(r.message.contains(types), "{id}: {}", r.message);
+    }
+    // Native Q4_1 is about 18 % of the f32 model (4.5 + scales vs 32 bits per weight).
+    let native = rows_of(&points()[0], Phase::Load)[0];
+    assert!(native.feature_weight_bytes.unwrap() * 5 < SMOLLM2_PARAMS * 4);
+}
+
+/// `estimate --model FILE.gguf` reads the same tensor types: its weights are the load row's.
+#[test]
+fn estimate_reads_the_gguf_types() {
+    let out = vramlab()
+        .arg("estimate")
+        .arg("--model")
+        .arg(smollm2_gguf())
+        .arg("--json")
+        .assert()
+        .success();
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let native = run()
+        .rows
+        .iter()
+        .find(|r| {
+            r.phase == Some(Phase::Load)
+                && r.precision == Precision::Native
+                && r.compute == Some(Compute::F32)
+        })
+        .unwrap();
+    assert_eq!(j["weights"]["bytes"].as_u64(), native.feature_weight_bytes);
+    assert_eq!(
+        j["breakdown"][0]["bytes"].as_u64(),
+        native.feature_weight_bytes
+    );
+    assert_eq!(j["query"]["precision"], "native");
+}
+
+/// KV in the compute dtype: the preallocated cache is allocated whole in the prefill, the
+/// growing one grows by one token's K and V per decode step, exactly.
+#[test]
+fn kv_is_exact_in_the_compute_dtype() {
+    for id in points() {
+        let pre = rows_of(&id, Phase::Prefill)[0];
+        let bpt = SMOLLM2_KV_ELEMS_PER_TOKEN * compute_bytes(pre);
+        let decodes = rows_of(&id, Phase::Decode);
+        assert_eq!(decodes.len(), 4, "{id}");
+        if id.contains("/preallocated") {
+            check_preallocated_kv(&id, pre, &decodes, bpt);
+        } else {
+            check_growing_kv(&id, pre, &decodes, bpt);
+        }
+    }
+}
+
+/// Every row carries its compute dtype, the one its point id names.
+#[test]
+fn rows_carry_the_compute_column() {
+    let by: HashMap<&str, &str> = run()
+        .rows
+        .iter()
+        .map(|r| (r.point_id.as_str(), r.compute.map_or("", |c| c.as_str())))
+        .collect();
+    for (id, c) in by {
+        assert!(id.contains(&format!("-{c}/")), "{id} {c}");
+    }
+}

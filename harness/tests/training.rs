@@ -295,3 +295,42 @@ fn minilm_real_weights_train_and_the_loss_falls() {
     assert_eq!(f1.param_count, 22_713_216);
     assert_eq!(f1.weight_source, "safetensors");
 }
+
+/// Flash attention keeps no b·heads·s² tensor for the backward (vramlab-kernels saves the
+/// output and one log-sum-exp per row), eager keeps six per layer. By the code of
+/// `model::nn::attention` and `nn::softmax`: QKᵀ, its scaled copy and the masked scores in the
+/// compute dtype, then the softmax in f32 (the cast, x − max, exp and the normalized
+/// probabilities) and the probabilities cast back: 6 × 4 B in f32, and 3 × 2 + 4 × 4 + 2 = 24 B
+/// in bf16 (f32 skips both casts). So the saved activations (live bytes at the start of the
+/// backward minus those at the start of the forward) differ by layers · b · heads · s² · 24 B,
+/// within 5 % (the O(s·d) tensors of the two kernels differ too), and flash's forward peak is
+/// lower.
+#[test]
+fn flash_attention_drops_the_score_tensors_from_the_saved_activations() {
+    let (_d, rows) = sweep("harness/tests/data/train-flash.toml", "flash");
+    assert!(rows.iter().all(|r| r.status == Some(Status::Ok)));
+    let points = by_point(&rows);
+    assert_eq!(points.len(), 4);
+    let (layers, heads, b, s) = (4u64, 4u64, 2u64, 256u64);
+    let expected = (layers * b * heads * s * s * 24) as f64;
+    for (id, eager) in points.iter().filter(|(id, _)| !id.ends_with("/flash")) {
+        let flash = &points
+            .iter()
+            .find(|(i, _)| *i == format!("{id}/flash"))
+            .unwrap_or_else(|| panic!("{id}: no flash point"))
+            .1;
+        let saved = |p: &Rows<'_>| {
+            p[&(Phase::Backward, 1)].baseline_allocated.unwrap() as f64
+                - p[&(Phase::Forward, 1)].baseline_allocated.unwrap() as f64
+        };
+        let drop = saved(eager) - saved(flash);
+        let ratio = drop / expected;
+        eprintln!("{id}: eager − flash saved activations {drop} B = {ratio:.4} × {expected} B");
+        assert!(
+            (0.95..=1.05).contains(&ratio),
+            "{id}: eager − flash saved activations {drop} B, expected {expected} B (ratio {ratio:.4})"
+        );
+        let fwd = |p: &Rows<'_>| p[&(Phase::Forward, 1)].peak_allocated.unwrap();
+        assert!(fwd(flash) < fwd(eager), "{id}: flash forward peak");
+    }
+}

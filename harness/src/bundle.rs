@@ -1,7 +1,7 @@
 //! Calibration bundles: a results folder (CSVs, manifests, constants, plots) packed into one
 //! `.tar.gz` with a generated `REPORT.md` and a `SHA256SUMS` (sha256sum's format), and the
 //! check that every file in a bundle still has the hash it was published with.
-use crate::compare::{check_compatible, compare, index, render, runtime_of, Allow, Margins};
+use crate::compare::{check_compatible, compare, index, render, Allow, Margins};
 use crate::error::bad_file;
 use crate::estimate::{estimate, resolve, Query};
 use crate::export::csv::{read_table, Table};
@@ -181,8 +181,14 @@ pub fn report(dir: &Path, name: &str, files: &[PathBuf]) -> Result<String> {
     let mut any = false;
     for (a, ta) in &tables {
         for (b, tb) in &tables {
-            let (ra, rb) = (runtime_of(ta, 0), runtime_of(tb, 0));
-            if (ra, rb) != (crate::vocab::Runtime::Candle, crate::vocab::Runtime::Torch) {
+            let runtime = |t: &Table| t.records.first().map(|r| r.meter.runtime());
+            let (ra, rb) = (runtime(ta), runtime(tb));
+            if (ra, rb)
+                != (
+                    Some(crate::vocab::Runtime::Candle),
+                    Some(crate::vocab::Runtime::Torch),
+                )
+            {
                 continue;
             }
             let allow = Allow {

@@ -218,11 +218,6 @@ pub struct Allow {
     pub cross_runtime: bool,
 }
 
-/// The runtime that wrote a row, from its meter (the torch probe's meters are its own).
-pub fn runtime_of(t: &Table, i: usize) -> crate::vocab::Runtime {
-    t.records[i].meter.runtime()
-}
-
 fn distinct<T: Ord>(it: impl Iterator<Item = T>) -> BTreeSet<T> {
     it.collect()
 }
@@ -249,7 +244,7 @@ pub fn check_compatible(
             return Err(bad_file(p, "no rows to compare"));
         }
     }
-    let runtimes = |t: &Table| distinct((0..t.records.len()).map(|i| runtime_of(t, i)));
+    let runtimes = |t: &Table| distinct(t.records.iter().map(|r| r.meter.runtime()));
     let (br, nr) = (runtimes(b), runtimes(n));
     if allow.cross_runtime {
         if br == nr {

@@ -3,7 +3,6 @@
 //! needed). Axes are in GiB; titles name the model, runtime, backend and device.
 //!
 //! [`figures`] turns records into [`Figure`]s (pure data, tested), [`render`] draws one.
-use crate::compare::runtime_of;
 use crate::export::csv::Table;
 use crate::fit::{record_terms, Constants, GroupKey, Target};
 use crate::record::{Phase, Record, Status};
@@ -123,9 +122,9 @@ pub fn figures(tables: &[Table], constants: Option<&Constants>) -> Vec<Figure> {
     let rows: Vec<Row> = tables
         .iter()
         .flat_map(|t| {
-            (0..t.records.len()).map(move |i| Row {
-                r: &t.records[i],
-                runtime: runtime_of(t, i),
+            t.records.iter().map(|r| Row {
+                r,
+                runtime: r.meter.runtime(),
             })
         })
         .collect();

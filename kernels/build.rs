@@ -38,15 +38,21 @@ fn nvcc() -> PathBuf {
 }
 
 fn main() {
+    // nvcc first, so that a missing one fails with nothing but its one line.
+    let nvcc = std::env::var_os("CARGO_FEATURE_CUDA").map(|_| nvcc());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=cuda");
-    for v in ["NVCC", "CUDA_HOME", "CUDA_COMPUTE_CAP", "CARGO_FEATURE_CUDA"] {
+    for v in [
+        "NVCC",
+        "CUDA_HOME",
+        "CUDA_COMPUTE_CAP",
+        "CARGO_FEATURE_CUDA",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
-    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+    let Some(nvcc) = nvcc else {
         return;
-    }
-    let nvcc = nvcc();
+    };
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     for name in SOURCES {

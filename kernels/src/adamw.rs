@@ -143,7 +143,14 @@ impl InplaceOp2 for Elementwise {
             } => (square as i64, beta, one_minus),
             Elementwise::Cast => (2, 0.0, 0.0),
         };
-        gpu::run("moment", self.name(), (s1, l1), &[(s2, l2)], mode, &[beta, one_minus])
+        gpu::run(
+            "moment",
+            self.name(),
+            (s1, l1),
+            &[(s2, l2)],
+            mode,
+            &[beta, one_minus],
+        )
     }
 }
 
@@ -203,7 +210,14 @@ impl InplaceOp3 for Update {
             bail!("{}: m and v must share one dtype", self.name())
         }
         let f = [self.decay, self.scale_m, self.scale_v, self.eps, self.lr];
-        gpu::run("update", self.name(), (s1, l1), &[(s2, l2), (s3, l3)], -1, &f)
+        gpu::run(
+            "update",
+            self.name(),
+            (s1, l1),
+            &[(s2, l2), (s3, l3)],
+            -1,
+            &f,
+        )
     }
 }
 
@@ -239,11 +253,23 @@ mod gpu {
         if n == 0 {
             return Ok(());
         }
-        let name = format!("{func}_{}_{}", suffix(x.dtype())?, suffix(srcs[0].0.dtype())?);
+        let name = format!(
+            "{func}_{}_{}",
+            suffix(x.dtype())?,
+            suffix(srcs[0].0.dtype())?
+        );
         let x: &CudaStorage = x;
         let mut bufs = vec![x];
         bufs.extend(srcs.iter().map(|(s, _)| *s));
-        launch(x.device(), &ADAMW, &name, Grid::flat(n), &bufs, &ints, floats)
+        launch(
+            x.device(),
+            &ADAMW,
+            &name,
+            Grid::flat(n),
+            &bufs,
+            &ints,
+            floats,
+        )
     }
 }
 

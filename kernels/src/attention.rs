@@ -381,7 +381,11 @@ mod gpu {
         if d > 256 {
             bail!("flash_attention: CUDA kernels take head_dim <= 256, got {d}")
         }
-        Ok(if d <= 128 { FLASH_GPU_TILE_MAX } else { FLASH_GPU_TILE_MAX / 2 })
+        Ok(if d <= 128 {
+            FLASH_GPU_TILE_MAX
+        } else {
+            FLASH_GPU_TILE_MAX / 2
+        })
     }
 
     fn view(l: &Layout, ints: &mut Vec<i64>) {
@@ -439,10 +443,7 @@ mod gpu {
         dtype: DType,
         dm: Dims,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        let t = gs
-            .iter()
-            .map(cuda::storage)
-            .collect::<Result<Vec<_>>>()?;
+        let t = gs.iter().map(cuda::storage).collect::<Result<Vec<_>>>()?;
         let dev = t[0].0.device();
         let ft = tile(dm.d)?;
         let (nq, nk) = (dm.b * dm.h * dm.sq * dm.d, dm.b * dm.kvh * dm.sk * dm.d);

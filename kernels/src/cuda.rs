@@ -68,7 +68,8 @@ impl Grid {
 }
 
 pub(crate) fn u32_of(n: usize) -> Result<u32> {
-    u32::try_from(n).map_err(|_| candle_core::Error::Msg(format!("vramlab-kernels: grid of {n} is too large")))
+    u32::try_from(n)
+        .map_err(|_| candle_core::Error::Msg(format!("vramlab-kernels: grid of {n} is too large")))
 }
 
 /// Launches `func` of `module` on `dev` with the given buffers, integers and floats.

@@ -2,11 +2,11 @@
 //! dimension. Inputs are made contiguous by the wrappers; all arithmetic is in f32.
 use crate::elem::{contiguous, cpu, for_float, guards, same_dtype, storage, tensor, Elem};
 use candle_core::backend::BackendStorage;
+#[cfg(feature = "cuda")]
+use candle_core::CudaStorage;
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor,
 };
-#[cfg(feature = "cuda")]
-use candle_core::CudaStorage;
 use rayon::prelude::*;
 
 /// Rows of `d` elements of the two inputs, zipped with the output rows.
@@ -246,7 +246,13 @@ impl CustomOp1 for Softmax {
         #[cfg(feature = "cuda")]
         if res.device().is_cuda() {
             let t = gpu::storages(&gs)?;
-            let [dx] = gpu::run("softmax_bwd", res.dtype(), [t[0], t[1]], [res.elem_count()], Some(d))?;
+            let [dx] = gpu::run(
+                "softmax_bwd",
+                res.dtype(),
+                [t[0], t[1]],
+                [res.elem_count()],
+                Some(d),
+            )?;
             return Ok(Some(crate::cuda::tensor(dx, res.dims())));
         }
         for_float!(res.dtype(), T => {
@@ -301,7 +307,15 @@ mod gpu {
             ints.push(row.unwrap_or(n) as i64);
             let mut bufs: Vec<&CudaStorage> = inputs.iter().map(|(s, _)| *s).collect();
             bufs.extend(outs.iter());
-            launch(dev, &ROWWISE, &format!("{func}_{}", suffix(dtype)?), grid, &bufs, &ints, &[])?;
+            launch(
+                dev,
+                &ROWWISE,
+                &format!("{func}_{}", suffix(dtype)?),
+                grid,
+                &bufs,
+                &ints,
+                &[],
+            )?;
         }
         outs.try_into()
             .map_err(|_| candle_core::Error::Msg(format!("{func}: output count")))

@@ -22,8 +22,16 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
 
 /// max |a − b| / max |b|, in f32 on the CPU.
 fn rel(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
-    let b = b.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+    let a = a
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let b = b
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
     assert_eq!(a.dims(), b.dims());
     let diff = (a - &b).unwrap().abs().unwrap().max_all().unwrap();
     let scale = b.abs().unwrap().max_all().unwrap();
@@ -112,12 +120,18 @@ fn attention(gpu: &Device) {
 }
 
 fn rowwise(gpu: &Device) {
-    check(gpu, "rms_norm", &[randn(&[37, 3, 48], 1), randn(&[48], 2)], &|t| {
-        k::rms_norm(&t[0].transpose(0, 1)?, &t[1], 1e-5)
-    });
-    check(gpu, "rms_norm wide", &[randn(&[9, 1500], 11), randn(&[1500], 12)], &|t| {
-        k::rms_norm(&t[0], &t[1], 1e-6)
-    });
+    check(
+        gpu,
+        "rms_norm",
+        &[randn(&[37, 3, 48], 1), randn(&[48], 2)],
+        &|t| k::rms_norm(&t[0].transpose(0, 1)?, &t[1], 1e-5),
+    );
+    check(
+        gpu,
+        "rms_norm wide",
+        &[randn(&[9, 1500], 11), randn(&[1500], 12)],
+        &|t| k::rms_norm(&t[0], &t[1], 1e-6),
+    );
     let ln = [randn(&[5, 29, 40], 3), randn(&[40], 4), randn(&[40], 5)];
     check(gpu, "layer_norm", &ln, &|t| {
         k::layer_norm(&t[0].transpose(0, 1)?, &t[1], &t[2], 1e-5)
@@ -135,12 +149,18 @@ fn rowwise(gpu: &Device) {
     });
     let sw = [(randn(&[5, 777], 7) * 4.0).unwrap(), randn(&[777, 5], 8)];
     check(gpu, "swiglu", &sw, &|t| k::swiglu(&t[0], &t[1].t()?));
-    check(gpu, "softmax", &[(randn(&[33, 4, 70], 9) * 5.0).unwrap()], &|t| {
-        k::softmax_last_dim(&t[0].transpose(0, 1)?)
-    });
-    check(gpu, "softmax wide", &[(randn(&[3, 5000], 10) * 5.0).unwrap()], &|t| {
-        k::softmax_last_dim(&t[0])
-    });
+    check(
+        gpu,
+        "softmax",
+        &[(randn(&[33, 4, 70], 9) * 5.0).unwrap()],
+        &|t| k::softmax_last_dim(&t[0].transpose(0, 1)?),
+    );
+    check(
+        gpu,
+        "softmax wide",
+        &[(randn(&[3, 5000], 10) * 5.0).unwrap()],
+        &|t| k::softmax_last_dim(&t[0]),
+    );
 }
 
 /// 10 AdamW steps on each device from the same parameters and gradients; the parameter, m
@@ -183,7 +203,10 @@ fn adamw(gpu: &Device) {
     };
     let (cpu, cuda) = (state(&Device::Cpu), state(gpu));
     for t in 1..=10 {
-        let g = (randn(&shape, 200 + t as u64) * 0.5).unwrap().to_dtype(DType::BF16).unwrap();
+        let g = (randn(&shape, 200 + t as u64) * 0.5)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
         for (s, dev) in [(&cpu, &Device::Cpu), (&cuda, gpu)] {
             let g = g.to_device(dev).unwrap();
             k::adamw_step_mixed(&s[0], &s[1], &s[2], &g, &s[3], &p, t).unwrap();
@@ -198,7 +221,11 @@ fn adamw(gpu: &Device) {
         assert!(e <= tol, "adamw mixed: {what} rel err {e} > {tol}");
     }
     let cast = cuda[0].to_dtype(DType::BF16).unwrap();
-    assert_eq!(rel(&cuda[3], &cast), 0.0, "adamw mixed: the working copy is the master's cast");
+    assert_eq!(
+        rel(&cuda[3], &cast),
+        0.0,
+        "adamw mixed: the working copy is the master's cast"
+    );
 }
 
 fn main() {

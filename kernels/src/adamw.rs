@@ -126,6 +126,32 @@ impl InplaceOp2 for Elementwise {
             })
         })
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        let (mode, beta, one_minus) = match *self {
+            Elementwise::Moment {
+                beta,
+                one_minus,
+                square,
+            } => (square as i64, beta, one_minus),
+            Elementwise::Cast => (2, 0.0, 0.0),
+        };
+        gpu::run(
+            "moment",
+            self.name(),
+            (s1, l1),
+            &[(s2, l2)],
+            mode,
+            &[beta, one_minus],
+        )
+    }
 }
 
 /// θ ← θ·decay − (m·sm / (√(v·sv) + ε))·lr, in place.
@@ -168,6 +194,82 @@ impl InplaceOp3 for Update {
                 Ok(())
             })
         })
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        if s2.dtype() != s3.dtype() {
+            bail!("{}: m and v must share one dtype", self.name())
+        }
+        let f = [self.decay, self.scale_m, self.scale_v, self.eps, self.lr];
+        gpu::run(
+            "update",
+            self.name(),
+            (s1, l1),
+            &[(s2, l2), (s3, l3)],
+            -1,
+            &f,
+        )
+    }
+}
+
+/// The CUDA passes of kernels/cuda/adamw.cu.
+#[cfg(feature = "cuda")]
+mod gpu {
+    use crate::cuda::{launch, start, suffix, Grid, ADAMW};
+    use candle_core::backend::BackendStorage;
+    use candle_core::{bail, CudaStorage, Layout, Result};
+
+    /// `{func}_{x dtype}_{source dtype}` over x's n elements, in place: buffers x then the
+    /// sources, integers their start offsets, n, then `mode` (when >= 0), then `floats`.
+    pub(super) fn run(
+        func: &str,
+        op: &str,
+        (x, xl): (&mut CudaStorage, &Layout),
+        srcs: &[(&CudaStorage, &Layout)],
+        mode: i64,
+        floats: &[f32],
+    ) -> Result<()> {
+        let n = xl.shape().elem_count();
+        let mut ints = vec![start(xl, op)?];
+        for (_, l) in srcs {
+            if l.shape().elem_count() != n {
+                bail!("{op}: expects a contiguous source of {n} elements")
+            }
+            ints.push(start(l, op)?);
+        }
+        ints.push(n as i64);
+        if mode >= 0 {
+            ints.push(mode);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let name = format!(
+            "{func}_{}_{}",
+            suffix(x.dtype())?,
+            suffix(srcs[0].0.dtype())?
+        );
+        let x: &CudaStorage = x;
+        let mut bufs = vec![x];
+        bufs.extend(srcs.iter().map(|(s, _)| *s));
+        launch(
+            x.device(),
+            &ADAMW,
+            &name,
+            Grid::flat(n),
+            &bufs,
+            &ints,
+            floats,
+        )
     }
 }
 

@@ -11,8 +11,13 @@ use candle_core::{bail, CpuStorage, CustomOp3, Device, Layout, Result, Shape, Te
 use rayon::prelude::*;
 use std::sync::OnceLock;
 
-/// Keys per tile in both directions.
+/// Keys per tile in both directions (CPU).
 pub const FLASH_TILE: usize = 64;
+
+/// Keys (or queries) per shared-memory tile of the CUDA kernels, for head_dim <= 128 (half
+/// that up to 256): one per lane of a warp.
+#[cfg(feature = "cuda")]
+const FLASH_GPU_TILE_MAX: usize = 32;
 
 /// Which keys a query sees. Queries are aligned to the end of the keys (a query at row i of
 /// sq sits at absolute position i + sk − sq), as in FlashAttention.
@@ -303,6 +308,25 @@ impl CustomOp3 for FlashAttn {
         })
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let dm = dims(l1, l2, l3)?;
+        let dtype = same_dtype(self.name(), &[s1.dtype(), s2.dtype(), s3.dtype()])?;
+        let (out, lse) = gpu::fwd(self, [(s1, l1), (s2, l2), (s3, l3)], dtype, dm)?;
+        if self.lse.set(lse).is_err() {
+            bail!("flash_attention: one op instance ran twice")
+        }
+        Ok((out, Shape::from((dm.b, dm.sq, dm.h, dm.d))))
+    }
+
     fn bwd(
         &self,
         q: &Tensor,
@@ -317,6 +341,11 @@ impl CustomOp3 for FlashAttn {
         let grad = grad.to_dtype(q.dtype())?;
         let dm = dims(q.layout(), k.layout(), v.layout())?;
         let gs = guards(&[q, k, v, res, &grad, lse]);
+        #[cfg(feature = "cuda")]
+        if q.device().is_cuda() {
+            let (dq, dk, dv) = gpu::bwd(self, &gs, q.dtype(), dm)?;
+            return Ok((Some(dq), Some(dk), Some(dv)));
+        }
         let (ls, ll) = cpu(&gs[5])?;
         let lse = &ls.as_slice::<f32>()?[ll.start_offset()..];
         for_float!(q.dtype(), T => {
@@ -332,6 +361,129 @@ impl CustomOp3 for FlashAttn {
                 Some(tensor(dv, v.dims())?),
             ))
         })
+    }
+}
+
+/// The CUDA kernels of kernels/cuda/attention.cu: same layouts, same masks, same outputs.
+#[cfg(feature = "cuda")]
+mod gpu {
+    use super::{Dims, FlashAttn, FLASH_GPU_TILE_MAX};
+    use crate::cuda::{self, launch, suffix, u32_of, Grid, ATTENTION};
+    use candle_core::backend::BackendStorage;
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, StorageRef, Tensor};
+
+    /// Query or key rows per block (one warp each), as WARPS in attention.cu.
+    const WARPS: usize = 8;
+
+    /// Keys (or queries) per shared-memory tile: at most 32 (one per lane), fewer for wide
+    /// heads so that two (tile, d) f32 tiles stay within 32 KiB.
+    fn tile(d: usize) -> Result<usize> {
+        if d > 256 {
+            bail!("flash_attention: CUDA kernels take head_dim <= 256, got {d}")
+        }
+        Ok(if d <= 128 {
+            FLASH_GPU_TILE_MAX
+        } else {
+            FLASH_GPU_TILE_MAX / 2
+        })
+    }
+
+    fn view(l: &Layout, ints: &mut Vec<i64>) {
+        ints.push(l.start_offset() as i64);
+        ints.extend(l.stride().iter().map(|&s| s as i64));
+    }
+
+    fn shape_ints(f: &FlashAttn, dm: Dims, ft: usize, ints: &mut Vec<i64>) {
+        let w = f.mask.window.map_or(-1, |w| w as i64);
+        ints.extend([dm.b, dm.h, dm.kvh, dm.sq, dm.sk, dm.d, ft].map(|x| x as i64));
+        ints.extend([f.mask.causal as i64, w]);
+    }
+
+    fn grid(rows: usize, heads: usize, b: usize, shared: usize) -> Result<Grid> {
+        Ok(Grid {
+            grid: (u32_of(rows.div_ceil(WARPS))?, u32_of(heads)?, u32_of(b)?),
+            block: (32 * WARPS) as u32,
+            shared: u32_of(shared * 4)?,
+        })
+    }
+
+    /// (out, lse): out (b, sq, h, d) in q's dtype, lse (b, sq, h) f32.
+    pub(super) fn fwd(
+        f: &FlashAttn,
+        t: [(&CudaStorage, &Layout); 3],
+        dtype: DType,
+        dm: Dims,
+    ) -> Result<(CudaStorage, Tensor)> {
+        let dev = t[0].0.device();
+        let ft = tile(dm.d)?;
+        let out = cuda::zeros(dev, dtype, dm.b * dm.sq * dm.h * dm.d)?;
+        let lse = cuda::zeros(dev, DType::F32, dm.b * dm.sq * dm.h)?;
+        if dm.b * dm.sq * dm.h * dm.d > 0 {
+            let mut ints = Vec::with_capacity(24);
+            t.iter().for_each(|(_, l)| view(l, &mut ints));
+            shape_ints(f, dm, ft, &mut ints);
+            launch(
+                dev,
+                &ATTENTION,
+                &format!("flash_fwd_{}", suffix(dtype)?),
+                grid(dm.sq, dm.h, dm.b, 2 * ft * dm.d)?,
+                &[t[0].0, t[1].0, t[2].0, &out, &lse],
+                &ints,
+                &[f.scale],
+            )?;
+        }
+        Ok((out, cuda::tensor(lse, (dm.b, dm.sq, dm.h))))
+    }
+
+    /// (dq, dk, dv) from the guards of (q, k, v, out, dout, lse): `flash_bwd_dq` (which also
+    /// writes delta = Σ out·dout per row, b·sq·h f32), then `flash_bwd_dkv`.
+    pub(super) fn bwd(
+        f: &FlashAttn,
+        gs: &[(StorageRef<'_>, &Layout)],
+        dtype: DType,
+        dm: Dims,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let t = gs.iter().map(cuda::storage).collect::<Result<Vec<_>>>()?;
+        let dev = t[0].0.device();
+        let ft = tile(dm.d)?;
+        let (nq, nk) = (dm.b * dm.h * dm.sq * dm.d, dm.b * dm.kvh * dm.sk * dm.d);
+        let dq = cuda::zeros(dev, dtype, nq)?;
+        let dk = cuda::zeros(dev, dtype, nk)?;
+        let dv = cuda::zeros(dev, dtype, nk)?;
+        let delta = cuda::zeros(dev, DType::F32, dm.b * dm.sq * dm.h)?;
+        let sfx = suffix(dtype)?;
+        if nq > 0 && nk > 0 {
+            let mut ints = Vec::with_capacity(34);
+            t[..5].iter().for_each(|(_, l)| view(l, &mut ints));
+            shape_ints(f, dm, ft, &mut ints);
+            launch(
+                dev,
+                &ATTENTION,
+                &format!("flash_bwd_dq_{sfx}"),
+                grid(dm.sq, dm.h, dm.b, 2 * ft * dm.d)?,
+                &[t[0].0, t[1].0, t[2].0, t[3].0, t[4].0, t[5].0, &dq, &delta],
+                &ints,
+                &[f.scale],
+            )?;
+            let mut ints = Vec::with_capacity(29);
+            [0, 1, 2, 4].iter().for_each(|&i| view(t[i].1, &mut ints));
+            shape_ints(f, dm, ft, &mut ints);
+            launch(
+                dev,
+                &ATTENTION,
+                &format!("flash_bwd_dkv_{sfx}"),
+                grid(dm.sk, dm.kvh, dm.b, 2 * ft * dm.d + 2 * ft)?,
+                &[t[0].0, t[1].0, t[2].0, t[4].0, t[5].0, &delta, &dk, &dv],
+                &ints,
+                &[f.scale],
+            )?;
+        }
+        let kd = (dm.b, dm.kvh, dm.sk, dm.d);
+        Ok((
+            cuda::tensor(dq, (dm.b, dm.h, dm.sq, dm.d)),
+            cuda::tensor(dk, kd),
+            cuda::tensor(dv, kd),
+        ))
     }
 }
 

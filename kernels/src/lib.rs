@@ -14,6 +14,8 @@
 //! CUDA sources live in `kernels/cuda/` behind feature `cuda`.
 pub mod adamw;
 mod attention;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod elem;
 mod norm;
 mod rowwise;

@@ -32,6 +32,19 @@ impl Norm {
         }
     }
 
+    /// The normalised width d, checked against the weight and bias.
+    fn check(&self, x: &Layout, w: &Layout, b: Option<&Layout>) -> Result<usize> {
+        let d = *x.dims().last().unwrap_or(&0);
+        if w.dims() != [d] || b.is_some_and(|b| b.dims() != [d]) {
+            bail!(
+                "{}: weight and bias must be ({d}), got {:?}",
+                self.name(),
+                w.dims()
+            )
+        }
+        Ok(d)
+    }
+
     fn fwd<T: Elem>(&self, x: &[T], w: &[T], b: Option<&[T]>) -> (Vec<T>, Vec<f32>) {
         let d = w.len();
         let mut y = vec![T::of(0.0); x.len()];
@@ -110,14 +123,7 @@ impl Norm {
         let mut dts = vec![x.0.dtype(), w.0.dtype()];
         dts.extend(b.map(|b| b.0.dtype()));
         let dtype = same_dtype(self.name(), &dts)?;
-        let d = *x.1.dims().last().unwrap_or(&0);
-        if w.1.dims() != [d] || b.is_some_and(|b| b.1.dims() != [d]) {
-            bail!(
-                "{}: weight and bias must be ({d}), got {:?}",
-                self.name(),
-                w.1.dims()
-            )
-        }
+        let d = self.check(x.1, w.1, b.map(|b| b.1))?;
         for_float!(dtype, T => {
             let xs = contiguous::<T>(x.0, x.1, self.name())?;
             let ws = contiguous::<T>(w.0, w.1, self.name())?;
@@ -134,6 +140,99 @@ impl Norm {
         })
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: (&candle_core::CudaStorage, &Layout),
+        w: (&candle_core::CudaStorage, &Layout),
+        b: Option<(&candle_core::CudaStorage, &Layout)>,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use crate::cuda::{self, launch, start, suffix, Grid, NORM};
+        let mut dts = vec![x.0.dtype(), w.0.dtype()];
+        dts.extend(b.map(|b| b.0.dtype()));
+        let dtype = same_dtype(self.name(), &dts)?;
+        let d = self.check(x.1, w.1, b.map(|b| b.1))?;
+        let (n, dev) = (x.1.shape().elem_count(), x.0.device());
+        let rows = n / d.max(1);
+        let y = cuda::zeros(dev, dtype, n)?;
+        let st = cuda::zeros(dev, candle_core::DType::F32, rows * 2)?;
+        let bb = b.unwrap_or(w);
+        if n > 0 {
+            let ints = [
+                start(x.1, self.name())?,
+                start(w.1, self.name())?,
+                start(bb.1, self.name())?,
+                d as i64,
+                b.is_some() as i64,
+                self.center as i64,
+            ];
+            launch(
+                dev,
+                &NORM,
+                &format!("norm_fwd_{}", suffix(dtype)?),
+                Grid::rows(rows, 256)?,
+                &[x.0, w.0, bb.0, &y, &st],
+                &ints,
+                &[self.eps],
+            )?;
+        }
+        if self.stats.set(cuda::tensor(st, (rows, 2))).is_err() {
+            bail!("{}: one op instance ran twice", self.name())
+        }
+        Ok((y, x.1.shape().clone()))
+    }
+
+    /// (dx, dw, db) on CUDA from the guards of (x, w, grad, stats).
+    #[cfg(feature = "cuda")]
+    fn bwd_cuda(
+        &self,
+        gs: &[(candle_core::StorageRef<'_>, &Layout)],
+        dtype: candle_core::DType,
+        x: &Tensor,
+        w: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        use crate::cuda::{self, launch, start, suffix, u32_of, Grid, NORM};
+        let t = gs.iter().map(cuda::storage).collect::<Result<Vec<_>>>()?;
+        let (n, d, dev) = (x.elem_count(), w.elem_count(), t[0].0.device());
+        let rows = n / d.max(1);
+        let dx = cuda::zeros(dev, dtype, n)?;
+        let dw = cuda::zeros(dev, dtype, d)?;
+        let db = cuda::zeros(dev, dtype, d)?;
+        if n > 0 {
+            let sfx = suffix(dtype)?;
+            let [xo, wo, go] = [0, 1, 2].map(|i| start(t[i].1, self.name()));
+            let (xo, wo, go) = (xo?, wo?, go?);
+            launch(
+                dev,
+                &NORM,
+                &format!("norm_bwd_dx_{sfx}"),
+                Grid::rows(rows, 256)?,
+                &[t[0].0, t[1].0, t[2].0, t[3].0, &dx],
+                &[xo, wo, go, d as i64, self.center as i64],
+                &[],
+            )?;
+            let cols = Grid {
+                grid: (u32_of(d.div_ceil(256))?, 1, 1),
+                block: 256,
+                shared: 0,
+            };
+            launch(
+                dev,
+                &NORM,
+                &format!("norm_bwd_dw_{sfx}"),
+                cols,
+                &[t[0].0, t[2].0, t[3].0, &dw, &db],
+                &[xo, go, rows as i64, d as i64],
+                &[],
+            )?;
+        }
+        Ok((
+            cuda::tensor(dx, x.dims()),
+            cuda::tensor(dw, w.dims()),
+            cuda::tensor(db, w.dims()),
+        ))
+    }
+
     /// (dx, dw, db) as tensors shaped like x and w.
     fn bwd(&self, x: &Tensor, w: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let Some(st) = self.stats.get() else {
@@ -141,6 +240,10 @@ impl Norm {
         };
         let grad = grad.to_dtype(x.dtype())?.contiguous()?;
         let gs = guards(&[x, w, &grad, st]);
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            return self.bwd_cuda(&gs, x.dtype(), x, w);
+        }
         let (ss, sl) = cpu(&gs[3])?;
         let st = contiguous::<f32>(ss, sl, self.name())?;
         for_float!(x.dtype(), T => {
@@ -170,6 +273,17 @@ impl CustomOp2 for RmsNorm {
         self.0.cpu_fwd((s1, l1), (s2, l2), None)
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.0.cuda_fwd((s1, l1), (s2, l2), None)
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -197,6 +311,19 @@ impl CustomOp3 for LayerNorm {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         self.0.cpu_fwd((s1, l1), (s2, l2), Some((s3, l3)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.0.cuda_fwd((s1, l1), (s2, l2), Some((s3, l3)))
     }
 
     fn bwd(

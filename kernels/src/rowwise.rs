@@ -2,6 +2,8 @@
 //! dimension. Inputs are made contiguous by the wrappers; all arithmetic is in f32.
 use crate::elem::{contiguous, cpu, for_float, guards, same_dtype, storage, tensor, Elem};
 use candle_core::backend::BackendStorage;
+#[cfg(feature = "cuda")]
+use candle_core::CudaStorage;
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor,
 };
@@ -82,6 +84,22 @@ impl CustomOp3 for Rope {
         })
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        l2: &Layout,
+        s3: &CudaStorage,
+        l3: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let d = Rope::check(l1.dims(), l2.dims(), l3.dims())?;
+        let dtype = same_dtype(self.name(), &[s1.dtype(), s2.dtype(), s3.dtype()])?;
+        let y = gpu::rope([(s1, l1), (s2, l2), (s3, l3)], dtype, d, false)?;
+        Ok((y, l1.shape().clone()))
+    }
+
     /// Keeps nothing: the gradient needs only the tables.
     fn bwd(
         &self,
@@ -94,6 +112,12 @@ impl CustomOp3 for Rope {
         let grad = grad.to_dtype(x.dtype())?.contiguous()?;
         let d = Rope::check(x.dims(), cos.dims(), sin.dims())?;
         let gs = guards(&[&grad, cos, sin]);
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            let t = gpu::storages(&gs)?;
+            let dx = gpu::rope([t[0], t[1], t[2]], x.dtype(), d, true)?;
+            return Ok((Some(crate::cuda::tensor(dx, x.dims())), None, None));
+        }
         for_float!(x.dtype(), T => {
             let [g, c, s] = [0, 1, 2].map(|i| cpu(&gs[i]).and_then(|(s, l)| contiguous::<T>(s, l, self.name())));
             Ok((Some(tensor(Rope::run(g?, c?, s?, d, true), x.dims())?), None, None))
@@ -130,6 +154,23 @@ impl CustomOp2 for Swiglu {
         })
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        l2: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        if l1.dims() != l2.dims() {
+            bail!("swiglu: a {:?} and b {:?} differ", l1.dims(), l2.dims())
+        }
+        let dtype = same_dtype(self.name(), &[s1.dtype(), s2.dtype()])?;
+        let n = l1.shape().elem_count();
+        let [y] = gpu::run("swiglu_fwd", dtype, [(s1, l1), (s2, l2)], [n], None)?;
+        Ok((y, l1.shape().clone()))
+    }
+
     fn bwd(
         &self,
         a: &Tensor,
@@ -139,6 +180,14 @@ impl CustomOp2 for Swiglu {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.to_dtype(a.dtype())?.contiguous()?;
         let gs = guards(&[a, b, &grad]);
+        #[cfg(feature = "cuda")]
+        if a.device().is_cuda() {
+            let t = gpu::storages(&gs)?;
+            let n = a.elem_count();
+            let [da, db] = gpu::run("swiglu_bwd", a.dtype(), [t[0], t[1], t[2]], [n, n], None)?;
+            let tensor = |s| crate::cuda::tensor(s, a.dims());
+            return Ok((Some(tensor(da)), Some(tensor(db))));
+        }
         for_float!(a.dtype(), T => {
             let [a_, b_, g] = [0, 1, 2].map(|i| cpu(&gs[i]).and_then(|(s, l)| contiguous::<T>(s, l, self.name())));
             let (a_, b_, g) = (a_?, b_?, g?);
@@ -181,11 +230,31 @@ impl CustomOp1 for Softmax {
         })
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+        let n = l.shape().elem_count();
+        let d = *l.dims().last().unwrap_or(&1);
+        let [y] = gpu::run("softmax_fwd", s.dtype(), [(s, l)], [n], Some(d))?;
+        Ok((y, l.shape().clone()))
+    }
+
     /// dx = y · (g − Σ g·y): only the output is needed.
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let grad = grad.to_dtype(res.dtype())?.contiguous()?;
         let d = res.dims().last().copied().unwrap_or(1);
         let gs = guards(&[res, &grad]);
+        #[cfg(feature = "cuda")]
+        if res.device().is_cuda() {
+            let t = gpu::storages(&gs)?;
+            let [dx] = gpu::run(
+                "softmax_bwd",
+                res.dtype(),
+                [t[0], t[1]],
+                [res.elem_count()],
+                Some(d),
+            )?;
+            return Ok(Some(crate::cuda::tensor(dx, res.dims())));
+        }
         for_float!(res.dtype(), T => {
             let [y, g] = [0, 1].map(|i| cpu(&gs[i]).and_then(|(s, l)| contiguous::<T>(s, l, self.name())));
             let dx = map_rows(y?, g?, d, |dx, y, g| {
@@ -196,6 +265,85 @@ impl CustomOp1 for Softmax {
             });
             Ok(Some(tensor(dx, res.dims())?))
         })
+    }
+}
+
+/// The CUDA kernels of kernels/cuda/rowwise.cu.
+#[cfg(feature = "cuda")]
+mod gpu {
+    use crate::cuda::{self, launch, start, suffix, Grid, ROWWISE};
+    use candle_core::backend::BackendStorage;
+    use candle_core::{CudaStorage, DType, Layout, Result, StorageRef};
+
+    pub(super) type Arg<'a> = (&'a CudaStorage, &'a Layout);
+
+    pub(super) fn storages<'a>(gs: &'a [(StorageRef<'a>, &'a Layout)]) -> Result<Vec<Arg<'a>>> {
+        gs.iter().map(cuda::storage).collect()
+    }
+
+    /// Runs `{func}_{dtype}` on the inputs (contiguous, passed with their start offsets) and
+    /// returns its outputs, of the given lengths. `row`: None for an element-wise kernel (a
+    /// grid-stride loop over the first output's length), Some(d) for one block per row of d.
+    pub(super) fn run<const I: usize, const O: usize>(
+        func: &str,
+        dtype: DType,
+        inputs: [Arg<'_>; I],
+        outputs: [usize; O],
+        row: Option<usize>,
+    ) -> Result<[CudaStorage; O]> {
+        let dev = inputs[0].0.device();
+        let outs = outputs.map(|n| cuda::zeros(dev, dtype, n));
+        let outs = outs.into_iter().collect::<Result<Vec<_>>>()?;
+        let n = outputs[0];
+        if n > 0 {
+            let mut ints = Vec::with_capacity(I + 1);
+            for (_, l) in &inputs {
+                ints.push(start(l, func)?);
+            }
+            let grid = match row {
+                None => Grid::flat(n),
+                Some(d) => Grid::rows(n / d.max(1), 256)?,
+            };
+            ints.push(row.unwrap_or(n) as i64);
+            let mut bufs: Vec<&CudaStorage> = inputs.iter().map(|(s, _)| *s).collect();
+            bufs.extend(outs.iter());
+            launch(
+                dev,
+                &ROWWISE,
+                &format!("{func}_{}", suffix(dtype)?),
+                grid,
+                &bufs,
+                &ints,
+                &[],
+            )?;
+        }
+        outs.try_into()
+            .map_err(|_| candle_core::Error::Msg(format!("{func}: output count")))
+    }
+
+    /// y = x·cos + rotate_half(x)·sin, or its transpose when `back`.
+    pub(super) fn rope(t: [Arg<'_>; 3], dtype: DType, d: usize, back: bool) -> Result<CudaStorage> {
+        let dev = t[0].0.device();
+        let n = t[0].1.shape().elem_count();
+        let y = cuda::zeros(dev, dtype, n)?;
+        if n > 0 {
+            let mut ints = Vec::with_capacity(7);
+            for (_, l) in &t {
+                ints.push(start(l, "rope")?);
+            }
+            let plane = t[1].1.shape().elem_count();
+            ints.extend([n / 2, plane, d, back as usize].map(|x| x as i64));
+            launch(
+                dev,
+                &ROWWISE,
+                &format!("rope_{}", suffix(dtype)?),
+                Grid::flat(n / 2),
+                &[t[0].0, t[1].0, t[2].0, &y],
+                &ints,
+                &[],
+            )?;
+        }
+        Ok(y)
     }
 }
 

@@ -4,7 +4,9 @@
 #
 #   scripts/gpu/build.sh        # -> .cache/gpu-bundle/ (git-ignored, inside the clone)
 #
-# The binary ships gzipped (vramlab.gz, ~14 MiB instead of ~57): run.sh unpacks it.
+# The binary ships gzipped (vramlab.gz, ~14 MiB instead of ~57): run.sh unpacks it. Beside it,
+# cuda_ops.gz: the CUDA kernels' test (kernels/tests/cuda_ops.rs, dev profile, whose
+# dependencies are opt-level 3), which run.sh runs first.
 # The bundle lives inside the clone so that the device tool can carry it (`carry` takes paths
 # relative to the repository root, 64 MiB in all); VRAMLAB_BUNDLE overrides the place. The build
 # itself uses the CUDA cache's target dir (scripts/cuda-toolchain.sh), never ./target.
@@ -23,10 +25,17 @@ source "$CACHE/env.sh"
 
 cd "$ROOT"
 CARGO_TARGET_DIR="$TARGET" nice -n 19 cargo build --release -p vramlab --features cuda
+# The test binary's path is in cargo's JSON messages (its name carries a hash).
+ops="$(CARGO_TARGET_DIR="$TARGET" nice -n 19 cargo build -p vramlab-kernels --features cuda \
+        --test cuda_ops --message-format=json-render-diagnostics \
+      | sed -n 's/.*"executable":"\([^"]*\/cuda_ops-[^"]*\)".*/\1/p' | tail -n1)"
+[ -x "$ops" ] || { echo "gpu/build.sh: no cuda_ops test binary (got '$ops')" >&2; exit 1; }
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE"
 strip -o "$BUNDLE/vramlab" "$TARGET/release/vramlab"
+strip -o "$BUNDLE/cuda_ops" "$ops"
+gzip -9 "$BUNDLE/cuda_ops"
 # What the run needs from the tree, so the bundle also works on its own (run.sh prefers the
 # working tree's copies when it runs from a clone).
 mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu"

@@ -20,9 +20,13 @@
 #    (libnvrtc), from PyTorch's nvidia/cu13/lib, the CUDA toolkit, then the whole disk; the
 #    driver's libcuda.so.1. `ldd -v` goes into the archive; a library or a symbol version that
 #    is not found stops the run with one line in status.txt;
-# 2. for each scenario: `vramlab sweep` on the device, then scripts/torch_probe.py on the same
+# 2. the CUDA kernels' test (kernels/tests/cuda_ops.rs, built by scripts/gpu/build.sh as the
+#    bundle's cuda_ops.gz): every fused op's forward and backward on the device against the
+#    CPU, and 10 AdamW steps; its log goes into the archive (rehearsal: VRAMLAB_CUDA_OPS, if
+#    set, is run the same way; without a device it says so in one line and exits 0);
+# 3. for each scenario: `vramlab sweep` on the device, then scripts/torch_probe.py on the same
 #    scenario (skipped, and said so, where torch is not importable);
-# 3. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
+# 4. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -31,7 +35,7 @@ REHEARSE=0
 case "${1:-}" in
   --rehearse) REHEARSE=1 ;;
   "") ;;
-  -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "gpu/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 OUT="${OUT:?set OUT to the folder that comes back}"
@@ -40,6 +44,7 @@ OUT="$(cd "$OUT" && pwd)"
 BUNDLE="${VRAMLAB_BUNDLE:-$ROOT/.cache/gpu-bundle}"
 SWEEP_TIMEOUT="${VRAMLAB_SWEEP_TIMEOUT:-200}"
 TORCH_TIMEOUT="${VRAMLAB_TORCH_TIMEOUT:-110}"
+KERNELS_TIMEOUT="${VRAMLAB_KERNELS_TIMEOUT:-90}"
 BUDGET="${VRAMLAB_RUN_BUDGET:-330}"
 PYTHON="${VRAMLAB_TORCH_PYTHON:-${PYTHON:-python3}}"
 if [ "$REHEARSE" = 1 ]; then
@@ -56,6 +61,8 @@ else
   SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-smoke-train.toml}"
   BIN="${VRAMLAB_BIN:-$BUNDLE/vramlab}"
 fi
+CUDA_OPS="${VRAMLAB_CUDA_OPS:-}"
+[ -z "$CUDA_OPS" ] && [ "$MODE" = device ] && CUDA_OPS="$BUNDLE/cuda_ops"
 T0=$SECONDS
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/vramlab-gpu-run.XXXXXX")"
 WORK="$SCRATCH/gpu-run"         # the archive's one top folder
@@ -175,7 +182,24 @@ fi
 "$BIN" --version >"$WORK/vramlab-version.txt" 2>&1
 pack
 
-# 2. Sweeps and the PyTorch reference.
+# 2. The CUDA kernels against the CPU.
+if [ -n "$CUDA_OPS" ] && [ ! -x "$CUDA_OPS" ] && [ -f "$CUDA_OPS.gz" ]; then
+  gunzip -c "$CUDA_OPS.gz" >"$SCRATCH/cuda_ops" && chmod +x "$SCRATCH/cuda_ops" && CUDA_OPS="$SCRATCH/cuda_ops"
+fi
+if [ -n "$CUDA_OPS" ] && [ -x "$CUDA_OPS" ]; then
+  t="$(limit "$KERNELS_TIMEOUT")"
+  say "kernels: $CUDA_OPS (limit ${t}s)"
+  t1=$SECONDS
+  timeout -k 10 "$t" "$CUDA_OPS" >"$WORK/cuda-ops.log" 2>&1
+  rc=$?
+  STEPS+=("kernels cuda_ops: exit $rc, $((SECONDS - t1)) s: $(grep -v '^$' "$WORK/cuda-ops.log" | tail -n1 | cut -c1-160)")
+  say "kernels cuda_ops exit $rc"
+else
+  STEPS+=("kernels cuda_ops: skipped (no binary${CUDA_OPS:+ at $CUDA_OPS}; device: scripts/gpu/build.sh; rehearsal: set VRAMLAB_CUDA_OPS)")
+fi
+pack
+
+# 3. Sweeps and the PyTorch reference.
 torch_ok=0
 "$PYTHON" -c 'import torch, transformers' 2>/dev/null && torch_ok=1
 sweep_rc=0

@@ -82,7 +82,7 @@ pub(crate) fn guards<'a>(ts: &[&'a Tensor]) -> Vec<(StorageRef<'a>, &'a Layout)>
 pub(crate) fn cpu<'a>(g: &'a (StorageRef<'a>, &'a Layout)) -> Result<(&'a CpuStorage, &'a Layout)> {
     match &*g.0 {
         Storage::Cpu(c) => Ok((c, g.1)),
-        _ => bail!("vramlab-kernels: this backward runs on CPU tensors only"),
+        _ => bail!("vramlab-kernels: a backward got tensors on different devices (expected all on the CPU)"),
     }
 }
 

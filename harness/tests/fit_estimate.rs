@@ -486,3 +486,63 @@ fn preset_requantized_weights_are_the_block_formula() {
     let j = estimate_json(&["--model", "llama-3.1-8b", "--weights", "q8_0"]);
     assert_eq!(row(&j, "weights"), matrices / 32 * 34 + norms * 4);
 }
+
+/// `estimate --gpu --best-format`: SmolLM2-135M's 576-wide rows make the K formats
+/// impossible (named in the table); with room for everything the best is f32 (the dense
+/// precision of the default f32 compute); with a budget just above Q8_0's total it is Q8_0,
+/// and the rest of the report is for Q8_0.
+#[test]
+fn best_format_picks_the_most_bits_that_fit() {
+    let j = estimate_json(&["--model", "smollm2-135m", "--gpu", "h200", "--best-format"]);
+    let b = &j["best_format"];
+    assert_eq!(b["best"], "f32", "{b}");
+    let formats = b["formats"].as_array().unwrap();
+    let names: Vec<&str> = formats
+        .iter()
+        .map(|f| f["precision"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f32", "q8_0", "q4_1", "q4_0", "q6k", "q5k", "q4k"]);
+    for f in &formats[4..] {
+        assert!(
+            f["impossible"]
+                .as_str()
+                .unwrap()
+                .contains("not a multiple of the 256-weight block"),
+            "{f}"
+        );
+        assert_eq!(f["fits"], false);
+    }
+    let total = |i: usize| formats[i]["total_bytes"].as_u64().unwrap();
+    assert!(total(0) > total(1) && total(1) > total(2) && total(2) > total(3));
+    // A 1 GB GPU whose headroom leaves Q8_0's total and 100 B.
+    let headroom = format!("{:.17}", 1.0 - (total(1) as f64 + 100.0) / 1e9);
+    let j = estimate_json(&[
+        "--model",
+        "smollm2-135m",
+        "--gpu",
+        "1gb",
+        "--headroom",
+        &headroom,
+        "--best-format",
+    ]);
+    let b = &j["best_format"];
+    assert_eq!(b["best"], "q8_0", "{b}");
+    assert_eq!(b["formats"][0]["fits"], false);
+    assert_eq!(j["query"]["precision"], "q8_0");
+    assert_eq!(j["total_bytes"].as_u64(), Some(total(1)));
+    // --best-format chooses the precision; naming one too is refused in one line.
+    vramlab()
+        .args([
+            "estimate",
+            "--model",
+            "smollm2-135m",
+            "--gpu",
+            "h200",
+            "--best-format",
+            "--weights",
+            "q4_0",
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("--best-format chooses the precision"));
+}

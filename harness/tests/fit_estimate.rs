@@ -546,3 +546,49 @@ fn best_format_picks_the_most_bits_that_fit() {
         .code(2)
         .stderr(contains("--best-format chooses the precision"));
 }
+
+/// QLoRA estimated analytically: `--mode train --trainable lora-r16 --weights q4k` keeps the
+/// base at Q4_K's block bytes (the inference estimate's weights) and adds the rank-16
+/// adapters (6,815,744 on llama-3.1-8b, PEFT's figure), their gradients and AdamW's two
+/// moments in the bf16 compute dtype. Training a quantized base without LoRA is refused.
+#[test]
+fn qlora_estimate_base_blocks_and_adapters() {
+    let base = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--weights",
+        "q4k",
+        "--compute",
+        "bf16",
+    ]);
+    let blocks = base["weights"]["bytes"].as_u64().unwrap();
+    let j = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--mode",
+        "train",
+        "--trainable",
+        "lora-r16",
+        "--weights",
+        "q4k",
+        "--compute",
+        "bf16",
+    ]);
+    let adapters = 6_815_744;
+    assert_eq!(row(&j, "weights"), blocks + adapters * 2);
+    assert_eq!(row(&j, "gradients"), adapters * 2);
+    assert_eq!(row(&j, "optimizer state"), adapters * 4);
+    vramlab()
+        .args([
+            "estimate",
+            "--model",
+            "llama-3.1-8b",
+            "--mode",
+            "train",
+            "--weights",
+            "q4k",
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("QLoRA: --mode train --trainable lora-rN"));
+}

@@ -168,11 +168,14 @@ fn quantized_weights(
     let Some(q) = precision.quantized() else {
         return Ok(None);
     };
-    if a.mode != Mode::Infer {
-        return Err(InputError::arg(format!(
-            "--precision {precision}: quantized weights are estimated for inference only (--mode infer)"
-        ))
-        .into());
+    match (a.mode, a.trainable) {
+        (Mode::Infer, _) | (Mode::Train, Trainable::Lora(_)) => {}
+        _ => {
+            return Err(InputError::arg(format!(
+                "--precision {precision}: quantized weights are estimated for inference, or for training LoRA adapters on the frozen quantized base (QLoRA: --mode train --trainable lora-rN)"
+            ))
+            .into())
+        }
     }
     let compute = precision.dtypes(a.compute).1;
     let plan = match (gguf, q) {

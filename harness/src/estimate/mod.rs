@@ -80,6 +80,11 @@ impl Query {
     pub fn act_bytes(&self) -> u64 {
         self.precision.dtypes(self.compute).1.size_in_bytes() as u64
     }
+    /// Bytes per element of dense weights, gradients and optimizer state: the precision's
+    /// dtype, or for a quantized base (QLoRA) the compute dtype its adapters are kept in.
+    pub fn state_bytes(&self) -> u64 {
+        self.precision.dtypes(self.compute).0.size_in_bytes() as u64
+    }
 }
 
 impl Default for Query {
@@ -299,7 +304,7 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
         Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
     };
     let zero_mixed = q.precision.is_mixed() && q.sharding != Sharding::Ddp;
-    let wb = q.precision.weight_bytes();
+    let wb = q.state_bytes();
     // Stored weight and gradient bytes per parameter: 16-bit under a ZeRO stage's mixed
     // precision, where the f32 master copy is part of the optimizer state.
     let (w, g) = if zero_mixed { (2, 2) } else { (wb, wb) };
@@ -311,8 +316,10 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
         _ => 0,
     };
     let grads = if q.optimizer.updates() { t * g } else { 0 };
+    // A quantized base (QLoRA) is its exact block bytes; the adapters are dense.
+    let base = q.weight_bytes.unwrap_or(p * w);
     Breakdown {
-        weights: shard((p + adapters) * w, s3),
+        weights: shard(base + adapters * w, s3),
         weight_copies: if q.precision.is_mixed() && !zero_mixed {
             shard(p * 2, s3)
         } else {
@@ -400,7 +407,7 @@ impl Breakdown {
 /// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
 /// fused none. SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
-    let wb = q.precision.weight_bytes();
+    let wb = q.state_bytes();
     let largest = feat::counts(c, q.trainable).largest_tensor.min(t) * wb;
     match q.runtime_optimizer() {
         Optimizer::Adamw => 14 * largest,
@@ -435,7 +442,7 @@ pub fn grad_bytes(c: &Config, q: &Query) -> u64 {
     if !q.optimizer.updates() {
         0
     } else {
-        feat::trainable_params(c, q.trainable) * q.precision.weight_bytes()
+        feat::trainable_params(c, q.trainable) * q.state_bytes()
     }
 }
 
@@ -444,7 +451,7 @@ pub fn train_features(c: &Config, q: &Query) -> Features {
     let shape = TrainShape {
         batch: q.batch as usize,
         seq: q.context as usize,
-        weight_bytes: q.precision.weight_bytes() as usize,
+        weight_bytes: q.state_bytes() as usize,
         compute_bytes: q.act_bytes() as usize,
         adamw: q.optimizer.is_adamw(),
         trainable: q.trainable,
@@ -1173,6 +1180,49 @@ mod tests {
         );
         assert_eq!(frozen.gradients, (params - 128_256 * 4096) * 2);
         assert_eq!(frozen.weights, params * 2);
+    }
+
+    /// QLoRA, analytically: llama-3.1-8b's base at Q4_K's block bytes (every matrix 144 B
+    /// per 256 weights, every vector in the f32 compute dtype), rank-16 adapters on q and v
+    /// (6,815,744 parameters, PEFT's figure) in f32 with their f32 gradients and AdamW's two
+    /// f32 moments; bf16 compute halves the adapters' bytes, not the base's blocks' share.
+    #[test]
+    fn qlora_base_at_block_bytes_adapters_in_the_compute_dtype() {
+        let m = preset("llama-3.1-8b");
+        let (mut matrices, mut vectors) = (0u64, 0u64);
+        for (_, shape) in m.tensor_shapes() {
+            let n: u64 = shape.iter().map(|&d| d as u64).product();
+            if shape.len() == 2 {
+                matrices += n;
+            } else {
+                vectors += n;
+            }
+        }
+        let adapters = 6_815_744;
+        for (compute, cb) in [(Compute::F32, 4), (Compute::Bf16, 2)] {
+            let base = matrices / 256 * 144 + vectors * cb;
+            let plan = crate::model::gguf::plan_config(&m, candle_core::quantized::GgmlDType::Q4K)
+                .unwrap();
+            let dtype = Precision::Q4k.dtypes(compute).1;
+            assert_eq!(crate::model::gguf::plan_bytes(&plan, dtype), base);
+            let e = estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    precision: Precision::Q4k,
+                    compute,
+                    weight_bytes: Some(base),
+                    trainable: Trainable::Lora(16),
+                    optimizer: Optimizer::Adamw,
+                    ..q()
+                },
+                None,
+            );
+            assert_eq!(e.weights, base + adapters * cb, "{compute}");
+            assert_eq!(e.gradients, adapters * cb, "{compute}");
+            assert_eq!(e.optimizer, 2 * adapters * cb, "{compute}");
+            assert_eq!(e.weight_copies, 0);
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 
 pub use crate::vocab::{
     Attention, Checkpointing, Compute, Kernels, KvKind, KvWindow, Mode, Ops, Optimizer,
-    PoolRelease, Precision, QMatmul, Trainable, MAX_LORA_RANK,
+    PoolRelease, Precision, QMatmul, Trainable, TrainableKind, MAX_LORA_RANK,
 };
 
 /// A string or a list of strings.
@@ -316,6 +316,17 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
         nonempty("compute", s.compute.len())?;
         nonempty("qmatmul", s.qmatmul.len())?;
         if let Some(p) = s.precision.iter().find(|p| p.is_quantized()) {
+            let lora = s.trainable.iter().find(|t| t.kind() == TrainableKind::Lora);
+            if let (true, Some(t)) = (s.mode.contains(&Mode::Train), lora) {
+                return Err((
+                    "trainable",
+                    format!(
+                        "[sweep] trainable `{t}` on precision `{}` is QLoRA, which cannot run: candle 0.11.1's QMatMul records no backward (it applies the QTensor with `apply_op1_no_bwd`), so no gradient reaches the adapters below a quantized layer; `vramlab estimate --mode train --trainable {t} --weights {}` estimates it",
+                        p.as_str(),
+                        p.as_str()
+                    ),
+                ));
+            }
             if let Some(m) = s.mode.iter().find(|m| **m != Mode::Infer) {
                 return Err((
                     "precision",

@@ -52,13 +52,13 @@ import time
 import tomllib
 from pathlib import Path, PurePosixPath
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The Record columns of harness/src/record.rs, in order.
 COLUMNS = [
     "schema_version", "run_id", "point_id", "started_at", "vramlab_version", "git_rev",
     "backend", "device_name", "driver_version", "cuda_version", "candle_version",
     "model_id", "architecture", "param_count", "weight_source",
-    "mode", "precision", "compute", "batch", "context", "prompt_len", "decode_steps",
+    "mode", "precision", "compute", "qmatmul", "batch", "context", "prompt_len", "decode_steps",
     "kv_cache", "kv_window", "optimizer", "checkpointing", "grad_accum",
     "trainable", "kernels", "attention", "pool_release",
     "scenario_hash", "meter",
@@ -184,10 +184,13 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
     for source in as_list(s.get("source", spec["model"]["source"])):
         mid = model_id(source)
         # As grid.rs: a quantized precision (GGUF blocks kept, issue 15) runs once per compute
-        # dtype and its id says both (`native-f32`). The probe only lists such points
-        # (--dry-run); running one is refused (`compute` is not a key it runs).
-        tagged = [(p, f"{p}-{c}" if p in QUANTIZED else p)
-                  for p in s["precision"] for c in (s.get("compute", ["f32"]) if p in QUANTIZED else [None])]
+        # dtype and qmatmul path, and its id says them (`native-f32`, `native-f32-dequantize`).
+        # The probe only lists such points (--dry-run); running one is refused.
+        tagged = [(p, f"{p}-{c}" + ("-dequantize" if q == "dequantize" else "")
+                   if p in QUANTIZED else p)
+                  for p in s["precision"]
+                  for c in (s.get("compute", ["f32"]) if p in QUANTIZED else [None])
+                  for q in (s.get("qmatmul", ["auto"]) if p in QUANTIZED else [None])]
         for precision, precision_tag in tagged:
             for mode in s["mode"]:
                 axes = {"train": train_axes, "encode": encode_axes}.get(mode, infer_axes)

@@ -7,17 +7,19 @@
 //! inference row before version 3 with `kv_window = "full"` (earlier versions never capped a
 //! cache at a window). 4 adds `compute` (f32|f16|bf16) after `precision`: a quantized point's
 //! compute dtype (empty for dense precisions, which compute in their own; so older rows need
-//! nothing filled).
+//! nothing filled). 5 adds `qmatmul` (auto|dequantize) after `compute`: a quantized point's
+//! product path (empty for dense rows; older quantized rows ran candle's `QMatMul`, read as
+//! `auto`).
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 use crate::vocab::{
     Attention, Backend, Checkpointing, Compute, Kernels, KvKind, KvWindow, MeterKind, Mode,
-    Optimizer, PoolRelease, Precision, Trainable,
+    Optimizer, PoolRelease, Precision, QMatmul, Trainable,
 };
 pub use crate::vocab::{Phase, Status};
 
@@ -44,6 +46,8 @@ pub struct Record {
     pub precision: Precision,
     /// A quantized precision's compute dtype; empty for dense ones. Absent before version 4.
     pub compute: Option<Compute>,
+    /// A quantized point's product path; empty for dense ones. Absent before version 5.
+    pub qmatmul: Option<QMatmul>,
     pub batch: u64,
     pub context: u64,
     pub prompt_len: Option<u64>,
@@ -89,7 +93,12 @@ pub struct Record {
 /// The columns a row of schema `version` must have: every column of this version less those
 /// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
 pub fn columns_of(version: u32) -> Vec<String> {
-    const ADDED: [(&str, u32); 3] = [("attention", 2), ("kv_window", 3), ("compute", 4)];
+    const ADDED: [(&str, u32); 4] = [
+        ("attention", 2),
+        ("kv_window", 3),
+        ("compute", 4),
+        ("qmatmul", 5),
+    ];
     columns()
         .into_iter()
         .filter(|c| !ADDED.iter().any(|(a, v)| a == c && version < *v))
@@ -102,6 +111,9 @@ impl Record {
     pub fn upgrade(&mut self) {
         if self.schema_version < 3 && self.kv_window.is_none() && self.kv_cache.is_some() {
             self.kv_window = Some(KvWindow::Full);
+        }
+        if self.schema_version < 5 && self.qmatmul.is_none() && self.compute.is_some() {
+            self.qmatmul = Some(QMatmul::Auto);
         }
     }
 
@@ -141,7 +153,7 @@ mod tests {
         let expected = "schema_version, run_id, point_id, started_at, vramlab_version, git_rev,
 backend, device_name, driver_version, cuda_version, candle_version,
 model_id, architecture, param_count, weight_source,
-mode, precision, compute, batch, context, prompt_len, decode_steps,
+mode, precision, compute, qmatmul, batch, context, prompt_len, decode_steps,
 kv_cache, kv_window, optimizer, checkpointing, grad_accum,
 trainable, kernels, attention, pool_release,
 scenario_hash, meter,

@@ -93,6 +93,7 @@ pub fn base_record(
             mode: p.mode,
             precision: p.precision,
             compute: p.compute,
+            qmatmul: p.qmatmul,
             batch: p.batch as u64,
             context: p.context as u64,
             prompt_len: infer.then_some(p.prompt_len as u64),
@@ -202,6 +203,7 @@ impl Runner<'_> {
                             &prep.config,
                             t,
                             qt,
+                            first.qmatmul.unwrap_or_default(),
                             compute,
                         )?,
                     ));

@@ -229,6 +229,49 @@ impl Compute {
 }
 
 vocab! {
+    /// How a quantized point's linear layers multiply by their quantized weights (the
+    /// `qmatmul` axis; quantized precisions only).
+    ///
+    /// What candle 0.11.1's `QMatMul` (`QMatMul::QTensor`, `xs.apply_op1_no_bwd(qtensor)`)
+    /// does on its own (`auto`), from `candle-core-0.11.1/src/quantized/`:
+    /// - `QMatMul::from_arc` dequantizes at construction only an F32/F16/BF16 `QTensor` (to
+    ///   f32), or every type when `CANDLE_DEQUANTIZE_ALL` (f32) / `CANDLE_DEQUANTIZE_ALL_F16`
+    ///   (f16) is set; vramlab builds `QMatMul::QTensor` directly and keeps such matrices dense.
+    /// - CPU (`mod.rs` `CustomOp1::cpu_fwd`, `k_quants::matmul`): never dequantizes a weight,
+    ///   for any type or batch size. f32 activations are quantized into the weight's vec-dot
+    ///   type (Q8_1: 36 B per 32 inputs for Q4_0/Q4_1; Q8_0 for Q5_x/Q8_0; Q8_K, 292 B per 256,
+    ///   for the K types) in a thread-local scratch of m × k/block blocks that only grows and
+    ///   is kept; bf16 activations are first widened to f32 (m × k × 4 B) and the product made
+    ///   into an f32 buffer (m × n × 4 B) before narrowing; f16 activations take
+    ///   `k_quants::matmul_f16`, which allocates its m × k/block blocks per call. On x86 with
+    ///   AVX2/AVX-VNNI/AVX-512-VNNI, Q4_K (any m), Q6_K (m > 1) and Q8_0 (not plain AVX2)
+    ///   weights with n a multiple of the tile and k of 256 are repacked once, at their
+    ///   first product, into a copy cached inside the `QTensor` and kept (`repack_x86.rs`):
+    ///   persistent, roughly the weight's size, not a per-call transient.
+    /// - CUDA (`cuda.rs` `QCudaStorage::fwd`): each `QTensor` is padded by 512 weights' worth
+    ///   of blocks. Q4_0–Q8_0 and Q2_K–Q6_K with f32/f16/bf16 activations run MMVQ for
+    ///   b·m ≤ 8 and MMQ above, quantizing the activations to Q8_1 in a per-device
+    ///   workspace that only grows (non-f32 activations first converted to f32,
+    ///   m × k × 4 B); other types fall back to `mul_mat_vec_via_q8_1` (b·m ≤ 8) or
+    ///   `mul_mat_via_q8_1`. A weight is dequantized to f32 (an n × k × 4 B transient, freed
+    ///   after the call) only under `set_force_dmmv(true)` with b·m > 1.
+    ///
+    /// So `auto` never holds a dequantized weight; `dequantize` makes the transient that
+    /// runtimes which do dequantize (and candle under `set_force_dmmv`) pay, to compare.
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum QMatmul {
+        /// candle's `QMatMul` on the quantized blocks (above).
+        #[default]
+        Auto,
+        /// Each product dequantizes the weight to the compute dtype (n × k × its bytes; on CPU
+        /// f16 and bf16 go through f32 first, n × k × 6 B at the cast), multiplies densely,
+        /// and frees it.
+        Dequantize,
+    }
+}
+
+vocab! {
     /// The optimizer a row ran: a scenario's choice (`sgd`, `adamw`, `adamw-fused`), `none` for
     /// inference rows, and on the torch probe the `torch.optim` implementation it forced
     /// (`adamw-foreach`, …; `adamw-fused` is `AdamW(fused=True)` there).
@@ -641,6 +684,7 @@ mod tests {
         same(&all::<Checkpointing>());
         same(&all::<TrainableKind>());
         same(&all::<Compute>());
+        same(&all::<QMatmul>());
         assert_eq!(Precision::Q4_0.as_str(), "q4_0");
         assert_eq!(Precision::Q4k.as_str(), "q4k");
         same(&[

@@ -659,4 +659,13 @@ fn quantized_precision_for_training_or_safetensors() {
         "name = \"qt\"\n[model]\nsource = \"hf:/m/M\"\n[sweep]\nmode = [\"infer\"]\nprecision = [\"q8_0\"]\nbatch = [1]\ncontext = [16]\ndecode_steps = 2\n",
     );
     sweep(&show(&s), "precision `q8_0` needs a `gguf:` source");
+    // QLoRA: candle's QMatMul has no backward, so LoRA on a quantized base is refused, saying
+    // why and where the estimate is.
+    let (_t, s) = inline_scenario(
+        "name = \"qt\"\n[model]\nsource = \"gguf:/m/M.gguf\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"q4k\"]\ntrainable = [\"lora-r16\"]\nbatch = [1]\ncontext = [16]\n",
+    );
+    sweep(
+        &show(&s),
+        "trainable `lora-r16` on precision `q4k` is QLoRA, which cannot run: candle 0.11.1's QMatMul records no backward",
+    );
 }

@@ -486,3 +486,109 @@ fn preset_requantized_weights_are_the_block_formula() {
     let j = estimate_json(&["--model", "llama-3.1-8b", "--weights", "q8_0"]);
     assert_eq!(row(&j, "weights"), matrices / 32 * 34 + norms * 4);
 }
+
+/// `estimate --gpu --best-format`: SmolLM2-135M's 576-wide rows make the K formats
+/// impossible (named in the table); with room for everything the best is f32 (the dense
+/// precision of the default f32 compute); with a budget just above Q8_0's total it is Q8_0,
+/// and the rest of the report is for Q8_0.
+#[test]
+fn best_format_picks_the_most_bits_that_fit() {
+    let j = estimate_json(&["--model", "smollm2-135m", "--gpu", "h200", "--best-format"]);
+    let b = &j["best_format"];
+    assert_eq!(b["best"], "f32", "{b}");
+    let formats = b["formats"].as_array().unwrap();
+    let names: Vec<&str> = formats
+        .iter()
+        .map(|f| f["precision"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f32", "q8_0", "q4_1", "q4_0", "q6k", "q5k", "q4k"]);
+    for f in &formats[4..] {
+        assert!(
+            f["impossible"]
+                .as_str()
+                .unwrap()
+                .contains("not a multiple of the 256-weight block"),
+            "{f}"
+        );
+        assert_eq!(f["fits"], false);
+    }
+    let total = |i: usize| formats[i]["total_bytes"].as_u64().unwrap();
+    assert!(total(0) > total(1) && total(1) > total(2) && total(2) > total(3));
+    // A 1 GB GPU whose headroom leaves Q8_0's total and 100 B.
+    let headroom = format!("{:.17}", 1.0 - (total(1) as f64 + 100.0) / 1e9);
+    let j = estimate_json(&[
+        "--model",
+        "smollm2-135m",
+        "--gpu",
+        "1gb",
+        "--headroom",
+        &headroom,
+        "--best-format",
+    ]);
+    let b = &j["best_format"];
+    assert_eq!(b["best"], "q8_0", "{b}");
+    assert_eq!(b["formats"][0]["fits"], false);
+    assert_eq!(j["query"]["precision"], "q8_0");
+    assert_eq!(j["total_bytes"].as_u64(), Some(total(1)));
+    // --best-format chooses the precision; naming one too is refused in one line.
+    vramlab()
+        .args([
+            "estimate",
+            "--model",
+            "smollm2-135m",
+            "--gpu",
+            "h200",
+            "--best-format",
+            "--weights",
+            "q4_0",
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("--best-format chooses the precision"));
+}
+
+/// QLoRA estimated analytically: `--mode train --trainable lora-r16 --weights q4k` keeps the
+/// base at Q4_K's block bytes (the inference estimate's weights) and adds the rank-16
+/// adapters (6,815,744 on llama-3.1-8b, PEFT's figure), their gradients and AdamW's two
+/// moments in the bf16 compute dtype. Training a quantized base without LoRA is refused.
+#[test]
+fn qlora_estimate_base_blocks_and_adapters() {
+    let base = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--weights",
+        "q4k",
+        "--compute",
+        "bf16",
+    ]);
+    let blocks = base["weights"]["bytes"].as_u64().unwrap();
+    let j = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--mode",
+        "train",
+        "--trainable",
+        "lora-r16",
+        "--weights",
+        "q4k",
+        "--compute",
+        "bf16",
+    ]);
+    let adapters = 6_815_744;
+    assert_eq!(row(&j, "weights"), blocks + adapters * 2);
+    assert_eq!(row(&j, "gradients"), adapters * 2);
+    assert_eq!(row(&j, "optimizer state"), adapters * 4);
+    vramlab()
+        .args([
+            "estimate",
+            "--model",
+            "llama-3.1-8b",
+            "--mode",
+            "train",
+            "--weights",
+            "q4k",
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("QLoRA: --mode train --trainable lora-rN"));
+}

@@ -4,7 +4,7 @@ mod common;
 use vramlab::model::{gguf, Source};
 use vramlab::scenario::spec::{Attention, Kernels, Ops};
 use vramlab::scenario::Precision;
-use vramlab::vocab::Compute;
+use vramlab::vocab::{Compute, QMatmul};
 
 fn decode(vocab: &[String], ids: &[u32]) -> String {
     ids.iter()
@@ -26,8 +26,13 @@ fn check_with(precision: Precision, ops: Ops) {
     // "The capital of France is" in SmolLM2's vocabulary.
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(decode(&vocab, &prompt), "The capital of France is");
-    let mut model =
-        vramlab::cmd::generate::load(&Source::Gguf(path.clone()), precision, Compute::F32).unwrap();
+    let mut model = vramlab::cmd::generate::load(
+        &Source::Gguf(path.clone()),
+        precision,
+        Compute::F32,
+        QMatmul::Auto,
+    )
+    .unwrap();
     model.set_ops(ops).unwrap();
     let out = vramlab::workload::inference::generate(model.as_ref(), &prompt, 6).unwrap();
     let text = decode(&vocab, &out);
@@ -83,8 +88,19 @@ fn quantized_tokens(
     compute: Compute,
     kv: vramlab::model::KvKind,
 ) -> Vec<u32> {
+    quantized_tokens_via(precision, compute, QMatmul::Auto, kv)
+}
+
+/// [`quantized_tokens`] with the products run by `qmatmul`.
+fn quantized_tokens_via(
+    precision: Precision,
+    compute: Compute,
+    qmatmul: QMatmul,
+    kv: vramlab::model::KvKind,
+) -> Vec<u32> {
     let path = common::smollm2_gguf();
-    let model = vramlab::cmd::generate::load(&Source::Gguf(path), precision, compute).unwrap();
+    let model =
+        vramlab::cmd::generate::load(&Source::Gguf(path), precision, compute, qmatmul).unwrap();
     vramlab::workload::inference::generate_with(
         model.as_ref(),
         &[504u32, 3575, 282, 4649, 314],
@@ -107,6 +123,22 @@ fn smollm2_greedy_native_f32_both_kv_kinds() {
             "{kv:?}"
         );
     }
+}
+
+/// `qmatmul = dequantize`: each product dequantizes the Q4_1 blocks to f32 and multiplies
+/// densely (no Q8_1 activations), which is the dense f32 model of the same weights: its
+/// tokens are the dense f32 run's.
+#[test]
+fn smollm2_greedy_native_dequantize_f32() {
+    assert_eq!(
+        quantized_tokens_via(
+            Precision::Native,
+            Compute::F32,
+            QMatmul::Dequantize,
+            vramlab::model::KvKind::Preallocated
+        ),
+        [7042, 30, 198, 198, 504, 2988]
+    );
 }
 
 /// bf16 compute on the Q4_1 blocks: " Paris.\n\nThe United" (the sixth argmax changes), the

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::sync::OnceLock;
 use vramlab::record::{Phase, Record, Status};
-use vramlab::vocab::{Compute, Precision};
+use vramlab::vocab::{Compute, Precision, QMatmul};
 
 /// (block size in weights, bytes per block) of a GGML type id, from the GGUF specification.
 fn block(type_id: u32) -> (u64, u64) {
@@ -147,6 +147,15 @@ decode_steps = 4
 decode_every = 1
 [[sweep]]
 mode = ["infer"]
+precision = ["native"]
+qmatmul = ["dequantize"]
+batch = [1, 2]
+context = [24]
+kv_cache = ["preallocated", "growing"]
+decode_steps = 4
+decode_every = 1
+[[sweep]]
+mode = ["infer"]
 precision = ["q8_0"]
 batch = [1]
 context = [24]
@@ -194,10 +203,11 @@ fn compute_bytes(r: &Record) -> u64 {
 #[test]
 fn every_point_ok() {
     let ids = points();
-    assert_eq!(ids.len(), 9, "{ids:?}");
+    assert_eq!(ids.len(), 13, "{ids:?}");
     assert!(run().rows.iter().all(|r| r.status == Some(Status::Ok)));
     assert!(ids.iter().any(|i| i.contains("/native-bf16/")));
     assert!(ids.iter().any(|i| i.contains("/q8_0-f32/")));
+    assert!(ids.iter().any(|i| i.contains("/native-f32-dequantize/")));
 }
 
 /// Load row: `feature_weight_bytes` is the GGUF block bytes (the file mixes Q4_1 matrices
@@ -274,15 +284,77 @@ fn kv_is_exact_in_the_compute_dtype() {
     }
 }
 
-/// Every row carries its compute dtype, the one its point id names.
+/// Every row carries its compute dtype and product path, the ones its point id names.
 #[test]
-fn rows_carry_the_compute_column() {
-    let by: HashMap<&str, &str> = run()
+fn rows_carry_the_compute_and_qmatmul_columns() {
+    let by: HashMap<&str, (&str, Option<QMatmul>)> = run()
         .rows
         .iter()
-        .map(|r| (r.point_id.as_str(), r.compute.map_or("", |c| c.as_str())))
+        .map(|r| {
+            (
+                r.point_id.as_str(),
+                (r.compute.map_or("", |c| c.as_str()), r.qmatmul),
+            )
+        })
         .collect();
-    for (id, c) in by {
-        assert!(id.contains(&format!("-{c}/")), "{id} {c}");
+    for (id, (c, q)) in by {
+        match q {
+            Some(QMatmul::Dequantize) => assert!(id.contains(&format!("-{c}-dequantize/")), "{id}"),
+            Some(QMatmul::Auto) => assert!(id.contains(&format!("-{c}/")), "{id} {c}"),
+            None => panic!("{id}: a quantized row without a qmatmul"),
+        }
     }
+}
+
+/// `qmatmul = "dequantize"` holds each weight dequantized in f32 for the length of its
+/// product; candle's `QMatMul` (`auto`) never does on CPU. The largest matrix in f32 is
+/// rows × cols × 4 B from the GGUF tensor table (the tied embedding as the LM head:
+/// 49,152 × 576 × 4 = 113,246,208 B). In every prefill and decode phase the dequantize
+/// point's rise above its baseline is at least that weight plus the logits it is multiplied
+/// into (b × vocab × 4 B, live with it), and at most the auto point's rise plus that weight
+/// plus 16 KiB for the dense product's own small buffers (measured: 9,210 B in decode):
+/// dequantizing adds the weight to the peak, nothing else. It does not always add it on top
+/// of auto's own peak: in the prefill auto peaks elsewhere in the layer stack, where
+/// dequantize holds a smaller weight (at b1 c24 the difference is 562,606 B under the weight).
+#[test]
+fn dequantize_adds_the_largest_weight_to_the_peak() {
+    let table = tensor_table(&smollm2_gguf());
+    let largest = table
+        .iter()
+        .filter(|t| t.dims.len() == 2)
+        .map(|t| t.dims[0] * t.dims[1] * 4)
+        .max()
+        .unwrap();
+    let vocab = table
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .unwrap()
+        .dims[1];
+    let mut compared = 0;
+    for id in points().iter().filter(|i| i.contains("-dequantize/")) {
+        let auto = id.replace("-dequantize/", "/");
+        for phase in [Phase::Prefill, Phase::Decode] {
+            for (d, a) in rows_of(id, phase).iter().zip(rows_of(&auto, phase)) {
+                assert_eq!(
+                    (d.qmatmul, a.qmatmul),
+                    (Some(QMatmul::Dequantize), Some(QMatmul::Auto))
+                );
+                let rise = |r: &Record| r.peak_allocated.unwrap() - r.baseline_allocated.unwrap();
+                let (rd, ra) = (rise(d), rise(a));
+                let logits = d.batch * vocab * 4;
+                println!(
+                    "{id} {phase:?} step {:?}: dequantize rise {rd}, auto rise {ra}, difference {}, largest weight {largest}",
+                    d.step,
+                    rd as i64 - ra as i64
+                );
+                assert!(
+                    rd >= largest + logits && rd <= ra + largest + 16 * 1024,
+                    "{id} {phase:?} {:?}: dequantize rises {rd}, auto {ra}; expected {largest} + {logits} <= it <= auto + {largest} + 16 KiB",
+                    d.step
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 4 * 5, "4 points × (prefill + 4 decode rows)");
 }

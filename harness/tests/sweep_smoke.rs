@@ -142,13 +142,14 @@ fn csv_has_the_full_schema_and_roundtrips() {
     let r = run();
     assert_eq!(r.header, vramlab::record::columns());
     // DESIGN.md §5's 48 columns of version 1, plus `attention` (version 2), `kv_window`
-    // (version 3) and `compute` (version 4).
-    assert_eq!(r.header.len(), 51);
+    // (version 3), `compute` (version 4) and `qmatmul` (version 5).
+    assert_eq!(r.header.len(), 52);
     assert_eq!(vramlab::record::columns_of(1).len(), 48);
     for rec in &r.rows {
         assert_eq!(rec.schema_version, vramlab::record::SCHEMA_VERSION);
         assert_eq!(rec.attention, Attention::Eager);
         assert_eq!(rec.compute, None, "dense precisions have no compute column");
+        assert_eq!(rec.qmatmul, None, "dense precisions have no qmatmul column");
         assert_eq!(rec.backend, Backend::Cpu);
         assert_eq!(rec.meter, MeterKind::CpuAlloc);
         assert_eq!(rec.weight_source, "gguf");

@@ -72,6 +72,13 @@ pub struct Args {
     /// How training state is spread over `--gpus` (ZeRO stages; fsdp = zero3).
     #[arg(long, value_enum, default_value = "ddp")]
     pub sharding: Sharding,
+    /// With --gpu: the format with the most bits per weight that fits the GPU at this batch
+    /// and context, among the unquantized one (a GGUF's own types; for a preset the dense
+    /// precision of --compute) and q8_0, q6k, q5k, q4k, q4_1, q4_0 (each at its exact block
+    /// bytes), all with activations and KV cache in --compute, with a table of every
+    /// format's total. The rest of the report is then for that format.
+    #[arg(long, requires = "gpu")]
+    pub best_format: bool,
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.1)]
     pub headroom: f64,
@@ -125,7 +132,19 @@ struct Report<'a> {
     gpu: Option<GpuFit>,
     /// A quantized precision's weights: bytes, bits per weight, and the kept types.
     weights: Option<&'a QuantWeights>,
+    /// `--best-format`: every format's fit, most bits first, and the one chosen.
+    best_format: Option<&'a BestFormat>,
     notes: &'a [String],
+}
+
+/// `--best-format`'s answer.
+#[derive(Serialize)]
+struct BestFormat {
+    gpu: String,
+    budget_bytes: u64,
+    /// The format with the most bits per weight that fits; None if none does.
+    best: Option<Precision>,
+    formats: Vec<estimate::FormatFit>,
 }
 
 /// The weights of a quantized precision, from the GGUF's tensor types or the block formula.
@@ -149,11 +168,14 @@ fn quantized_weights(
     let Some(q) = precision.quantized() else {
         return Ok(None);
     };
-    if a.mode != Mode::Infer {
-        return Err(InputError::arg(format!(
-            "--precision {precision}: quantized weights are estimated for inference only (--mode infer)"
-        ))
-        .into());
+    match (a.mode, a.trainable) {
+        (Mode::Infer, _) | (Mode::Train, Trainable::Lora(_)) => {}
+        _ => {
+            return Err(InputError::arg(format!(
+                "--precision {precision}: quantized weights are estimated for inference, or for training LoRA adapters on the frozen quantized base (QLoRA: --mode train --trainable lora-rN)"
+            ))
+            .into())
+        }
     }
     let compute = precision.dtypes(a.compute).1;
     let plan = match (gguf, q) {
@@ -174,6 +196,33 @@ fn quantized_weights(
         bits_per_weight: bytes as f64 * 8.0 / m.param_count() as f64,
         types: crate::model::gguf::plan_types(&plan, compute),
     }))
+}
+
+/// The query of `a` at `precision` (with its exact weight bytes, for a quantized one).
+fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
+    Query {
+        mode: a.mode,
+        precision,
+        compute: a.compute,
+        weight_bytes,
+        batch: a.batch,
+        context: a.context,
+        optimizer: a.optimizer,
+        checkpointing: if a.checkpointing {
+            Checkpointing::Layer
+        } else {
+            Checkpointing::None
+        },
+        trainable: a.trainable,
+        sharding: a.sharding,
+        gpus: a.gpus,
+        attention: a.attention,
+        kv_cache: a.kv_cache,
+        kv_window: a.kv_window,
+        runtime: a.runtime,
+        backend: a.backend,
+        optimizer_impl: a.optimizer_impl,
+    }
 }
 
 fn parse_trainable(s: &str) -> Result<Trainable, String> {
@@ -199,6 +248,59 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         Precision::Bf16
     });
+    let gpu = match &a.gpu {
+        None => None,
+        Some(name) => Some(gpu_by_name(name).ok_or_else(|| {
+            let names: Vec<&str> = CATALOG
+                .iter()
+                .flat_map(|c| c.names.iter().copied())
+                .collect();
+            InputError::arg(format!(
+                "unknown --gpu `{name}` (known: {}, or a size like 48gb)",
+                names.join(", ")
+            ))
+        })?),
+    };
+    let best = match (&gpu, a.best_format) {
+        (Some((name, bytes)), true) => {
+            if a.precision.is_some() {
+                return Err(InputError::arg(
+                    "--best-format chooses the precision; drop --precision/--weights",
+                )
+                .into());
+            }
+            // Every format is compared at one compute dtype (`--compute`): the unquantized
+            // candidate of a preset is the dense precision of that dtype, so a format's KV
+            // cache and activations are the same bytes and fewer bits never cost more.
+            let top = match (gguf.is_some(), a.compute) {
+                (true, _) => Precision::Native,
+                (false, Compute::F32) => Precision::F32,
+                (false, Compute::F16) => Precision::F16,
+                (false, Compute::Bf16) => Precision::Bf16,
+            };
+            let candidates: Vec<(Precision, Result<Option<u64>, String>)> = std::iter::once(top)
+                .chain(estimate::BEST_FORMATS)
+                .map(|p| {
+                    let w = quantized_weights(&a, gguf.as_deref(), &m, p)
+                        .map(|w| w.map(|w| w.bytes))
+                        .map_err(|e| crate::error::one_line(&e));
+                    (p, w)
+                })
+                .collect();
+            let base = query(&a, precision, None);
+            let budget = estimate::budget(*bytes, a.headroom);
+            let formats = estimate::format_fits(&m, &base, None, &candidates, budget);
+            let best = formats.iter().find(|f| f.fits).map(|f| f.precision);
+            Some(BestFormat {
+                gpu: name.clone(),
+                budget_bytes: budget,
+                best,
+                formats,
+            })
+        }
+        _ => None,
+    };
+    let precision = best.as_ref().and_then(|b| b.best).unwrap_or(precision);
     let quant = quantized_weights(&a, gguf.as_deref(), &m, precision)?;
     let mut notes = Vec::new();
     let constants: Option<Constants> = match &a.constants {
@@ -213,42 +315,7 @@ pub fn run(a: Args) -> Result<()> {
             Some(c)
         }
     };
-    let q = Query {
-        mode: a.mode,
-        precision,
-        compute: a.compute,
-        weight_bytes: quant.as_ref().map(|w| w.bytes),
-        batch: a.batch,
-        context: a.context,
-        optimizer: a.optimizer,
-        checkpointing: if a.checkpointing {
-            Checkpointing::Layer
-        } else {
-            Checkpointing::None
-        },
-        trainable: a.trainable,
-        sharding: a.sharding,
-        gpus: a.gpus,
-        attention: a.attention,
-        kv_cache: a.kv_cache,
-        kv_window: a.kv_window,
-        runtime: a.runtime,
-        backend: a.backend,
-        optimizer_impl: a.optimizer_impl,
-    };
-    let gpu = match &a.gpu {
-        None => None,
-        Some(name) => Some(gpu_by_name(name).ok_or_else(|| {
-            let names: Vec<&str> = CATALOG
-                .iter()
-                .flat_map(|c| c.names.iter().copied())
-                .collect();
-            InputError::arg(format!(
-                "unknown --gpu `{name}` (known: {}, or a size like 48gb)",
-                names.join(", ")
-            ))
-        })?),
-    };
+    let q = query(&a, precision, quant.as_ref().map(|w| w.bytes));
     let e = estimate::estimate(&m, &q, constants.as_ref());
     let used = match (&a.constants, &constants) {
         (Some(p), Some(c)) => format!(
@@ -318,6 +385,7 @@ pub fn run(a: Args) -> Result<()> {
             smallest_gpu_examples: small.map(|c| c.examples),
             gpu: fit,
             weights: quant.as_ref(),
+            best_format: best.as_ref(),
             notes: &notes,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -338,6 +406,9 @@ pub fn run(a: Args) -> Result<()> {
             ),
         );
     }
+    if let Some(b) = &best {
+        print_best(b);
+    }
     print_text(
         &model_name,
         &m,
@@ -350,6 +421,46 @@ pub fn run(a: Args) -> Result<()> {
         &notes,
     );
     Ok(())
+}
+
+/// `--best-format`'s table: every format's weights and total, and whether it fits.
+fn print_best(b: &BestFormat) {
+    match b.best {
+        Some(p) => println!(
+            "best format for {} ({} usable): {p}",
+            b.gpu,
+            gb_gib(b.budget_bytes)
+        ),
+        None => println!(
+            "best format for {} ({} usable): none of these fits",
+            b.gpu,
+            gb_gib(b.budget_bytes)
+        ),
+    }
+    println!(
+        "{:<8} {:>12} {:>12} {:>12}  fits",
+        "format", "bits/weight", "weights GB", "total GB"
+    );
+    for f in &b.formats {
+        match (f.bits_per_weight, f.weight_bytes, f.total_bytes) {
+            (Some(bits), Some(w), Some(t)) => println!(
+                "{:<8} {:>12.3} {:>12} {:>12}  {}",
+                f.precision.as_str(),
+                bits,
+                gb(w),
+                gb(t),
+                if f.fits { "yes" } else { "no" }
+            ),
+            _ => println!(
+                "{:<8} {:>12} {:>12} {:>12}  impossible: {}",
+                f.precision.as_str(),
+                "-",
+                "-",
+                "-",
+                f.impossible.as_deref().unwrap_or_default()
+            ),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)] // one call site; the report's parts, borrowed

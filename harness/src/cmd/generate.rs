@@ -3,7 +3,7 @@
 use super::synth_weights::storage_precision;
 use crate::error::InputError;
 use crate::model::{gguf, weights, Decoder, InferenceModel, Source};
-use crate::vocab::{Compute, Precision};
+use crate::vocab::{Compute, Precision, QMatmul};
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
@@ -24,18 +24,27 @@ pub struct Args {
     /// Compute dtype of a quantized precision (activations and KV cache).
     #[arg(long, value_enum, default_value = "f32")]
     pub compute: Compute,
+    /// How a quantized precision's linear layers multiply (`dequantize`: per product).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub qmatmul: QMatmul,
 }
 
 /// Loads a decoder of any architecture at a precision on the CPU (`compute`: a quantized
 /// precision's compute dtype; dense precisions compute in their own).
-pub fn load(source: &Source, p: Precision, compute: Compute) -> Result<Box<dyn Decoder>> {
+pub fn load(
+    source: &Source,
+    p: Precision,
+    compute: Compute,
+    qmatmul: QMatmul,
+) -> Result<Box<dyn Decoder>> {
     let cfg = source.config()?;
     let dev = candle_core::Device::Cpu;
     let (dtype, compute) = p.dtypes(compute);
     let model = match (p.quantized(), source) {
         (Some(q), Source::Gguf(path)) => {
             let (t, qt) = gguf::load_quantized(path, &cfg, q, compute, &dev, |_, _| {})?;
-            cfg.architecture.inference_quantized(&cfg, t, qt, compute)?
+            cfg.architecture
+                .inference_quantized(&cfg, t, qt, qmatmul, compute)?
         }
         (Some(_), _) => {
             return Err(InputError::arg(format!(
@@ -68,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.precision.is_mixed() {
         storage_precision("--precision", args.precision)?;
     }
-    let model = load(&source, args.precision, args.compute)?;
+    let model = load(&source, args.precision, args.compute, args.qmatmul)?;
     let out = crate::workload::inference::generate(model.as_ref(), &args.prompt_ids, args.steps)?;
     let ids: Vec<String> = out.iter().map(|t| t.to_string()).collect();
     println!("ids: {}", ids.join(","));

@@ -80,6 +80,11 @@ impl Query {
     pub fn act_bytes(&self) -> u64 {
         self.precision.dtypes(self.compute).1.size_in_bytes() as u64
     }
+    /// Bytes per element of dense weights, gradients and optimizer state: the precision's
+    /// dtype, or for a quantized base (QLoRA) the compute dtype its adapters are kept in.
+    pub fn state_bytes(&self) -> u64 {
+        self.precision.dtypes(self.compute).0.size_in_bytes() as u64
+    }
 }
 
 impl Default for Query {
@@ -299,7 +304,7 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
         Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
     };
     let zero_mixed = q.precision.is_mixed() && q.sharding != Sharding::Ddp;
-    let wb = q.precision.weight_bytes();
+    let wb = q.state_bytes();
     // Stored weight and gradient bytes per parameter: 16-bit under a ZeRO stage's mixed
     // precision, where the f32 master copy is part of the optimizer state.
     let (w, g) = if zero_mixed { (2, 2) } else { (wb, wb) };
@@ -311,8 +316,10 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
         _ => 0,
     };
     let grads = if q.optimizer.updates() { t * g } else { 0 };
+    // A quantized base (QLoRA) is its exact block bytes; the adapters are dense.
+    let base = q.weight_bytes.unwrap_or(p * w);
     Breakdown {
-        weights: shard((p + adapters) * w, s3),
+        weights: shard(base + adapters * w, s3),
         weight_copies: if q.precision.is_mixed() && !zero_mixed {
             shard(p * 2, s3)
         } else {
@@ -400,7 +407,7 @@ impl Breakdown {
 /// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
 /// fused none. SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
-    let wb = q.precision.weight_bytes();
+    let wb = q.state_bytes();
     let largest = feat::counts(c, q.trainable).largest_tensor.min(t) * wb;
     match q.runtime_optimizer() {
         Optimizer::Adamw => 14 * largest,
@@ -435,7 +442,7 @@ pub fn grad_bytes(c: &Config, q: &Query) -> u64 {
     if !q.optimizer.updates() {
         0
     } else {
-        feat::trainable_params(c, q.trainable) * q.precision.weight_bytes()
+        feat::trainable_params(c, q.trainable) * q.state_bytes()
     }
 }
 
@@ -444,7 +451,7 @@ pub fn train_features(c: &Config, q: &Query) -> Features {
     let shape = TrainShape {
         batch: q.batch as usize,
         seq: q.context as usize,
-        weight_bytes: q.precision.weight_bytes() as usize,
+        weight_bytes: q.state_bytes() as usize,
         compute_bytes: q.act_bytes() as usize,
         adamw: q.optimizer.is_adamw(),
         trainable: q.trainable,
@@ -769,6 +776,83 @@ pub fn gpu_fit(
     }
 }
 
+/// The quantized formats `--best-format` weighs after the unquantized one (the GGUF's own
+/// types, or a preset's bf16), roughly most bits first; the table is sorted by the bits per
+/// weight each actually gets.
+pub const BEST_FORMATS: [Precision; 6] = [
+    Precision::Q8_0,
+    Precision::Q6k,
+    Precision::Q5k,
+    Precision::Q4k,
+    Precision::Q4_1,
+    Precision::Q4_0,
+];
+
+/// One format of `--best-format`: its exact weights, the query's total with them, and
+/// whether that fits the budget.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FormatFit {
+    pub precision: Precision,
+    /// None when the format is impossible for this model.
+    pub weight_bytes: Option<u64>,
+    pub bits_per_weight: Option<f64>,
+    pub total_bytes: Option<u64>,
+    pub fits: bool,
+    /// Why the format cannot hold this model (a row that is not whole blocks).
+    pub impossible: Option<String>,
+}
+
+/// Each candidate `(precision, exact weight bytes)` at the query `q` (its batch and context),
+/// against `budget` bytes (already less the headroom): sorted by bits per weight, most first,
+/// impossible formats last. `Ok(None)` weight bytes: a dense precision, at its dtype. The best
+/// format is the first that fits.
+pub fn format_fits(
+    cfg: &Config,
+    q: &Query,
+    c: Option<&Constants>,
+    candidates: &[(Precision, std::result::Result<Option<u64>, String>)],
+    budget: u64,
+) -> Vec<FormatFit> {
+    let params = cfg.param_count().max(1) as f64;
+    let mut out: Vec<FormatFit> = candidates
+        .iter()
+        .map(|(p, w)| match w {
+            Ok(w) => {
+                let e = estimate(
+                    cfg,
+                    &Query {
+                        precision: *p,
+                        weight_bytes: *w,
+                        ..*q
+                    },
+                    c,
+                );
+                FormatFit {
+                    precision: *p,
+                    weight_bytes: Some(e.weights),
+                    bits_per_weight: Some(e.weights as f64 * 8.0 / params),
+                    total_bytes: Some(e.total()),
+                    fits: e.total() <= budget,
+                    impossible: None,
+                }
+            }
+            Err(why) => FormatFit {
+                precision: *p,
+                weight_bytes: None,
+                bits_per_weight: None,
+                total_bytes: None,
+                fits: false,
+                impossible: Some(why.clone()),
+            },
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let bits = |f: &FormatFit| f.bits_per_weight.unwrap_or(-1.0);
+        bits(b).total_cmp(&bits(a))
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -781,6 +865,70 @@ mod tests {
     /// The normalized config of a preset.
     fn preset(name: &str) -> Config {
         resolve(name).unwrap().config
+    }
+
+    /// `--best-format` on llama-3.1-8b at batch 1, context 4096 (f32 compute) and a 16 GB GPU
+    /// with 10 % headroom (14.4 GB): f32 (32.1 GB of weights) does not fit, Q8_0 does, and
+    /// its weights are, by hand, every matrix at 34 B per 32 weights and every vector in f32.
+    #[test]
+    fn best_format_is_the_most_bits_that_fit() {
+        let cfg = preset("llama-3.1-8b");
+        let q = Query {
+            context: 4096,
+            ..Query::default()
+        };
+        let candidates: Vec<_> = std::iter::once(Precision::F32)
+            .chain(BEST_FORMATS)
+            .map(|p| {
+                let w = match p.quantized() {
+                    Some(crate::vocab::Quantized::To(t)) => {
+                        crate::model::gguf::plan_config(&cfg, t).map(|plan| {
+                            Some(crate::model::gguf::plan_bytes(
+                                &plan,
+                                candle_core::DType::F32,
+                            ))
+                        })
+                    }
+                    _ => Ok(None),
+                };
+                (p, w)
+            })
+            .collect();
+        let budget = budget(16_000_000_000, 0.1);
+        let fits = format_fits(&cfg, &q, None, &candidates, budget);
+        let order: Vec<Precision> = fits.iter().map(|f| f.precision).collect();
+        use Precision::*;
+        // Bits per weight as obtained: f32 32, Q8_0 8.5, Q6_K 6.56, Q5_K 5.5, Q4_1 5, Q4_K and
+        // Q4_0 4.5 (a tie, kept in candidate order), plus the f32 norms.
+        assert_eq!(order, [F32, Q8_0, Q6k, Q5k, Q4_1, Q4k, Q4_0]);
+        let (mut matrices, mut vectors) = (0u64, 0u64);
+        for (_, shape) in cfg.tensor_shapes() {
+            let n: u64 = shape.iter().map(|&d| d as u64).product();
+            if shape.len() == 2 {
+                matrices += n;
+            } else {
+                vectors += n;
+            }
+        }
+        let q8 = &fits[1];
+        assert_eq!(q8.weight_bytes, Some(matrices / 32 * 34 + vectors * 4));
+        assert!(!fits[0].fits && q8.fits, "{fits:?}");
+        assert_eq!(fits.iter().find(|f| f.fits).unwrap().precision, Q8_0);
+        // Fewer bits never cost more.
+        for w in fits.windows(2) {
+            assert!(w[0].total_bytes >= w[1].total_bytes, "{w:?}");
+        }
+        // The total is the estimate of the query at that format.
+        let e = estimate(
+            &cfg,
+            &Query {
+                precision: Q8_0,
+                weight_bytes: q8.weight_bytes,
+                ..q
+            },
+            None,
+        );
+        assert_eq!(q8.total_bytes, Some(e.total()));
     }
 
     #[test]
@@ -1032,6 +1180,49 @@ mod tests {
         );
         assert_eq!(frozen.gradients, (params - 128_256 * 4096) * 2);
         assert_eq!(frozen.weights, params * 2);
+    }
+
+    /// QLoRA, analytically: llama-3.1-8b's base at Q4_K's block bytes (every matrix 144 B
+    /// per 256 weights, every vector in the f32 compute dtype), rank-16 adapters on q and v
+    /// (6,815,744 parameters, PEFT's figure) in f32 with their f32 gradients and AdamW's two
+    /// f32 moments; bf16 compute halves the adapters' bytes, not the base's blocks' share.
+    #[test]
+    fn qlora_base_at_block_bytes_adapters_in_the_compute_dtype() {
+        let m = preset("llama-3.1-8b");
+        let (mut matrices, mut vectors) = (0u64, 0u64);
+        for (_, shape) in m.tensor_shapes() {
+            let n: u64 = shape.iter().map(|&d| d as u64).product();
+            if shape.len() == 2 {
+                matrices += n;
+            } else {
+                vectors += n;
+            }
+        }
+        let adapters = 6_815_744;
+        for (compute, cb) in [(Compute::F32, 4), (Compute::Bf16, 2)] {
+            let base = matrices / 256 * 144 + vectors * cb;
+            let plan = crate::model::gguf::plan_config(&m, candle_core::quantized::GgmlDType::Q4K)
+                .unwrap();
+            let dtype = Precision::Q4k.dtypes(compute).1;
+            assert_eq!(crate::model::gguf::plan_bytes(&plan, dtype), base);
+            let e = estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    precision: Precision::Q4k,
+                    compute,
+                    weight_bytes: Some(base),
+                    trainable: Trainable::Lora(16),
+                    optimizer: Optimizer::Adamw,
+                    ..q()
+                },
+                None,
+            );
+            assert_eq!(e.weights, base + adapters * cb, "{compute}");
+            assert_eq!(e.gradients, adapters * cb, "{compute}");
+            assert_eq!(e.optimizer, 2 * adapters * cb, "{compute}");
+            assert_eq!(e.weight_copies, 0);
+        }
     }
 
     #[test]

@@ -132,10 +132,11 @@ pub trait Architecture: Sync + Send {
         c: &Config,
         t: Tensors,
         q: super::nn::QTensors,
+        qmatmul: crate::vocab::QMatmul,
         compute: DType,
     ) -> Result<InferenceModel> {
         Ok(InferenceModel::Decoder(Box::new(super::Llama::quantized(
-            c, t, q, compute,
+            c, t, q, qmatmul, compute,
         )?)))
     }
 }

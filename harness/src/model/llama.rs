@@ -13,7 +13,7 @@ use super::nn::{
     attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named, QTensors, Weight,
 };
 use super::{Config, KvCache, Trainable};
-use crate::vocab::{Attention, Kernels, Ops};
+use crate::vocab::{Attention, Kernels, Ops, QMatmul};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
 use serde::Deserialize;
@@ -246,9 +246,16 @@ impl Llama {
     }
 
     /// The model of a quantized point: the matrices and the embedding in `q` stay quantized
-    /// (their products run through `QMatMul`), the dense tensors `t` (norms) are in `compute`.
-    pub fn quantized(cfg: &Config, t: Tensors, q: QTensors, compute: DType) -> Result<Self> {
-        Self::build(cfg, Named(t, q), compute)
+    /// (their products run through `QMatMul`, or dequantize per product under
+    /// `QMatmul::Dequantize`), the dense tensors `t` (norms) are in `compute`.
+    pub fn quantized(
+        cfg: &Config,
+        t: Tensors,
+        q: QTensors,
+        qmatmul: QMatmul,
+        compute: DType,
+    ) -> Result<Self> {
+        Self::build(cfg, Named(t, q, qmatmul), compute)
     }
 
     fn build(cfg: &Config, mut t: Named, compute: DType) -> Result<Self> {
@@ -450,7 +457,7 @@ impl Trainable for Llama {
         match &self.embed {
             Weight::Dense(table) => embedding(table, ids, self.compute),
             // candle gathers the rows of a quantized table and dequantizes them (f32).
-            Weight::Quant(q) => q.embedding(ids)?.to_dtype(self.compute),
+            Weight::Quant(q, _) => q.embedding(ids)?.to_dtype(self.compute),
         }
     }
 

@@ -2,6 +2,7 @@
 //! without a backward). Weights are cast to the activations' dtype at use, which is how the
 //! `mixed-*` precision policies run 16-bit compute on f32 master weights: the backward of
 //! `to_dtype` brings gradients back to the f32 variables.
+use crate::vocab::QMatmul;
 use candle_core::{DType, Result, Tensor, D};
 
 /// `w` in the dtype of `x` (a no-op when they match).
@@ -107,11 +108,23 @@ impl candle_core::CustomOp2 for FrozenMatmul {
 }
 
 /// A layer's weight: a dense tensor, or a quantized one (a GGUF point at a quantized
-/// precision) multiplied through candle's `QMatMul`.
+/// precision) multiplied through candle's `QMatMul` or, under [`QMatmul::Dequantize`],
+/// dequantized for each product.
 #[derive(Clone)]
 pub enum Weight {
     Dense(Tensor),
-    Quant(std::sync::Arc<candle_core::quantized::QTensor>),
+    Quant(std::sync::Arc<candle_core::quantized::QTensor>, QMatmul),
+}
+
+/// `q` dequantized to `dtype` on its device (16-bit: through f32 on CPU, f16 directly on
+/// CUDA).
+fn dequantized(q: &candle_core::quantized::QTensor, dtype: DType) -> Result<Tensor> {
+    let dev = q.device();
+    match dtype {
+        DType::F16 => q.dequantize_f16(&dev),
+        DType::F32 => q.dequantize(&dev),
+        _ => q.dequantize(&dev)?.to_dtype(dtype),
+    }
 }
 
 /// HF-named quantized tensors (a quantized point's matrices and embedding).
@@ -143,10 +156,12 @@ impl Linear {
         let y = match &self.w {
             // candle's quantized matmul (inference only: it records no backward). It takes f32,
             // f16 or bf16 activations and returns their dtype.
-            Weight::Quant(q) => candle_core::Module::forward(
+            Weight::Quant(q, QMatmul::Auto) => candle_core::Module::forward(
                 &candle_core::quantized::QMatMul::QTensor(q.clone()),
                 &x,
             )?,
+            // The dense weight lives for this product only (dropped at the end of the arm).
+            Weight::Quant(q, QMatmul::Dequantize) => x.matmul(&dequantized(q, x.dtype())?.t()?)?,
             Weight::Dense(w) => {
                 let w = cast_like(w, &x)?;
                 if x.track_op() && !w.track_op() {
@@ -193,13 +208,17 @@ impl Norm {
 }
 
 /// The HF-named tensors a model constructor consumes, by name: dense ones, and (for a
-/// quantized point) quantized ones.
-pub struct Named(pub std::collections::HashMap<String, Tensor>, pub QTensors);
+/// quantized point) quantized ones with how their products run.
+pub struct Named(
+    pub std::collections::HashMap<String, Tensor>,
+    pub QTensors,
+    pub QMatmul,
+);
 
 impl Named {
     /// Dense tensors only.
     pub fn dense(t: std::collections::HashMap<String, Tensor>) -> Self {
-        Named(t, QTensors::new())
+        Named(t, QTensors::new(), QMatmul::Auto)
     }
 
     pub fn take(&mut self, name: &str) -> anyhow::Result<Tensor> {
@@ -211,7 +230,7 @@ impl Named {
     /// A weight: quantized when the map holds it quantized, else dense.
     pub fn weight(&mut self, name: &str) -> anyhow::Result<Weight> {
         match self.1.remove(name) {
-            Some(q) => Ok(Weight::Quant(q)),
+            Some(q) => Ok(Weight::Quant(q, self.2)),
             None => self.take(name).map(Weight::Dense),
         }
     }

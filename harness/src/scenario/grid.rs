@@ -1,8 +1,8 @@
 //! Pure grid expansion: a [`Spec`] → the ordered list of points. Points are ordered model-major,
 //! then precision, so the points that share loaded weights are contiguous.
 use super::spec::{
-    Attention, Checkpointing, Compute, Kernels, KvWindow, Mode, Ops, Optimizer, Precision, Spec,
-    SweepSpec, Trainable,
+    Attention, Checkpointing, Compute, Kernels, KvWindow, Mode, Ops, Optimizer, Precision, QMatmul,
+    Spec, SweepSpec, Trainable,
 };
 use crate::model::KvKind;
 use serde::Serialize;
@@ -22,6 +22,8 @@ pub struct Point {
     /// A quantized precision's compute dtype (activations, KV, dense tensors); `None` for a
     /// dense precision, which computes in its own.
     pub compute: Option<Compute>,
+    /// A quantized precision's product path; `None` for a dense precision.
+    pub qmatmul: Option<QMatmul>,
     pub batch: usize,
     pub context: usize,
     pub prompt_len: usize,
@@ -47,11 +49,16 @@ pub struct TrainAxes {
     pub lr: f64,
 }
 
-/// Whether two points share loaded weights (model source, precision, compute and mode): the one
+/// Whether two points share loaded weights (model source, precision, compute, qmatmul and
+/// mode): the one
 /// grouping rule of the runner, the supervisor and the sweep command. `expand` keeps a
 /// group's points contiguous.
 pub fn same_group(a: &Point, b: &Point) -> bool {
-    a.source == b.source && a.precision == b.precision && a.compute == b.compute && a.mode == b.mode
+    a.source == b.source
+        && a.precision == b.precision
+        && a.compute == b.compute
+        && a.qmatmul == b.qmatmul
+        && a.mode == b.mode
 }
 
 impl Point {
@@ -138,18 +145,29 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
     let mut out = Vec::new();
     for source in s.source.as_ref().unwrap_or(&spec.model.source).to_vec() {
         let model_id = model_id_of(&source);
-        // A quantized precision runs once per compute dtype; a dense one computes in its own.
+        // A quantized precision runs once per compute dtype and product path; a dense one
+        // computes in its own.
         let precisions = s.precision.iter().flat_map(|&p| {
             if p.is_quantized() {
-                s.compute.iter().map(|&c| (p, Some(c))).collect::<Vec<_>>()
+                let mut v = Vec::new();
+                for &c in &s.compute {
+                    for &q in &s.qmatmul {
+                        v.push((p, Some(c), Some(q)));
+                    }
+                }
+                v
             } else {
-                vec![(p, None)]
+                vec![(p, None, None)]
             }
         });
-        for (precision, compute) in precisions {
-            let precision_tag = match compute {
-                Some(c) => format!("{}-{}", precision.as_str(), c.as_str()),
-                None => precision.as_str().to_string(),
+        for (precision, compute, qmatmul) in precisions {
+            // Ids of `auto` stay as they were before the qmatmul axis.
+            let precision_tag = match (compute, qmatmul) {
+                (Some(c), Some(QMatmul::Dequantize)) => {
+                    format!("{}-{}-dequantize", precision.as_str(), c.as_str())
+                }
+                (Some(c), _) => format!("{}-{}", precision.as_str(), c.as_str()),
+                (None, _) => precision.as_str().to_string(),
             };
             for &mode in &s.mode {
                 let axes = match mode {
@@ -188,6 +206,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                                         mode,
                                         precision,
                                         compute,
+                                        qmatmul,
                                         batch,
                                         context,
                                         prompt_len: s

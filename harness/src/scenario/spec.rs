@@ -7,7 +7,7 @@ use std::path::Path;
 
 pub use crate::vocab::{
     Attention, Checkpointing, Compute, Kernels, KvKind, KvWindow, Mode, Ops, Optimizer,
-    PoolRelease, Precision, Trainable, MAX_LORA_RANK,
+    PoolRelease, Precision, QMatmul, Trainable, TrainableKind, MAX_LORA_RANK,
 };
 
 /// A string or a list of strings.
@@ -67,6 +67,10 @@ fn default_kernels() -> Vec<Kernels> {
 fn default_compute() -> Vec<Compute> {
     vec![Compute::F32]
 }
+
+fn default_qmatmul() -> Vec<QMatmul> {
+    vec![QMatmul::Auto]
+}
 fn default_attention() -> Vec<Attention> {
     vec![Attention::Eager]
 }
@@ -110,6 +114,10 @@ pub struct SweepSpec {
     /// (`native`, `q8_0`, ...); dense precisions compute in their own dtype.
     #[serde(default = "default_compute")]
     pub compute: Vec<Compute>,
+    /// How quantized precisions' linear layers multiply: `auto` (candle's `QMatMul`) and/or
+    /// `dequantize` (dequantize each weight per product, to measure that transient).
+    #[serde(default = "default_qmatmul")]
+    pub qmatmul: Vec<QMatmul>,
     /// `eager` and/or `flash`; llama family.
     #[serde(default = "default_attention")]
     pub attention: Vec<Attention>,
@@ -306,7 +314,19 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
             ));
         }
         nonempty("compute", s.compute.len())?;
+        nonempty("qmatmul", s.qmatmul.len())?;
         if let Some(p) = s.precision.iter().find(|p| p.is_quantized()) {
+            let lora = s.trainable.iter().find(|t| t.kind() == TrainableKind::Lora);
+            if let (true, Some(t)) = (s.mode.contains(&Mode::Train), lora) {
+                return Err((
+                    "trainable",
+                    format!(
+                        "[sweep] trainable `{t}` on precision `{}` is QLoRA, which cannot run: candle 0.11.1's QMatMul records no backward (it applies the QTensor with `apply_op1_no_bwd`), so no gradient reaches the adapters below a quantized layer; `vramlab estimate --mode train --trainable {t} --weights {}` estimates it",
+                        p.as_str(),
+                        p.as_str()
+                    ),
+                ));
+            }
             if let Some(m) = s.mode.iter().find(|m| **m != Mode::Infer) {
                 return Err((
                     "precision",

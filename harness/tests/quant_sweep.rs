@@ -358,3 +358,122 @@ fn dequantize_adds_the_largest_weight_to_the_peak() {
     }
     assert_eq!(compared, 4 * 5, "4 points × (prefill + 4 decode rows)");
 }
+
+/// Re-quantization to K-quants, which SmolLM2 cannot take (its 576-wide rows are not whole
+/// 256-weight blocks): a tiny llama GGUF written here with candle's GGUF writer, every row a
+/// multiple of 256 weights, F32 in the file. Swept at q4k and q8_0, the load row's weight
+/// bytes are the block formula of the tensor table parsed above, to the byte: every matrix
+/// (the tied embedding too) at 144 B per 256 weights (Q4_K) or 34 B per 32 (Q8_0), every 1-D
+/// norm dense in f32; the live bytes add at most 512 B of metadata per tensor.
+#[test]
+fn requantizing_to_q4k_and_q8_0_is_the_block_formula() {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("tiny-k.gguf");
+    let (d, ffn, layers, vocab, heads, kv) = (256usize, 512usize, 2usize, 512usize, 4u32, 2u32);
+    let kv_dim = d / heads as usize * kv as usize;
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        ("token_embd.weight".into(), vec![vocab, d]),
+        ("output_norm.weight".into(), vec![d]),
+    ];
+    for l in 0..layers {
+        for (n, s) in [
+            ("attn_norm", vec![d]),
+            ("ffn_norm", vec![d]),
+            ("attn_q", vec![d, d]),
+            ("attn_k", vec![kv_dim, d]),
+            ("attn_v", vec![kv_dim, d]),
+            ("attn_output", vec![d, d]),
+            ("ffn_gate", vec![ffn, d]),
+            ("ffn_up", vec![ffn, d]),
+            ("ffn_down", vec![d, ffn]),
+        ] {
+            shapes.push((format!("blk.{l}.{n}.weight"), s));
+        }
+    }
+    let tensors: Vec<(String, QTensor)> = shapes
+        .iter()
+        .map(|(n, s)| {
+            let t = Tensor::randn(0f32, 0.02, s.as_slice(), &Device::Cpu).unwrap();
+            (n.clone(), QTensor::quantize(&t, GgmlDType::F32).unwrap())
+        })
+        .collect();
+    use gguf_file::Value;
+    let meta: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.embedding_length", Value::U32(d as u32)),
+        ("llama.feed_forward_length", Value::U32(ffn as u32)),
+        ("llama.block_count", Value::U32(layers as u32)),
+        ("llama.attention.head_count", Value::U32(heads)),
+        ("llama.attention.head_count_kv", Value::U32(kv)),
+        ("llama.context_length", Value::U32(256)),
+        ("llama.vocab_size", Value::U32(vocab as u32)),
+        ("llama.rope.freq_base", Value::F32(10_000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+    ];
+    let mut f = std::fs::File::create(&gguf).unwrap();
+    gguf_file::write(
+        &mut f,
+        &meta.iter().map(|(k, v)| (*k, v)).collect::<Vec<_>>(),
+        &tensors
+            .iter()
+            .map(|(n, t)| (n.as_str(), t))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    drop(f);
+    let scenario = dir.path().join("k.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "name = \"k\"\n[model]\nsource = \"gguf:{}\"\n[sweep]\nmode = [\"infer\"]\n\
+             precision = [\"q4k\", \"q8_0\"]\ncompute = [\"f32\"]\nbatch = [1]\ncontext = [16]\n\
+             decode_steps = 2\n",
+            gguf.display()
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("k.csv");
+    vramlab()
+        .args(["sweep", "--quiet", "--out"])
+        .arg(&out)
+        .arg(&scenario)
+        .assert()
+        .success();
+    let rows = vramlab::export::csv::read(&out).unwrap();
+    let table = tensor_table(&gguf);
+    assert_eq!(table.len(), shapes.len());
+    let mut checked = 0;
+    for r in rows.iter().filter(|r| r.phase == Some(Phase::Load)) {
+        assert_eq!(r.status, Some(Status::Ok), "{}: {}", r.point_id, r.message);
+        let (bs, bb) = match r.precision {
+            Precision::Q4k => (256, 144),
+            Precision::Q8_0 => (32, 34),
+            p => panic!("{p}"),
+        };
+        let weights: u64 = table
+            .iter()
+            .map(|t| {
+                let elems: u64 = t.dims.iter().product();
+                assert_eq!(block(t.type_id), (1, 4), "{}: F32 in the file", t.name);
+                if t.dims.len() == 1 {
+                    elems * 4
+                } else {
+                    elems / bs * bb
+                }
+            })
+            .sum();
+        assert_eq!(r.feature_weight_bytes, Some(weights), "{}", r.point_id);
+        let live = r.end_allocated.unwrap() - r.baseline_allocated.unwrap();
+        assert!(live >= weights, "{}: live {live} < {weights}", r.point_id);
+        assert!(
+            live - weights <= 512 * table.len() as u64,
+            "{}: {} B of metadata",
+            r.point_id,
+            live - weights
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 2);
+}

@@ -7,17 +7,19 @@
 //! inference row before version 3 with `kv_window = "full"` (earlier versions never capped a
 //! cache at a window). 4 adds `compute` (f32|f16|bf16) after `precision`: a quantized point's
 //! compute dtype (empty for dense precisions, which compute in their own; so older rows need
-//! nothing filled).
+//! nothing filled). 5 adds the generation columns (DESIGN.md §12): `resolution`, `frames`,
+//! `cfg`, `vae_decode`, `vae_precision` after `pool_release`, and `component`, `peak_phase`
+//! after `phase` (empty on other rows, so older rows need nothing filled).
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 use crate::vocab::{
-    Attention, Backend, Checkpointing, Compute, Kernels, KvKind, KvWindow, MeterKind, Mode,
-    Optimizer, PoolRelease, Precision, Trainable,
+    Attention, Backend, Checkpointing, Component, Compute, Kernels, KvKind, KvWindow, MeterKind,
+    Mode, Optimizer, PoolRelease, Precision, Resolution, Trainable, VaeDecode,
 };
 pub use crate::vocab::{Phase, Status};
 
@@ -64,9 +66,22 @@ pub struct Record {
     pub attention: Attention,
     /// CUDA rows only.
     pub pool_release: Option<PoolRelease>,
+    /// Generation rows only (`WxH` of the output image). Absent before version 5.
+    pub resolution: Option<Resolution>,
+    /// Video generation rows only (none yet).
+    pub frames: Option<u64>,
+    /// Generation rows: classifier-free guidance (the denoiser runs on a doubled batch).
+    pub cfg: Option<bool>,
+    pub vae_decode: Option<VaeDecode>,
+    /// Generation rows: the VAE's dtype (f32 for SDXL's force_upcast by default).
+    pub vae_precision: Option<Precision>,
     pub scenario_hash: String,
     pub meter: MeterKind,
     pub phase: Option<Phase>,
+    /// Generation `load` rows: the component loaded.
+    pub component: Option<Component>,
+    /// Generation `total` rows: the phase that holds the point's peak.
+    pub peak_phase: Option<Phase>,
     pub step: Option<u64>,
     pub kv_tokens: Option<u64>,
     pub baseline_allocated: Option<u64>,
@@ -89,7 +104,18 @@ pub struct Record {
 /// The columns a row of schema `version` must have: every column of this version less those
 /// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
 pub fn columns_of(version: u32) -> Vec<String> {
-    const ADDED: [(&str, u32); 3] = [("attention", 2), ("kv_window", 3), ("compute", 4)];
+    const ADDED: [(&str, u32); 10] = [
+        ("attention", 2),
+        ("kv_window", 3),
+        ("compute", 4),
+        ("resolution", 5),
+        ("frames", 5),
+        ("cfg", 5),
+        ("vae_decode", 5),
+        ("vae_precision", 5),
+        ("component", 5),
+        ("peak_phase", 5),
+    ];
     columns()
         .into_iter()
         .filter(|c| !ADDED.iter().any(|(a, v)| a == c && version < *v))
@@ -144,8 +170,9 @@ model_id, architecture, param_count, weight_source,
 mode, precision, compute, batch, context, prompt_len, decode_steps,
 kv_cache, kv_window, optimizer, checkpointing, grad_accum,
 trainable, kernels, attention, pool_release,
+resolution, frames, cfg, vae_decode, vae_precision,
 scenario_hash, meter,
-phase, step, kv_tokens,
+phase, component, peak_phase, step, kv_tokens,
 baseline_allocated, peak_allocated, end_allocated, baseline_reserved, peak_reserved, device_used, non_pool,
 feature_weight_bytes, feature_kv_bytes, feature_act_bytes, feature_logits_bytes, feature_optimizer_bytes,
 elapsed_ms, status, message";

@@ -94,7 +94,10 @@ impl Target {
 /// Query tokens `s` and attended tokens `T` of a phase.
 pub fn phase_tokens(phase: Phase, prompt_len: u64, kv_tokens: u64) -> (u64, u64) {
     match phase {
-        Phase::Load | Phase::Warmup => (0, 0),
+        // Generation rows carry no token terms (the fit reads LLM rows).
+        Phase::Load | Phase::Warmup | Phase::TextEncode | Phase::Denoise | Phase::VaeDecode => {
+            (0, 0)
+        }
         Phase::Decode => (1, kv_tokens),
         Phase::Prefill | Phase::Total => (prompt_len, prompt_len),
         // Training rows: the caller passes the sequence length (the `context` column).
@@ -298,7 +301,7 @@ impl GroupKey {
                 trainable: r.trainable?.kind(),
                 first_step: r.step == Some(1),
             }),
-            Mode::Infer | Mode::Encode => None,
+            Mode::Infer | Mode::Encode | Mode::Generate => None,
         };
         Some(GroupKey {
             architecture: r.architecture.clone(),

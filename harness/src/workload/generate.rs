@@ -302,6 +302,10 @@ pub fn write_synthetic(cfg: &SdConfig, dir: &Path, dtype: DType, vae_dtype: DTyp
     Ok(())
 }
 
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
 /// One expanded generation point.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenPoint {
@@ -444,7 +448,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
     }
     let (dev, mut meter) = crate::device::open(&spec.device)?;
     let scenario_hash = short_hash(text.as_bytes());
-    let started_at = crate::runner::now_rfc3339();
+    let started_at = now();
     let run_id = format!(
         "{}-{:08x}",
         started_at.replace([':', '-'], ""),
@@ -523,7 +527,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
             schema_version: SCHEMA_VERSION,
             run_id: run_id.clone(),
             point_id: p.id.clone(),
-            started_at: crate::runner::now_rfc3339(),
+            started_at: now(),
             vramlab_version: env!("CARGO_PKG_VERSION").into(),
             git_rev: env!("VRAMLAB_GIT_REV").into(),
             backend,
@@ -571,7 +575,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
             .or_default() += 1;
         manifest.write()?;
     }
-    manifest.finished_at = Some(crate::runner::now_rfc3339());
+    manifest.finished_at = Some(now());
     manifest.write()?;
     Ok(())
 }

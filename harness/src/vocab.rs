@@ -146,6 +146,14 @@ pub enum Quantized {
 }
 
 impl Precision {
+    /// The dense precision of a float dtype (f32 for any other).
+    pub fn of_dense(d: DType) -> Precision {
+        match d {
+            DType::F16 => Precision::F16,
+            DType::BF16 => Precision::Bf16,
+            _ => Precision::F32,
+        }
+    }
     /// The dtype weights (and, in training, gradients and optimizer state) are stored in. A
     /// quantized precision's dense tensors (norms) and activations use the point's `compute`
     /// axis instead: see [`Precision::dtypes`]; here they answer f32, `compute`'s default.

@@ -316,11 +316,45 @@ fn denoise(l: &mut Lab) {
     );
 }
 
+/// `vramlab estimate --model sd15|sdxl --json`: each component's bytes = its parameters (from
+/// the shapes) × the dtype, the VAE in f32 for SDXL (force_upcast), f16 elsewhere.
+fn estimate_weights() {
+    for (m, vae_bytes) in [(GenModel::Sd15, 2u64), (GenModel::Sdxl, 4)] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramlab"))
+            .args(["estimate", "--model", m.as_str(), "--resolution", "512x768"])
+            .args(["--batch", "2", "--cfg", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let cfg = SdConfig::preset(m);
+        let bytes = |name: &str| {
+            v["breakdown"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == name)
+                .unwrap()["bytes"]
+                .as_u64()
+                .unwrap()
+        };
+        for c in cfg.components() {
+            let per = if c == Component::Vae { vae_bytes } else { 2 };
+            assert_eq!(bytes(c.as_str()), cfg.params(c) * per, "{m} {c}");
+        }
+        assert_eq!(bytes("latents"), 2 * 4 * 64 * 96 * 2);
+        assert_eq!(bytes("decoded images"), 2 * 3 * 512 * 768 * vae_bytes);
+        assert_eq!(v["denoiser_batch"], 4);
+    }
+    println!("estimate weights: ok");
+}
+
 fn main() {
     // One compute thread: candle's CPU ops split work over rayon/gemm threads whose transient
     // buffers overlap differently from run to run; on one thread every peak is reproducible.
     std::env::set_var("RAYON_NUM_THREADS", "1");
     parameter_counts();
+    estimate_weights();
     let mut l = lab();
     load_rows(&l);
     // Warm-up: candle's gemm keeps per-thread buffers; the first run carries them.

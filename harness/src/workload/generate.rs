@@ -415,19 +415,6 @@ fn check(path: &Path, points: &[GenPoint]) -> Result<()> {
     Ok(())
 }
 
-/// The dtype of a dense precision.
-fn dtype_of(p: Precision) -> DType {
-    p.dtype()
-}
-
-fn precision_of(d: DType) -> Precision {
-    match d {
-        DType::F16 => Precision::F16,
-        DType::BF16 => Precision::Bf16,
-        _ => Precision::F32,
-    }
-}
-
 /// `vramlab sweep` of a scenario whose tables are all `mode = "generate"`: measures each point
 /// in this process (components loaded per point), writes each row as it is measured, and the
 /// manifest beside the CSV. A point that fails is recorded `error` and the sweep goes on.
@@ -496,14 +483,14 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
     for (i, p) in points.iter().enumerate() {
         eprintln!("[{}/{}] {}", i + 1, points.len(), p.id);
         let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
-        let dtype = dtype_of(p.precision);
+        let dtype = p.precision.dtype();
         let preset = match &src {
             GenSource::Synthetic(m) => SdConfig::preset(*m),
             GenSource::Diffusers(d) => SdConfig::from_dir(d)?,
         };
         let vae_dtype = p
             .vae_precision
-            .map(dtype_of)
+            .map(|p| p.dtype())
             .unwrap_or_else(|| preset.default_vae_dtype(dtype));
         let (cfg, dir) = src.prepare(dtype, vae_dtype)?;
         if !manifest.weights.iter().any(|w| w.source == p.source) {
@@ -546,7 +533,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
             resolution: Some(p.shape.resolution),
             cfg: Some(p.shape.cfg),
             vae_decode: Some(p.shape.vae_decode),
-            vae_precision: Some(precision_of(vae_dtype)),
+            vae_precision: Some(Precision::of_dense(vae_dtype)),
             scenario_hash: scenario_hash.clone(),
             meter: meter.kind(),
             ..Default::default()

@@ -325,7 +325,11 @@ fn estimate_weights() {
             .args(["--batch", "2", "--cfg", "--json"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let cfg = SdConfig::preset(m);
         let bytes = |name: &str| {

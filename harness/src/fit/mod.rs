@@ -291,17 +291,18 @@ mod ops_text {
 }
 
 impl GroupKey {
-    /// A row's group: None for a row without a phase, or a training row without its
-    /// checkpointing and trainable set.
+    /// A row's group: None for a row without a phase, a training row without its
+    /// checkpointing and trainable set, or a generation row (no fitted terms yet).
     pub fn of(r: &Record) -> Option<GroupKey> {
         let train = match r.mode {
+            Mode::Generate => return None,
             Mode::Train => Some(TrainGroup {
                 optimizer: r.optimizer,
                 checkpointing: r.checkpointing?,
                 trainable: r.trainable?.kind(),
                 first_step: r.step == Some(1),
             }),
-            Mode::Infer | Mode::Encode | Mode::Generate => None,
+            Mode::Infer | Mode::Encode => None,
         };
         Some(GroupKey {
             architecture: r.architecture.clone(),

@@ -163,6 +163,20 @@ fn parameter_counts() {
     // as quoted around the SDXL release (this session's search found no page to cite).
     assert_eq!(sdxl.params(Component::Unet), 2_567_463_684);
     assert_eq!(sdxl.params(Component::TextEncoder2), 694_659_840);
+    // `diffusers:DIR` reads back the configs a synthetic directory writes.
+    for m in [GenModel::Sd15, GenModel::Sdxl] {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = SdConfig::preset(m);
+        cfg.write_configs(d.path()).unwrap();
+        let back = SdConfig::from_dir(d.path()).unwrap();
+        assert_eq!(
+            SdConfig {
+                name: cfg.name.clone(),
+                ..back
+            },
+            cfg
+        );
+    }
     println!("parameter counts: ok");
 }
 

@@ -52,7 +52,7 @@ import time
 import tomllib
 from pathlib import Path, PurePosixPath
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # The Record columns of harness/src/record.rs, in order.
 COLUMNS = [
     "schema_version", "run_id", "point_id", "started_at", "vramlab_version", "git_rev",
@@ -61,8 +61,9 @@ COLUMNS = [
     "mode", "precision", "compute", "qmatmul", "batch", "context", "prompt_len", "decode_steps",
     "kv_cache", "kv_window", "optimizer", "checkpointing", "grad_accum",
     "trainable", "kernels", "attention", "pool_release",
+    "resolution", "frames", "cfg", "vae_decode", "vae_precision",
     "scenario_hash", "meter",
-    "phase", "step", "kv_tokens",
+    "phase", "component", "peak_phase", "step", "kv_tokens",
     "baseline_allocated", "peak_allocated", "end_allocated", "baseline_reserved",
     "peak_reserved", "device_used", "non_pool",
     "feature_weight_bytes", "feature_kv_bytes", "feature_act_bytes", "feature_logits_bytes",

@@ -9,17 +9,19 @@
 //! compute dtype (empty for dense precisions, which compute in their own; so older rows need
 //! nothing filled). 5 adds `qmatmul` (auto|dequantize) after `compute`: a quantized point's
 //! product path (empty for dense rows; older quantized rows ran candle's `QMatMul`, read as
-//! `auto`).
+//! `auto`). 6 adds the generation columns (DESIGN.md §12): `resolution`, `frames`, `cfg`,
+//! `vae_decode`, `vae_precision` after `pool_release`, and `component`, `peak_phase` after
+//! `phase` (empty on other rows, so older rows need nothing filled).
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The oldest schema version readers still accept.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 use crate::vocab::{
-    Attention, Backend, Checkpointing, Compute, Kernels, KvKind, KvWindow, MeterKind, Mode,
-    Optimizer, PoolRelease, Precision, QMatmul, Trainable,
+    Attention, Backend, Checkpointing, Component, Compute, Kernels, KvKind, KvWindow, MeterKind,
+    Mode, Optimizer, PoolRelease, Precision, QMatmul, Resolution, Trainable, VaeDecode,
 };
 pub use crate::vocab::{Phase, Status};
 
@@ -68,9 +70,22 @@ pub struct Record {
     pub attention: Attention,
     /// CUDA rows only.
     pub pool_release: Option<PoolRelease>,
+    /// Generation rows only (`WxH` of the output image). Absent before version 5.
+    pub resolution: Option<Resolution>,
+    /// Video generation rows only (none yet).
+    pub frames: Option<u64>,
+    /// Generation rows: classifier-free guidance (the denoiser runs on a doubled batch).
+    pub cfg: Option<bool>,
+    pub vae_decode: Option<VaeDecode>,
+    /// Generation rows: the VAE's dtype (f32 for SDXL's force_upcast by default).
+    pub vae_precision: Option<Precision>,
     pub scenario_hash: String,
     pub meter: MeterKind,
     pub phase: Option<Phase>,
+    /// Generation `load` rows: the component loaded.
+    pub component: Option<Component>,
+    /// Generation `total` rows: the phase that holds the point's peak.
+    pub peak_phase: Option<Phase>,
     pub step: Option<u64>,
     pub kv_tokens: Option<u64>,
     pub baseline_allocated: Option<u64>,
@@ -93,11 +108,18 @@ pub struct Record {
 /// The columns a row of schema `version` must have: every column of this version less those
 /// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
 pub fn columns_of(version: u32) -> Vec<String> {
-    const ADDED: [(&str, u32); 4] = [
+    const ADDED: [(&str, u32); 11] = [
         ("attention", 2),
         ("kv_window", 3),
         ("compute", 4),
         ("qmatmul", 5),
+        ("resolution", 6),
+        ("frames", 6),
+        ("cfg", 6),
+        ("vae_decode", 6),
+        ("vae_precision", 6),
+        ("component", 6),
+        ("peak_phase", 6),
     ];
     columns()
         .into_iter()
@@ -156,8 +178,9 @@ model_id, architecture, param_count, weight_source,
 mode, precision, compute, qmatmul, batch, context, prompt_len, decode_steps,
 kv_cache, kv_window, optimizer, checkpointing, grad_accum,
 trainable, kernels, attention, pool_release,
+resolution, frames, cfg, vae_decode, vae_precision,
 scenario_hash, meter,
-phase, step, kv_tokens,
+phase, component, peak_phase, step, kv_tokens,
 baseline_allocated, peak_allocated, end_allocated, baseline_reserved, peak_reserved, device_used, non_pool,
 feature_weight_bytes, feature_kv_bytes, feature_act_bytes, feature_logits_bytes, feature_optimizer_bytes,
 elapsed_ms, status, message";

@@ -287,7 +287,8 @@ impl Runner<'_> {
                         Mode::Infer => {
                             features::infer(&prep.config, &infer_shape(p), phase, kv_tokens)
                         }
-                        Mode::Encode => features::encode(
+                        // Generation points run in workload::generate, not here.
+                        Mode::Encode | Mode::Generate => features::encode(
                             &prep.config,
                             p.batch,
                             p.context,

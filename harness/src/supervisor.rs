@@ -78,7 +78,7 @@ pub fn point_done(id: &str) {
 pub fn is_final(r: &Record, p: &Point) -> bool {
     matches!(r.status, Some(Status::Oom) | Some(Status::Error))
         || match p.mode {
-            Mode::Infer | Mode::Encode => r.phase == Some(Phase::Total),
+            Mode::Infer | Mode::Encode | Mode::Generate => r.phase == Some(Phase::Total),
             Mode::Train => {
                 r.phase == Some(Phase::StepTotal) && r.step == Some(p.train.steps as u64)
             }

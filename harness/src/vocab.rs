@@ -67,6 +67,8 @@ vocab! {
         Train,
         /// An encoder's inference: one forward over the batch, no cache.
         Encode,
+        /// An image pipeline: text encoders, denoising steps, the VAE decode (DESIGN.md §12).
+        Generate,
     }
 }
 
@@ -144,6 +146,14 @@ pub enum Quantized {
 }
 
 impl Precision {
+    /// The dense precision of a float dtype (f32 for any other).
+    pub fn of_dense(d: DType) -> Precision {
+        match d {
+            DType::F16 => Precision::F16,
+            DType::BF16 => Precision::Bf16,
+            _ => Precision::F32,
+        }
+    }
     /// The dtype weights (and, in training, gradients and optimizer state) are stored in. A
     /// quantized precision's dense tensors (norms) and activations use the point's `compute`
     /// axis instead: see [`Precision::dtypes`]; here they answer f32, `compute`'s default.
@@ -389,6 +399,9 @@ vocab! {
         /// PyTorch `scaled_dot_product_attention` (flash or memory-efficient kernel): no scores
         /// saved for the backward. The torch probe's `--attention sdpa`; not a candle op.
         Sdpa,
+        /// candle-transformers' sliced attention (generation's UNet): the scores of a slice
+        /// of the heads at a time.
+        Sliced,
     }
 }
 
@@ -461,6 +474,41 @@ macro_rules! serde_as_text {
     };
 }
 pub(crate) use serde_as_text;
+
+/// An image size in pixels, written `WxH` (`512x512`): the `resolution` axis and column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Resolution {
+    pub width: usize,
+    pub height: usize,
+}
+
+impl Resolution {
+    pub fn pixels(&self) -> usize {
+        self.width * self.height
+    }
+}
+
+impl std::fmt::Display for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
+}
+
+impl std::str::FromStr for Resolution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("resolution `{s}` must be WIDTHxHEIGHT in pixels, e.g. 512x512");
+        let (w, h) = s.split_once('x').ok_or_else(bad)?;
+        let (width, height) = (w.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?);
+        if width == 0 || height == 0 {
+            return Err(bad());
+        }
+        Ok(Resolution { width, height })
+    }
+}
+
+serde_as_text!(Resolution);
 
 serde_as_text!(Trainable);
 
@@ -606,6 +654,55 @@ vocab! {
         Backward,
         Optimizer,
         StepTotal,
+        /// Generation: the text encoders' forward.
+        TextEncode,
+        /// Generation: one denoiser step (a row per step).
+        Denoise,
+        /// Generation: the VAE decode of the final latents.
+        VaeDecode,
+    }
+}
+
+vocab! {
+    /// How a generation point decodes its latents (DESIGN.md §12).
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum VaeDecode {
+        /// The whole batch at once.
+        #[default]
+        Full,
+        /// One image of the batch at a time.
+        Sliced,
+        /// Overlapping spatial tiles, one at a time, blended into the output.
+        Tiled,
+    }
+}
+
+vocab! {
+    /// A component of a generation pipeline: diffusers' directory names.
+    case = "snake_case";
+    pub enum Component {
+        TextEncoder,
+        #[serde(rename = "text_encoder_2")]
+        #[strum(serialize = "text_encoder_2")]
+        TextEncoder2,
+        Unet,
+        Vae,
+    }
+}
+
+vocab! {
+    /// The generation models vramlab knows the published configs of (`synthetic:NAME`,
+    /// `estimate --model`).
+    #[derive(clap::ValueEnum)]
+    case = "lowercase";
+    pub enum GenModel {
+        /// runwayml/stable-diffusion-v1-5
+        Sd15,
+        /// stabilityai/stable-diffusion-2-1
+        Sd21,
+        /// stabilityai/stable-diffusion-xl-base-1.0
+        Sdxl,
     }
 }
 

@@ -200,6 +200,25 @@ fn missing_required_key() {
     scenario("missing-context.toml", "missing field `context`");
 }
 
+/// Generation scenarios (issue 17): resolution, tile, model, attention, cfg.
+#[test]
+fn generation_scenarios() {
+    scenario(
+        "gen-resolution-not-8.toml",
+        "line 8: [sweep] resolution `512x500` is not a multiple of 8",
+    );
+    scenario(
+        "gen-tile-too-large.toml",
+        "line 10: [sweep] tile 512 is larger than the image 256x256",
+    );
+    scenario("gen-unknown-model.toml", "unknown generation model `sd99`");
+    scenario(
+        "gen-flash.toml",
+        "line 9: [sweep] attention `flash` is not available",
+    );
+    scenario("gen-cfg-not-bool.toml", "line 9");
+}
+
 #[test]
 fn no_sweep_table() {
     scenario("no-sweep.toml", "missing field `sweep`");

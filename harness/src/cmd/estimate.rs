@@ -100,6 +100,12 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Generation models (`--model sd15|sd21|sdxl`): the output image, `WxH` pixels.
+    #[arg(long, default_value = "512x512")]
+    pub resolution: crate::vocab::Resolution,
+    /// Generation models: classifier-free guidance (doubles the denoiser's batch).
+    #[arg(long)]
+    pub cfg: bool,
 }
 
 #[derive(Serialize)]
@@ -230,6 +236,9 @@ fn parse_trainable(s: &str) -> Result<Trainable, String> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let Ok(m) = a.model.parse::<crate::vocab::GenModel>() {
+        return generation(&a, m);
+    }
     if !(0.0..1.0).contains(&a.headroom) {
         return Err(
             InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
@@ -595,4 +604,85 @@ fn print_text(
     for n in notes {
         println!("note: {n}");
     }
+}
+
+/// A generation model's estimate: the weights of each component, exact from its published
+/// config, in the pipeline's dtype (the VAE in f32 where the real pipeline upcasts it), and the
+/// exact latents and decoded-image tensors. Activations per phase are not estimated yet (no
+/// fitted constants; `results/cpu/cpu-sd15.csv` holds the measured phases).
+fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
+    let cfg = crate::model::sd::SdConfig::preset(m);
+    let r = a.resolution;
+    let scale = cfg.vae.scale();
+    if !r.width.is_multiple_of(scale) || !r.height.is_multiple_of(scale) {
+        return Err(InputError::arg(format!(
+            "--resolution {r} is not a multiple of {scale} (the VAE's factor)"
+        ))
+        .into());
+    }
+    if a.batch == 0 {
+        return Err(InputError::arg("--batch must be at least 1").into());
+    }
+    let precision = a.precision.unwrap_or(Precision::F16);
+    if precision.is_mixed() || precision.is_quantized() {
+        return Err(InputError::arg(format!(
+            "--precision {precision}: generation models take f32, f16 or bf16"
+        ))
+        .into());
+    }
+    let dtype = precision.dtype();
+    let vae_dtype = cfg.default_vae_dtype(dtype);
+    let mut rows: Vec<(String, u64, u64)> = cfg
+        .components()
+        .into_iter()
+        .map(|c| {
+            let d = if c == crate::vocab::Component::Vae {
+                vae_dtype
+            } else {
+                dtype
+            };
+            let p = cfg.params(c);
+            (c.to_string(), p, p * d.size_in_bytes() as u64)
+        })
+        .collect();
+    let b = a.batch;
+    let lat = b * (cfg.unet.in_channels * (r.width / scale) * (r.height / scale)) as u64;
+    rows.push(("latents".into(), lat, lat * dtype.size_in_bytes() as u64));
+    let img = b * (cfg.vae.out_channels * r.pixels()) as u64;
+    rows.push((
+        "decoded images".into(),
+        img,
+        img * vae_dtype.size_in_bytes() as u64,
+    ));
+    let total: u64 = rows.iter().map(|r| r.2).sum();
+    if a.json {
+        let v = serde_json::json!({
+            "model": {"name": m.as_str(), "architecture": "stable-diffusion",
+                      "params": cfg.components().iter().map(|&c| cfg.params(c)).sum::<u64>()},
+            "resolution": r.to_string(), "batch": b, "cfg": a.cfg,
+            "denoiser_batch": b * if a.cfg { 2 } else { 1 },
+            "precision": precision, "vae_precision": crate::vocab::Precision::of_dense(vae_dtype),
+            "breakdown": rows.iter().map(|(n, _, bytes)| serde_json::json!({"name": n, "bytes": bytes})).collect::<Vec<_>>(),
+            "total_bytes": total,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{} {r}, batch {b}{} (denoiser batch {}), {precision}, VAE {}",
+        m.as_str(),
+        if a.cfg { ", cfg" } else { "" },
+        b * if a.cfg { 2 } else { 1 },
+        crate::vocab::Precision::of_dense(vae_dtype),
+    );
+    println!(
+        "{:<16} {:>15} {:>16} {:>10}",
+        "tensor", "elements", "bytes", "GiB"
+    );
+    for (n, e, bytes) in &rows {
+        println!("{n:<16} {e:>15} {bytes:>16} {:>10}", gib(*bytes));
+    }
+    println!("{:<16} {:>15} {total:>16} {:>10}", "total", "", gib(total));
+    println!("activations per phase: not estimated yet (measured in results/cpu/cpu-sd15.csv)");
+    Ok(())
 }

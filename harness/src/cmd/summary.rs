@@ -46,8 +46,10 @@ pub fn print(csv: &Path) -> Result<()> {
         let w = r.feature_weight_bytes.unwrap_or(0);
         let pa = r.peak_allocated.unwrap_or(0);
         let pr = r.peak_reserved.unwrap_or(0);
-        let status = match r.status {
-            Some(Status::Ok) => "ok".to_string(),
+        let status = match (r.status, r.peak_phase) {
+            // Generation points: the phase that holds the peak.
+            (Some(Status::Ok), Some(p)) => format!("ok (peak in {p})"),
+            (Some(Status::Ok), None) => "ok".to_string(),
             _ => format!("{:?}: {}", r.status, r.message),
         };
         println!(

@@ -82,7 +82,7 @@ fn prepare(path: &Path, points: &[Point]) -> Result<BTreeMap<String, Prepared>> 
         let wanted = match p.mode {
             crate::vocab::Mode::Infer => Some((crate::model::Role::Decoder, "encode")),
             crate::vocab::Mode::Encode => Some((crate::model::Role::Encoder, "infer")),
-            crate::vocab::Mode::Train => None,
+            crate::vocab::Mode::Train | crate::vocab::Mode::Generate => None,
         };
         if let Some((role, other)) = wanted.filter(|(role, _)| arch.role() != *role) {
             return Err(bad_file(
@@ -147,6 +147,33 @@ fn lock_output(out: &Path) -> Result<std::fs::File> {
 
 pub fn run(args: Args) -> Result<()> {
     let (spec, text) = Spec::load(&args.scenario)?;
+    if spec
+        .sweep
+        .0
+        .iter()
+        .any(|s| s.mode.contains(&crate::vocab::Mode::Generate))
+    {
+        if spec
+            .sweep
+            .0
+            .iter()
+            .any(|s| !s.mode.contains(&crate::vocab::Mode::Generate))
+        {
+            return Err(bad_file(
+                &args.scenario,
+                "mode \"generate\" tables cannot share a scenario with other modes yet",
+            ));
+        }
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
+        crate::workload::generate::sweep(&args.scenario, &spec, &text, &out, args.dry_run)?;
+        if !args.quiet && !args.dry_run {
+            crate::cmd::summary::print(&out)?;
+        }
+        return Ok(());
+    }
     let mut points = expand(&spec);
     let shard = match &args.shard {
         Some(s) => Some(s.parse::<Shard>().map_err(InputError::arg)?),

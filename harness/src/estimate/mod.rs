@@ -206,7 +206,7 @@ fn analytic_infer(c: &Config, q: &Query) -> Breakdown {
     let mlp = b * s * (3 * ffn * w + 2 * hidden * 4);
     let scores = match q.attention {
         Attention::Flash | Attention::Sdpa => 0,
-        Attention::Eager => b * heads * s * s * (w + 8),
+        Attention::Eager | Attention::Sliced => b * heads * s * s * (w + 8),
     };
     Breakdown {
         weights: f.weight_bytes,
@@ -466,7 +466,7 @@ pub fn train_features(c: &Config, q: &Query) -> Features {
 pub fn group_key(c: &Config, q: &Query, backend: Backend) -> Option<GroupKey> {
     let (kv_cache, train, phase) = match q.mode {
         // Encoders have no fitted groups yet: analytic only.
-        Mode::Encode => return None,
+        Mode::Encode | Mode::Generate => return None,
         Mode::Infer => (Some(q.kv_cache), None, Phase::Total),
         Mode::Train => {
             if q.gpus > 1 && q.sharding != Sharding::Ddp || !q.optimizer.updates() {
@@ -496,7 +496,7 @@ pub fn group_key(c: &Config, q: &Query, backend: Backend) -> Option<GroupKey> {
 /// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
 pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
     match q.mode {
-        Mode::Infer | Mode::Encode => fit::terms(
+        Mode::Infer | Mode::Encode | Mode::Generate => fit::terms(
             &infer_features(c, q),
             q.batch,
             q.context,
@@ -562,7 +562,7 @@ pub fn estimate(c: &Config, q: &Query, constants: Option<&Constants>) -> Breakdo
     let mut e = match q.mode {
         Mode::Infer => analytic_infer(c, q),
         // One forward over the batch: no cache, no LM head.
-        Mode::Encode => Breakdown {
+        Mode::Encode | Mode::Generate => Breakdown {
             kv: 0,
             logits: 0,
             ..analytic_infer(c, q)

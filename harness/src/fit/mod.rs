@@ -94,7 +94,10 @@ impl Target {
 /// Query tokens `s` and attended tokens `T` of a phase.
 pub fn phase_tokens(phase: Phase, prompt_len: u64, kv_tokens: u64) -> (u64, u64) {
     match phase {
-        Phase::Load | Phase::Warmup => (0, 0),
+        // Generation rows carry no token terms (the fit reads LLM rows).
+        Phase::Load | Phase::Warmup | Phase::TextEncode | Phase::Denoise | Phase::VaeDecode => {
+            (0, 0)
+        }
         Phase::Decode => (1, kv_tokens),
         Phase::Prefill | Phase::Total => (prompt_len, prompt_len),
         // Training rows: the caller passes the sequence length (the `context` column).
@@ -288,10 +291,11 @@ mod ops_text {
 }
 
 impl GroupKey {
-    /// A row's group: None for a row without a phase, or a training row without its
-    /// checkpointing and trainable set.
+    /// A row's group: None for a row without a phase, a training row without its
+    /// checkpointing and trainable set, or a generation row (no fitted terms yet).
     pub fn of(r: &Record) -> Option<GroupKey> {
         let train = match r.mode {
+            Mode::Generate => return None,
             Mode::Train => Some(TrainGroup {
                 optimizer: r.optimizer,
                 checkpointing: r.checkpointing?,

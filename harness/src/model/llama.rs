@@ -355,6 +355,10 @@ impl Llama {
             Attention::Sdpa => Err(candle_core::Error::Msg(
                 "attention `sdpa` is PyTorch's kernel, not a candle op".into(),
             )),
+            // Refused by the scenario (`sliced` is the generation UNet's).
+            Attention::Sliced => Err(candle_core::Error::Msg(
+                "attention `sliced` is for generation points (mode = \"generate\")".into(),
+            )),
             Attention::Flash => {
                 let (b, h, s, hd) = q.dims4()?;
                 let scale = 1.0 / (hd as f32).sqrt();

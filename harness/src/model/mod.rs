@@ -13,6 +13,7 @@ pub mod nn;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod sd;
 pub mod source;
 pub mod synth;
 pub mod trainable;

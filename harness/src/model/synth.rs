@@ -119,8 +119,27 @@ impl View for &Lazy {
 /// Writes `config.json` and `model.safetensors` for `cfg` in `dtype` into `out`.
 pub fn write(cfg: &Config, dtype: DType, seed: u64, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let tensors: Vec<Lazy> = cfg
-        .tensor_shapes()
+    std::fs::write(
+        out.join("config.json"),
+        serde_json::to_string_pretty(&cfg.to_hf_json())?,
+    )?;
+    write_tensors(
+        cfg.tensor_shapes(),
+        dtype,
+        seed,
+        &out.join("model.safetensors"),
+    )
+}
+
+/// Writes tensors of these names and shapes, with synthetic values in `dtype`, as one
+/// safetensors `file` (through a temporary name, renamed when complete).
+pub fn write_tensors(
+    shapes: Vec<(String, Vec<usize>)>,
+    dtype: DType,
+    seed: u64,
+    file: &Path,
+) -> Result<()> {
+    let tensors: Vec<Lazy> = shapes
         .into_iter()
         .enumerate()
         .map(|(i, (name, shape))| Lazy {
@@ -131,13 +150,9 @@ pub fn write(cfg: &Config, dtype: DType, seed: u64, out: &Path) -> Result<()> {
         })
         .collect();
     // Per process: concurrent sweeps (the shards of one scenario) may fill the same cache.
-    let tmp = out.join(format!("model.safetensors.{}.part", std::process::id()));
+    let tmp = file.with_extension(format!("{}.part", std::process::id()));
     safetensors::serialize_to_file(tensors.iter().map(|t| (t.name.clone(), t)), None, &tmp)
         .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::write(
-        out.join("config.json"),
-        serde_json::to_string_pretty(&cfg.to_hf_json())?,
-    )?;
-    std::fs::rename(&tmp, out.join("model.safetensors"))?;
+    std::fs::rename(&tmp, file)?;
     Ok(())
 }

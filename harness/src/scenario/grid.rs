@@ -173,7 +173,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                 let axes = match mode {
                     Mode::Infer => &infer_axes,
                     Mode::Train => &train_axes,
-                    Mode::Encode => &encode_axes,
+                    Mode::Encode | Mode::Generate => &encode_axes,
                 };
                 for &batch in &s.batch {
                     for &context in &s.context {

@@ -55,7 +55,7 @@ pub fn cost(config: &Config, p: &Point) -> u64 {
     let passes = match p.mode {
         Mode::Infer => 1 + p.decode_steps as u64,
         Mode::Train => 3 * (p.train.steps * p.train.grad_accum) as u64,
-        Mode::Encode => 1,
+        Mode::Encode | Mode::Generate => 1,
     };
     estimate(config, &q, None).total().max(1) * passes.max(1)
 }

@@ -7,7 +7,8 @@ use std::path::Path;
 
 pub use crate::vocab::{
     Attention, Checkpointing, Compute, Kernels, KvKind, KvWindow, Mode, Ops, Optimizer,
-    PoolRelease, Precision, QMatmul, Trainable, TrainableKind, MAX_LORA_RANK,
+    PoolRelease, Precision, QMatmul, Resolution, Trainable, TrainableKind, VaeDecode,
+    MAX_LORA_RANK,
 };
 
 /// A string or a list of strings.
@@ -80,6 +81,21 @@ fn default_train_steps() -> usize {
 fn default_lr() -> f64 {
     1e-4
 }
+fn default_cfg() -> Vec<bool> {
+    vec![true]
+}
+fn default_vae_decode() -> Vec<VaeDecode> {
+    vec![VaeDecode::Full]
+}
+fn default_tile() -> usize {
+    256
+}
+fn default_overlap() -> usize {
+    64
+}
+fn default_denoise_steps() -> usize {
+    2
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +107,8 @@ pub struct SweepSpec {
     pub precision: Vec<Precision>,
     pub batch: Vec<i64>,
     /// Total tokens per sequence: the preallocated KV capacity; prompt + decode steps fill it.
+    /// Not used by `generate` (its text length is the text encoder's).
+    #[serde(default)]
     pub context: Vec<i64>,
     #[serde(default = "default_kv")]
     pub kv_cache: Vec<KvKind>,
@@ -136,6 +154,27 @@ pub struct SweepSpec {
     pub train_steps: usize,
     #[serde(default = "default_lr")]
     pub lr: f64,
+    // Generation axes (mode = "generate", DESIGN.md §12).
+    /// Output images `WxH`, multiples of 8.
+    #[serde(default)]
+    pub resolution: Vec<Resolution>,
+    /// Classifier-free guidance on and/or off (on doubles the denoiser's batch).
+    #[serde(default = "default_cfg")]
+    pub cfg: Vec<bool>,
+    #[serde(default = "default_vae_decode")]
+    pub vae_decode: Vec<VaeDecode>,
+    /// The tile side of `vae_decode = "tiled"`, in output pixels.
+    #[serde(default = "default_tile")]
+    pub tile: usize,
+    /// The overlap of neighbouring tiles, in output pixels.
+    #[serde(default = "default_overlap")]
+    pub overlap: usize,
+    /// The VAE's dtype; empty: what the model's real pipeline uses.
+    #[serde(default)]
+    pub vae_precision: Vec<Precision>,
+    /// Denoising steps per generation point (a row each).
+    #[serde(default = "default_denoise_steps")]
+    pub denoise_steps: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -282,6 +321,84 @@ fn key_line(text: &str, table: usize, key: &str) -> Option<usize> {
     None
 }
 
+/// The generation axes: one line naming the key for each mistake.
+fn validate_generate(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
+    if s.mode.len() > 1 {
+        return Err((
+            "mode",
+            "[sweep] mode \"generate\" runs alone in its [sweep] table (its axes differ)".into(),
+        ));
+    }
+    if s.resolution.is_empty() {
+        return Err((
+            "resolution",
+            "[sweep] `resolution` is an empty list (or missing): mode \"generate\" needs e.g. [\"512x512\"]".into(),
+        ));
+    }
+    if let Some(r) = s
+        .resolution
+        .iter()
+        .find(|r| !r.width.is_multiple_of(8) || !r.height.is_multiple_of(8))
+    {
+        return Err((
+            "resolution",
+            format!("[sweep] resolution `{r}` is not a multiple of 8 (the VAE's factor)"),
+        ));
+    }
+    if s.vae_decode.contains(&VaeDecode::Tiled) {
+        if s.tile == 0
+            || !s.tile.is_multiple_of(8)
+            || !s.overlap.is_multiple_of(8)
+            || s.overlap >= s.tile
+        {
+            return Err((
+                "tile",
+                format!(
+                    "[sweep] tile {} / overlap {}: both multiples of 8 pixels, overlap smaller than the tile",
+                    s.tile, s.overlap
+                ),
+            ));
+        }
+        if let Some(r) = s.resolution.iter().find(|r| s.tile > r.width.min(r.height)) {
+            return Err((
+                "tile",
+                format!(
+                    "[sweep] tile {} is larger than the image {r} (vae_decode = \"tiled\")",
+                    s.tile
+                ),
+            ));
+        }
+    }
+    if let Some(a) = s
+        .attention
+        .iter()
+        .find(|a| !matches!(a, Attention::Eager | Attention::Sliced))
+    {
+        return Err((
+            "attention",
+            format!("[sweep] attention `{a}` is not available for generation yet: use `eager` or `sliced` (flash waits for the kernels issue)"),
+        ));
+    }
+    if let Some(p) = s
+        .precision
+        .iter()
+        .chain(&s.vae_precision)
+        .find(|p| p.is_mixed() || p.is_quantized())
+    {
+        return Err((
+            "precision",
+            format!("[sweep] precision `{p}`: generation points run f32, f16 or bf16"),
+        ));
+    }
+    if s.denoise_steps < 2 {
+        return Err((
+            "denoise_steps",
+            "[sweep] `denoise_steps` must be at least 2 (the test that a step's peak does not grow needs two)".into(),
+        ));
+    }
+    Ok(())
+}
+
 const MAX_BATCH: i64 = 1 << 20;
 const MAX_CONTEXT: i64 = 1 << 27;
 const MAX_REPEATS: i64 = 10_000;
@@ -302,7 +419,22 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
         nonempty("mode", s.mode.len())?;
         nonempty("precision", s.precision.len())?;
         nonempty("batch", s.batch.len())?;
-        nonempty("context", s.context.len())?;
+        if let Some(m) = s.mode.iter().find(|m| **m != Mode::Generate) {
+            if s.context.is_empty() {
+                return Err((
+                    "context",
+                    format!("[sweep] missing field `context` (mode `{m}` needs it)"),
+                ));
+            }
+        }
+        if s.mode.contains(&Mode::Generate) {
+            validate_generate(s)?;
+        } else if s.attention.contains(&Attention::Sliced) {
+            return Err((
+                "attention",
+                "[sweep] attention `sliced` is for mode = \"generate\" (the UNet's sliced attention)".into(),
+            ));
+        }
         nonempty("kv_cache", s.kv_cache.len())?;
         nonempty("kv_window", s.kv_window.len())?;
         nonempty("kernels", s.kernels.len())?;

@@ -1,4 +1,5 @@
 //! Workloads: what runs inside measured phases.
+pub mod generate;
 pub mod inference;
 pub mod training;
 pub mod warmup;

@@ -124,6 +124,18 @@ struct Run {
     rows: Vec<Record>,
 }
 
+/// Sweeps `scenario` with the real binary into a CSV beside it and reads the rows back.
+fn sweep(scenario: &std::path::Path) -> Vec<Record> {
+    let out = scenario.with_extension("csv");
+    vramlab()
+        .args(["sweep", "--quiet", "--out"])
+        .arg(&out)
+        .arg(scenario)
+        .assert()
+        .success();
+    vramlab::export::csv::read(&out).unwrap()
+}
+
 fn run() -> &'static Run {
     static RUN: OnceLock<Run> = OnceLock::new();
     RUN.get_or_init(|| {
@@ -165,15 +177,8 @@ decode_every = 1
 "#,
         )
         .unwrap();
-        let out = dir.path().join("quant.csv");
-        vramlab()
-            .args(["sweep", "--quiet", "--out"])
-            .arg(&out)
-            .arg(&scenario)
-            .assert()
-            .success();
         Run {
-            rows: vramlab::export::csv::read(&out).unwrap(),
+            rows: sweep(&scenario),
         }
     })
 }
@@ -434,14 +439,7 @@ fn requantizing_to_q4k_and_q8_0_is_the_block_formula() {
         ),
     )
     .unwrap();
-    let out = dir.path().join("k.csv");
-    vramlab()
-        .args(["sweep", "--quiet", "--out"])
-        .arg(&out)
-        .arg(&scenario)
-        .assert()
-        .success();
-    let rows = vramlab::export::csv::read(&out).unwrap();
+    let rows = sweep(&scenario);
     let table = tensor_table(&gguf);
     assert_eq!(table.len(), shapes.len());
     let mut checked = 0;

@@ -35,7 +35,11 @@ pub fn run(a: Args) -> Result<()> {
     let constants = a.constants.as_deref().map(Constants::load).transpose()?;
     let figs = crate::plot::figures(&tables, constants.as_ref());
     if figs.is_empty() {
-        return Err(bad_file(&a.csv[0], "nothing to plot (no ok rows)"));
+        return Err(bad_file(
+            &a.csv[0],
+            "nothing to plot: no ok inference, encode or training rows \
+             (generation rows have no figures yet)",
+        ));
     }
     std::fs::create_dir_all(&a.out).map_err(|e| bad_file(&a.out, format!("cannot create: {e}")))?;
     for f in &figs {

@@ -7,38 +7,11 @@
 //!
 //! Without a CUDA device it prints one line saying so and exits 0, so CI can build it
 //! (scripts/cuda-build-check.sh) on a machine with no GPU. scripts/gpu/run.sh runs it on one.
-use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use vramlab_kernels as k;
 
-const TOL: [(DType, f32); 3] = [(DType::F32, 1e-5), (DType::BF16, 1e-2), (DType::F16, 1e-2)];
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    use rand::{rngs::StdRng, Rng, SeedableRng};
-    let mut r = StdRng::seed_from_u64(seed);
-    let n = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect();
-    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-}
-
-/// max |a − b| / max |b|, in f32 on the CPU.
-fn rel(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap();
-    let b = b
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap();
-    assert_eq!(a.dims(), b.dims());
-    let diff = (a - &b).unwrap().abs().unwrap().max_all().unwrap();
-    let scale = b.abs().unwrap().max_all().unwrap();
-    diff.to_scalar::<f32>().unwrap() / scale.to_scalar::<f32>().unwrap().max(1e-30)
-}
-
-type Op<'a> = dyn Fn(&[Tensor]) -> Result<Tensor> + 'a;
+mod compare;
+use compare::{randn, rel, Op, TOL};
 
 /// The output and the gradient of every input of Σ op(inputs)·r on `dev`.
 fn run(dev: &Device, inputs: &[Tensor], op: &Op<'_>, r: &Tensor) -> (Tensor, Vec<Option<Tensor>>) {

@@ -6,26 +6,8 @@
 use candle_core::{DType, Device, Result, Tensor, Var, D};
 use vramlab_kernels as k;
 
-const TOL: [(DType, f32); 3] = [(DType::F32, 1e-5), (DType::BF16, 1e-2), (DType::F16, 1e-2)];
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    use rand::{rngs::StdRng, Rng, SeedableRng};
-    let mut r = StdRng::seed_from_u64(seed);
-    let n = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect();
-    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-}
-
-/// max |a − b| / max |b|, in f32.
-fn rel(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a.to_dtype(DType::F32).unwrap();
-    let b = b.to_dtype(DType::F32).unwrap();
-    let diff = (a - &b).unwrap().abs().unwrap().max_all().unwrap();
-    let scale = b.abs().unwrap().max_all().unwrap();
-    diff.to_scalar::<f32>().unwrap() / scale.to_scalar::<f32>().unwrap().max(1e-30)
-}
-
-type Op<'a> = dyn Fn(&[Tensor]) -> Result<Tensor> + 'a;
+mod compare;
+use compare::{randn, rel, Op, TOL};
 
 /// Runs `fused` in every dtype and `reference` in f32 on the same values; compares the
 /// outputs and the gradients of Σ out·r for every input.

@@ -687,6 +687,8 @@ vocab! {
         #[strum(serialize = "text_encoder_2")]
         TextEncoder2,
         Unet,
+        /// A DiT denoiser (FLUX, Wan).
+        Transformer,
         Vae,
     }
 }

@@ -87,9 +87,9 @@ struct Lab {
 fn lab() -> Lab {
     let cfg = tiny();
     let dir = tempfile::tempdir().unwrap();
-    generate::write_synthetic(&cfg, dir.path(), DType::F32, DType::F32).unwrap();
-    let mut meter = CpuMeter::new();
     let mut sd = Sd::new(cfg, DType::F32, DType::F32);
+    generate::write_synthetic(&sd, dir.path()).unwrap();
+    let mut meter = CpuMeter::new();
     let loads = generate::load(
         &mut sd,
         dir.path(),

@@ -611,15 +611,8 @@ fn print_text(
 /// exact latents and decoded-image tensors. Activations per phase are not estimated yet (no
 /// fitted constants; `results/cpu/cpu-sd15.csv` holds the measured phases).
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
-    let cfg = crate::model::sd::SdConfig::preset(m);
+    use crate::vocab::Component;
     let r = a.resolution;
-    let scale = cfg.vae.scale();
-    if !r.width.is_multiple_of(scale) || !r.height.is_multiple_of(scale) {
-        return Err(InputError::arg(format!(
-            "--resolution {r} is not a multiple of {scale} (the VAE's factor)"
-        ))
-        .into());
-    }
     if a.batch == 0 {
         return Err(InputError::arg("--batch must be at least 1").into());
     }
@@ -631,24 +624,35 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         .into());
     }
     let dtype = precision.dtype();
-    let vae_dtype = cfg.default_vae_dtype(dtype);
-    let mut rows: Vec<(String, u64, u64)> = cfg
+    let pipe = crate::model::pipeline::preset(m, dtype, None);
+    let shape = crate::model::pipeline::GenShape {
+        batch: a.batch as usize,
+        resolution: r,
+        cfg: a.cfg,
+        steps: 2,
+        vae_decode: Default::default(),
+        tile: 0,
+        overlap: 0,
+    };
+    if let Err(e) = pipe.check(&shape) {
+        return Err(InputError::arg(format!("{}: {}", e.input.flag(), e.problem)).into());
+    }
+    let vae_dtype = pipe.dtype(Component::Vae);
+    let mut rows: Vec<(String, u64, u64)> = pipe
         .components()
         .into_iter()
         .map(|c| {
-            let d = if c == crate::vocab::Component::Vae {
-                vae_dtype
-            } else {
-                dtype
-            };
-            let p = cfg.params(c);
-            (c.to_string(), p, p * d.size_in_bytes() as u64)
+            let p = pipe.params(c);
+            (c.to_string(), p, p * pipe.dtype(c).size_in_bytes() as u64)
         })
         .collect();
     let b = a.batch;
-    let lat = b * (cfg.unet.in_channels * (r.width / scale) * (r.height / scale)) as u64;
+    let lat = pipe
+        .latent_shape(r, b as usize, 1)
+        .iter()
+        .product::<usize>() as u64;
     rows.push(("latents".into(), lat, lat * dtype.size_in_bytes() as u64));
-    let img = b * (cfg.vae.out_channels * r.pixels()) as u64;
+    let img = b * (pipe.image_channels() * r.pixels()) as u64;
     rows.push((
         "decoded images".into(),
         img,
@@ -657,8 +661,8 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     let total: u64 = rows.iter().map(|r| r.2).sum();
     if a.json {
         let v = serde_json::json!({
-            "model": {"name": m.as_str(), "architecture": "stable-diffusion",
-                      "params": cfg.components().iter().map(|&c| cfg.params(c)).sum::<u64>()},
+            "model": {"name": m.as_str(), "architecture": pipe.architecture(),
+                      "params": pipe.components().iter().map(|&c| pipe.params(c)).sum::<u64>()},
             "resolution": r.to_string(), "batch": b, "cfg": a.cfg,
             "denoiser_batch": b * if a.cfg { 2 } else { 1 },
             "precision": precision, "vae_precision": crate::vocab::Precision::of_dense(vae_dtype),

@@ -11,6 +11,7 @@ pub mod llama;
 pub mod mistral;
 pub mod nn;
 pub mod phi3;
+pub mod pipeline;
 pub mod qwen2;
 pub mod qwen3;
 pub mod sd;

@@ -2,9 +2,8 @@
 //! with its own diffusers `config.json` — `unet/` (UNet2DConditionModel), `vae/` (AutoencoderKL),
 //! `text_encoder/` and, for SDXL, `text_encoder_2/` (CLIP text transformers).
 //!
-//! A pipeline does not fit the [`super::Architecture`] trait of language models (one config,
-//! one tensor list, a decoder or an encoder): this family is the concrete [`Sd`] pipeline, one
-//! component loaded (and measured) at a time.
+//! The family is the [`Sd`] pipeline, behind the generation [`Pipeline`] trait, one component
+//! loaded (and measured) at a time.
 //!
 //! What runs where:
 //! - the UNet and the VAE are candle-transformers 0.11.1's `stable_diffusion::{unet_2d, vae}`,
@@ -19,15 +18,14 @@
 //! Tensor shapes come from building each module over a recording [`SimpleBackend`] (every
 //! `vb.get` is a stored tensor); [`params_analytic`] counts the same parameters from the config
 //! alone, and the tests check the two agree and match the published counts.
-use crate::vocab::{Component, GenModel};
+use super::pipeline::{record, write_config, Pipeline, Shapes};
+use crate::vocab::{Attention, Component, GenModel, Resolution};
 use anyhow::{Context, Result};
-use candle_core::{DType, Device, Module, Shape, Tensor, D};
-use candle_nn::var_builder::SimpleBackend;
-use candle_nn::{Init, VarBuilder};
+use candle_core::{DType, Device, Module, Tensor, D};
+use candle_nn::VarBuilder;
 use candle_transformers::models::stable_diffusion::{unet_2d, vae};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 /// An integer for every block, or one for all (diffusers writes both).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -333,13 +331,7 @@ impl SdConfig {
     /// Reads a diffusers directory: `unet/`, `vae/`, `text_encoder/` (and `text_encoder_2/`)
     /// `config.json`. Errors name the file and the key.
     pub fn from_dir(dir: &Path) -> Result<SdConfig> {
-        fn read<T: serde::de::DeserializeOwned>(p: &Path) -> Result<T> {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| crate::error::bad_file(p, format!("cannot read: {e}")))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| crate::error::bad_file(p, format!("not JSON: {e}")))?;
-            super::arch::parse_json(p, &v)
-        }
+        use super::pipeline::read_json as read;
         let te2 = dir.join("text_encoder_2/config.json");
         Ok(SdConfig {
             name: dir
@@ -357,20 +349,23 @@ impl SdConfig {
         })
     }
 
-    /// Writes the four `config.json` files of a diffusers directory.
+    /// Writes the `config.json` files of a diffusers directory and its `model_index.json`.
     pub fn write_configs(&self, dir: &Path) -> Result<()> {
         for c in self.components() {
-            let d = dir.join(c.as_str());
-            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-            let v = match c {
-                Component::Unet => serde_json::to_value(&self.unet)?,
-                Component::Vae => serde_json::to_value(&self.vae)?,
-                Component::TextEncoder => serde_json::to_value(&self.text_encoder)?,
-                Component::TextEncoder2 => serde_json::to_value(&self.text_encoder_2)?,
-            };
-            std::fs::write(d.join("config.json"), serde_json::to_string_pretty(&v)?)?;
+            match c {
+                Component::Unet => write_config(dir, c, &self.unet)?,
+                Component::Vae => write_config(dir, c, &self.vae)?,
+                Component::TextEncoder => write_config(dir, c, &self.text_encoder)?,
+                Component::TextEncoder2 => write_config(dir, c, &self.text_encoder_2)?,
+                other => anyhow::bail!("Stable Diffusion has no `{other}`"),
+            }
         }
-        Ok(())
+        let class = if self.text_encoder_2.is_some() {
+            "StableDiffusionXLPipeline"
+        } else {
+            "StableDiffusionPipeline"
+        };
+        super::pipeline::write_model_index(dir, class)
     }
 
     /// The pipeline's components, in load order.
@@ -434,66 +429,14 @@ impl SdConfig {
                 }),
                 None => Vec::new(),
             },
+            _ => Vec::new(),
         }
     }
 
     /// Parameters of a component, from the stored shapes.
     pub fn params(&self, c: Component) -> u64 {
-        self.shapes(c)
-            .iter()
-            .map(|(_, s)| s.iter().product::<usize>() as u64)
-            .sum()
+        super::pipeline::count(&self.shapes(c))
     }
-
-    /// The safetensors file of a component in a diffusers directory.
-    pub fn weights_file(dir: &Path, c: Component) -> std::path::PathBuf {
-        let file = match c {
-            Component::Unet | Component::Vae => "diffusion_pytorch_model.safetensors",
-            Component::TextEncoder | Component::TextEncoder2 => "model.safetensors",
-        };
-        dir.join(c.as_str()).join(file)
-    }
-}
-
-/// A [`SimpleBackend`] that records every requested tensor and hands out a broadcast zero
-/// scalar of its shape (no memory): building a candle module over it lists its parameters.
-/// A name requested twice is one stored tensor: candle's VAE attention (`get_qkv_linear`)
-/// reads each projection's weight once to probe its layout, then again to build the linear.
-struct Recorder(Arc<Mutex<Shapes>>);
-
-/// Tensor names and shapes, in load order.
-pub type Shapes = Vec<(String, Vec<usize>)>;
-
-impl SimpleBackend for Recorder {
-    fn get(
-        &self,
-        s: Shape,
-        name: &str,
-        _: Init,
-        dtype: DType,
-        dev: &Device,
-    ) -> candle_core::Result<Tensor> {
-        let mut seen = self.0.lock().expect("recorder lock");
-        if !seen.iter().any(|(n, _)| n == name) {
-            seen.push((name.to_string(), s.dims().to_vec()));
-        }
-        Tensor::zeros((), dtype, dev)?.broadcast_as(s)
-    }
-    fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
-        candle_core::bail!("shape recorder: `{name}` requested without a shape")
-    }
-    fn contains_tensor(&self, _: &str) -> bool {
-        true
-    }
-}
-
-/// The tensors `build` requests, in order.
-fn record(build: impl FnOnce(VarBuilder) -> candle_core::Result<()>) -> Vec<(String, Vec<usize>)> {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let vb = VarBuilder::from_backend(Box::new(Recorder(seen.clone())), DType::F32, Device::Cpu);
-    build(vb).expect("building a module over the shape recorder");
-    let v = seen.lock().expect("recorder lock").clone();
-    v
 }
 
 /// The UNet's stored tensors: candle's UNet, plus SDXL's `add_embedding` that it lacks.
@@ -581,6 +524,7 @@ pub fn params_analytic(cfg: &SdConfig, c: Component) -> u64 {
         Component::Vae => vae_params(&cfg.vae),
         Component::TextEncoder => clip_params(&cfg.text_encoder),
         Component::TextEncoder2 => cfg.text_encoder_2.as_ref().map_or(0, clip_params),
+        _ => 0,
     }
 }
 
@@ -849,26 +793,67 @@ impl Sd {
         }
     }
 
-    /// Loads one component from a diffusers directory through candle's mmaped-safetensors
-    /// VarBuilder (each tensor is copied out of the map, in the component's dtype).
-    /// `sliced`: candle's sliced attention size for the UNet (`None`: eager).
-    pub fn load(
-        &mut self,
-        dir: &Path,
-        c: Component,
-        sliced: Option<usize>,
-        dev: &Device,
-    ) -> Result<()> {
-        let file = SdConfig::weights_file(dir, c);
-        let dtype = if c == Component::Vae {
+    pub fn unet(&self, latents: &Tensor, t: f64, context: &Tensor) -> Result<Tensor> {
+        let u = self.unet.as_ref().context("unet not loaded")?;
+        Ok(u.forward(latents, t, context)?)
+    }
+}
+
+/// candle's sliced attention size for the UNet: `sliced` slices the heads by half a block's
+/// head count (candle's automatic setting, `Some(0)`); `eager` attends all heads at once.
+pub fn sliced_size(a: Attention) -> Result<Option<usize>> {
+    match a {
+        Attention::Eager => Ok(None),
+        Attention::Sliced => Ok(Some(0)),
+        other => anyhow::bail!(
+            "attention `{other}` is not available for generation yet (eager or sliced)"
+        ),
+    }
+}
+
+impl Pipeline for Sd {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn architecture(&self) -> &'static str {
+        "stable-diffusion"
+    }
+
+    fn components(&self) -> Vec<Component> {
+        self.config.components()
+    }
+
+    fn denoiser(&self) -> Component {
+        Component::Unet
+    }
+
+    fn shapes(&self, c: Component) -> Shapes {
+        self.config.shapes(c)
+    }
+
+    fn params_analytic(&self, c: Component) -> u64 {
+        params_analytic(&self.config, c)
+    }
+
+    fn dtype(&self, c: Component) -> DType {
+        if c == Component::Vae {
             self.vae_dtype
         } else {
             self.dtype
-        };
-        // SAFETY: the file is not modified while mapped (the synthetic cache is written
-        // to a temporary name and renamed; a real checkpoint is read-only input).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&file], dtype, dev) }
-            .with_context(|| format!("reading {}", file.display()))?;
+        }
+    }
+
+    fn write_configs(&self, dir: &Path) -> Result<()> {
+        self.config.write_configs(dir)
+    }
+
+    /// Loads one component through candle's mmaped-safetensors VarBuilder (each tensor is
+    /// copied out of the map, in the component's dtype). `sliced` attention is candle's
+    /// sliced attention in the UNet.
+    fn load(&mut self, dir: &Path, c: Component, attention: Attention, dev: &Device) -> Result<()> {
+        let sliced = sliced_size(attention)?;
+        let vb = super::pipeline::var_builder(dir, c, self.dtype(c), dev)?;
         let cfg = &self.config;
         match c {
             Component::TextEncoder => self.text.push(ClipText::new(&cfg.text_encoder, vb)?),
@@ -887,32 +872,105 @@ impl Sd {
                 self.add_embedding = extra;
             }
             Component::Vae => self.vae = Some(build_vae(&cfg.vae, vb)?),
+            other => anyhow::bail!("Stable Diffusion has no `{other}`"),
         }
         Ok(())
     }
 
-    /// Token ids (b, s) → the UNet's context (b, s, context_dim): every text encoder's last
-    /// hidden state, concatenated on the feature axis (SDXL).
-    pub fn encode_text(&self, ids: &Tensor) -> Result<Tensor> {
+    /// Prompts of the CLIP tokenizer's full length (BOS, then ids in range); SDXL's two
+    /// encoders read the same ids.
+    fn prompt_ids(&self, prompts: usize, dev: &Device) -> Result<Vec<Tensor>> {
+        let ids = clip_ids(&self.config.text_encoder, prompts, dev)?;
+        Ok(vec![ids])
+    }
+
+    fn text_len(&self) -> usize {
+        self.config.text_len()
+    }
+
+    /// Every text encoder's last hidden state, concatenated on the feature axis (SDXL): the
+    /// UNet's context (b, s, context_dim).
+    fn encode_text(&self, ids: &[Tensor]) -> Result<Vec<Tensor>> {
         let outs = self
             .text
             .iter()
-            .map(|t| t.forward(ids))
+            .map(|t| t.forward(&ids[0]))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(if outs.len() == 1 {
+        Ok(vec![if outs.len() == 1 {
             outs.into_iter().next().expect("one")
         } else {
             Tensor::cat(&outs, D::Minus1)?
-        })
+        }])
     }
 
-    pub fn unet(&self, latents: &Tensor, t: f64, context: &Tensor) -> Result<Tensor> {
-        let u = self.unet.as_ref().context("unet not loaded")?;
-        Ok(u.forward(latents, t, context)?)
+    fn spatial_factor(&self) -> usize {
+        self.config.vae.scale()
     }
 
-    pub fn vae_decode(&self, latents: &Tensor) -> Result<Tensor> {
+    fn vae_scale(&self) -> usize {
+        self.config.vae.scale()
+    }
+
+    fn image_channels(&self) -> usize {
+        self.config.vae.out_channels
+    }
+
+    fn has_cfg(&self) -> bool {
+        self.config.has_cfg()
+    }
+
+    fn latent_shape(&self, r: Resolution, batch: usize, _frames: usize) -> Vec<usize> {
+        let s = self.vae_scale();
+        vec![
+            batch,
+            self.config.unet.in_channels,
+            r.height / s,
+            r.width / s,
+        ]
+    }
+
+    /// A DDIM-like update at evenly spaced timesteps (the memory of a step is the UNet's);
+    /// CFG runs the unconditional and conditional halves as one doubled batch, guidance 7.5.
+    fn denoise_step(
+        &self,
+        lat: &Tensor,
+        step: usize,
+        steps: usize,
+        cond: &[Tensor],
+        cfg: bool,
+    ) -> Result<Tensor> {
+        let t = 999.0 * (1.0 - step as f64 / steps as f64);
+        let b = lat.dim(0)?;
+        let input = if cfg {
+            Tensor::cat(&[lat, lat], 0)?
+        } else {
+            lat.clone()
+        };
+        let noise = self.unet(&input, t, &cond[0])?;
+        drop(input);
+        let noise = if cfg {
+            let u = noise.narrow(0, 0, b)?;
+            let c = noise.narrow(0, b, b)?;
+            (&u + ((c - &u)? * 7.5)?)?
+        } else {
+            noise
+        };
+        Ok((lat - (noise * 0.1)?)?)
+    }
+
+    fn vae_latents(&self, latents: &Tensor) -> Result<Tensor> {
+        Ok((latents / self.config.vae.scaling_factor)?.to_dtype(self.vae_dtype)?)
+    }
+
+    fn vae_decode(&self, z: &Tensor) -> Result<Tensor> {
         let v = self.vae.as_ref().context("vae not loaded")?;
-        Ok(v.decode(latents)?)
+        Ok(v.decode(z)?)
     }
+}
+
+/// Token ids of `n` prompts of a CLIP text encoder's full length (BOS, then ids in range).
+pub fn clip_ids(c: &ClipConfig, n: usize, dev: &Device) -> Result<Tensor> {
+    let (s, v) = (c.max_position_embeddings, c.vocab_size as u32);
+    let ids: Vec<u32> = (0..n * s).map(|i| (i as u32 * 7 + 1) % v).collect();
+    Ok(Tensor::from_vec(ids, (n, s), dev)?)
 }

@@ -17,7 +17,14 @@ use std::path::{Path, PathBuf};
 /// The safetensors files of an HF directory: the shards named by `model.safetensors.index.json`,
 /// or `model.safetensors`.
 pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let index = dir.join("model.safetensors.index.json");
+    safetensors_files_named(dir, "model")
+}
+
+/// The safetensors files named `base` in `dir` (diffusers' components use
+/// `diffusion_pytorch_model`): the shards `BASE.safetensors.index.json` names, or
+/// `BASE.safetensors`.
+pub fn safetensors_files_named(dir: &Path, base: &str) -> Result<Vec<PathBuf>> {
+    let index = dir.join(format!("{base}.safetensors.index.json"));
     if index.exists() {
         let text = std::fs::read_to_string(&index)
             .map_err(|e| bad_file(&index, format!("cannot read: {e}")))?;
@@ -59,13 +66,13 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
         }
         return Ok(files);
     }
-    let single = dir.join("model.safetensors");
+    let single = dir.join(format!("{base}.safetensors"));
     if single.exists() {
         Ok(vec![single])
     } else {
         Err(bad_file(
             dir,
-            "no model.safetensors or model.safetensors.index.json in this directory",
+            format!("no {base}.safetensors or {base}.safetensors.index.json in this directory"),
         ))
     }
 }

@@ -300,7 +300,7 @@ impl Spec {
 type Invalid = (Option<(usize, &'static str)>, String);
 
 /// The 1-based line of `key = ...` in the `table`-th `[sweep]`/`[[sweep]]` table of `text`.
-fn key_line(text: &str, table: usize, key: &str) -> Option<usize> {
+pub fn key_line(text: &str, table: usize, key: &str) -> Option<usize> {
     let (mut cur, mut count) = (None, 0usize);
     for (n, line) in text.lines().enumerate() {
         let t = line.split('#').next().unwrap_or("").trim();

@@ -9,36 +9,17 @@
 //! preallocated output).
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::sd::{Sd, SdConfig};
+use crate::model::pipeline::{self, Pipeline};
+pub use crate::model::pipeline::{decode_2d as decode, tile_starts, write_synthetic, GenShape};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::{short_hash, Spec};
 use crate::vocab::{
-    Attention, Backend, Component, GenModel, Mode, Optimizer, Precision, Resolution, VaeDecode,
+    Attention, Backend, Component, GenModel, Mode, Optimizer, Precision, VaeDecode,
 };
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-
-/// The shape of one generation point.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenShape {
-    pub batch: usize,
-    pub resolution: Resolution,
-    pub cfg: bool,
-    pub steps: usize,
-    pub vae_decode: VaeDecode,
-    /// Tile side and overlap in output pixels (`tiled`).
-    pub tile: usize,
-    pub overlap: usize,
-}
-
-impl GenShape {
-    /// Images the denoiser and the text encoders see: doubled by CFG.
-    pub fn denoise_batch(&self) -> usize {
-        self.batch * if self.cfg { 2 } else { 1 }
-    }
-}
 
 /// What a generation point measured.
 #[derive(Clone, Debug, Default)]
@@ -50,168 +31,55 @@ pub struct Measured {
     pub output_bytes: u64,
 }
 
-/// candle's sliced attention size for the UNet: `sliced` slices the heads by half a block's
-/// head count (candle's automatic setting, `Some(0)`); `eager` attends all heads at once.
-pub fn sliced_size(a: Attention) -> Result<Option<usize>> {
-    match a {
-        Attention::Eager => Ok(None),
-        Attention::Sliced => Ok(Some(0)),
-        other => anyhow::bail!(
-            "attention `{other}` is not available for generation yet (eager or sliced)"
-        ),
-    }
-}
-
-/// Loads every component of `dir` into `sd`, each as its own measured `load` phase.
+/// Loads every component of `dir` into `p`, each as its own measured `load` phase.
 pub fn load(
-    sd: &mut Sd,
+    p: &mut dyn Pipeline,
     dir: &Path,
     attention: Attention,
     dev: &Device,
     meter: &mut dyn Meter,
 ) -> Result<Vec<(Component, PhaseMemory, f64)>> {
-    let sliced = sliced_size(attention)?;
     let mut rows = Vec::new();
-    for c in sd.config.components() {
-        let ((), mem, ms) = super::phase(meter, Phase::Load, || sd.load(dir, c, sliced, dev))?;
+    for c in p.components() {
+        let ((), mem, ms) = super::phase(meter, Phase::Load, || p.load(dir, c, attention, dev))?;
         rows.push((c, mem, ms));
     }
     Ok(rows)
 }
 
-/// Token ids of `n` prompts of the text encoder's full length (BOS, then ids in range).
-fn prompt_ids(sd: &Sd, n: usize, dev: &Device) -> Result<Tensor> {
-    let (s, v) = (
-        sd.config.text_len(),
-        sd.config.text_encoder.vocab_size as u32,
-    );
-    let ids: Vec<u32> = (0..n * s).map(|i| (i as u32 * 7 + 1) % v).collect();
-    Ok(Tensor::from_vec(ids, (n, s), dev)?)
-}
-
 /// Runs the measured phases of one point on a loaded pipeline.
-pub fn run(sd: &Sd, g: &GenShape, dev: &Device, meter: &mut dyn Meter) -> Result<Measured> {
+pub fn run(
+    p: &dyn Pipeline,
+    g: &GenShape,
+    dev: &Device,
+    meter: &mut dyn Meter,
+) -> Result<Measured> {
     let mut out = Measured::default();
-    let nb = g.denoise_batch();
-    let ids = prompt_ids(sd, nb, dev)?;
-    let (context, mem, ms) = super::phase(meter, Phase::TextEncode, || sd.encode_text(&ids))?;
+    let ids = p.prompt_ids(g.denoise_batch(), dev)?;
+    let (cond, mem, ms) = super::phase(meter, Phase::TextEncode, || p.encode_text(&ids))?;
     drop(ids);
     out.text_encode = (mem, ms);
 
-    let scale = sd.config.vae.scale();
-    let (h, w) = (g.resolution.height / scale, g.resolution.width / scale);
-    let lat_ch = sd.config.unet.in_channels;
+    let shape = p.latent_shape(g.resolution, g.batch, 1);
     let latents =
-        RefCell::new(Tensor::randn(0f32, 1f32, (g.batch, lat_ch, h, w), dev)?.to_dtype(sd.dtype)?);
+        RefCell::new(Tensor::randn(0f32, 1f32, shape, dev)?.to_dtype(p.dtype(p.denoiser()))?);
     for i in 0..g.steps {
-        // A DDIM-like update at evenly spaced timesteps: the memory of a step is the UNet's.
-        let t = 999.0 * (1.0 - i as f64 / g.steps as f64);
         let ((), mem, ms) = super::phase(meter, Phase::Denoise, || {
             let lat = latents.borrow().clone();
-            let input = if g.cfg {
-                Tensor::cat(&[&lat, &lat], 0)?
-            } else {
-                lat.clone()
-            };
-            let noise = sd.unet(&input, t, &context)?;
-            drop(input);
-            let noise = if g.cfg {
-                let u = noise.narrow(0, 0, g.batch)?;
-                let c = noise.narrow(0, g.batch, g.batch)?;
-                (&u + ((c - &u)? * 7.5)?)?
-            } else {
-                noise
-            };
-            *latents.borrow_mut() = (lat - (noise * 0.1)?)?;
+            *latents.borrow_mut() = p.denoise_step(&lat, i, g.steps, &cond, g.cfg)?;
             Ok(())
         })?;
         out.denoise.push((mem, ms));
     }
-    drop(context);
+    drop(cond);
     let latents = latents.into_inner();
     let (image, mem, ms) = super::phase(meter, Phase::VaeDecode, || {
-        let z = (&latents / sd.config.vae.scaling_factor)?.to_dtype(sd.vae_dtype)?;
-        decode(sd, &z, g)
+        let z = p.vae_latents(&latents)?;
+        p.decode(&z, g)
     })?;
     out.output_bytes = (image.elem_count() * image.dtype().size_in_bytes()) as u64;
     out.vae_decode = (mem, ms);
     Ok(out)
-}
-
-/// Decodes latents `z` (b, c, h, w) as `g.vae_decode` says; returns (b, 3, H, W).
-pub fn decode(sd: &Sd, z: &Tensor, g: &GenShape) -> Result<Tensor> {
-    let (b, _, h, w) = z.dims4()?;
-    let s = sd.config.vae.scale();
-    let ch = sd.config.vae.out_channels;
-    match g.vae_decode {
-        VaeDecode::Full => sd.vae_decode(z),
-        VaeDecode::Sliced => {
-            let out = Tensor::zeros((b, ch, h * s, w * s), z.dtype(), z.device())?;
-            for i in 0..b {
-                let img = sd.vae_decode(&z.narrow(0, i, 1)?)?;
-                out.slice_set(&img, 0, i)?;
-            }
-            Ok(out)
-        }
-        VaeDecode::Tiled => {
-            let (tile, overlap) = (g.tile / s, g.overlap / s);
-            let out = Tensor::zeros((b, ch, h * s, w * s), z.dtype(), z.device())?;
-            let ys = tile_starts(h, tile, tile - overlap);
-            let xs = tile_starts(w, tile, tile - overlap);
-            let (th, tw) = (tile.min(h), tile.min(w));
-            for (iy, &y) in ys.iter().enumerate() {
-                let strip = Tensor::zeros((b, ch, th * s, w * s), z.dtype(), z.device())?;
-                for (ix, &x) in xs.iter().enumerate() {
-                    let part = z.narrow(2, y, th)?.narrow(3, x, tw)?.contiguous()?;
-                    let mut img = sd.vae_decode(&part)?;
-                    drop(part);
-                    if ix > 0 {
-                        let ov = (xs[ix - 1] + tw - x) * s;
-                        let old = strip.narrow(3, x * s, ov)?;
-                        let new = img.narrow(3, 0, ov)?;
-                        let blended = blend(&old, &new, 3)?;
-                        img = Tensor::cat(&[&blended, &img.narrow(3, ov, tw * s - ov)?], 3)?;
-                    }
-                    strip.slice_set(&img, 3, x * s)?;
-                }
-                if iy > 0 {
-                    let ov = (ys[iy - 1] + th - y) * s;
-                    let old = out.narrow(2, y * s, ov)?;
-                    let new = strip.narrow(2, 0, ov)?;
-                    let blended = blend(&old, &new, 2)?.contiguous()?;
-                    strip.slice_set(&blended, 2, 0)?;
-                }
-                out.slice_set(&strip, 2, y * s)?;
-            }
-            Ok(out)
-        }
-    }
-}
-
-/// Starts of tiles of `tile` along `len` every `stride`, the last one flush with the end.
-pub fn tile_starts(len: usize, tile: usize, stride: usize) -> Vec<usize> {
-    if len <= tile {
-        return vec![0];
-    }
-    let mut v = Vec::new();
-    let mut x = 0;
-    while x + tile < len {
-        v.push(x);
-        x += stride;
-    }
-    v.push(len - tile);
-    v
-}
-
-/// `old·(1−r) + new·r` with r ramping from 0 to 1 along `dim` (the overlap of two tiles).
-fn blend(old: &Tensor, new: &Tensor, dim: usize) -> Result<Tensor> {
-    let n = old.dim(dim)?;
-    let ramp: Vec<f32> = (0..n).map(|i| (i as f32 + 0.5) / n as f32).collect();
-    let mut shape = vec![1usize; old.rank()];
-    shape[dim] = n;
-    let r = Tensor::from_vec(ramp, shape, old.device())?.to_dtype(old.dtype())?;
-    let keep = (1.0 - &r)?;
-    Ok((old.broadcast_mul(&keep)? + new.broadcast_mul(&r)?)?)
 }
 
 /// Where a generation model comes from: `synthetic:sd15|sd21|sdxl` (the published configs,
@@ -255,13 +123,21 @@ impl GenSource {
         }
     }
 
-    /// The config and the diffusers directory to load; synthetic weights are written (once,
-    /// in `dtype`, under `$VRAMLAB_MODELS/synthetic-gen/`) first.
-    pub fn prepare(&self, dtype: DType, vae_dtype: DType) -> Result<(SdConfig, PathBuf)> {
+    /// The pipeline (unloaded), components in `dtype`, the VAE in `vae_dtype` (None: the
+    /// real pipeline's choice).
+    pub fn pipeline(&self, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
         match self {
-            GenSource::Diffusers(dir) => Ok((SdConfig::from_dir(dir)?, dir.clone())),
+            GenSource::Synthetic(m) => Ok(pipeline::preset(*m, dtype, vae_dtype)),
+            GenSource::Diffusers(dir) => pipeline::from_dir(dir, dtype, vae_dtype),
+        }
+    }
+
+    /// The diffusers directory to load `p` from; synthetic weights are written (once, under
+    /// `$VRAMLAB_MODELS/synthetic-gen/`, in `p`'s dtypes) first.
+    pub fn prepare(&self, p: &dyn Pipeline) -> Result<PathBuf> {
+        match self {
+            GenSource::Diffusers(dir) => Ok(dir.clone()),
             GenSource::Synthetic(m) => {
-                let cfg = SdConfig::preset(*m);
                 let root = PathBuf::from(
                     crate::model::source::expand_env("${VRAMLAB_MODELS}")
                         .map_err(crate::error::InputError::arg)?,
@@ -269,37 +145,14 @@ impl GenSource {
                 let dir = root.join("synthetic-gen").join(format!(
                     "{}-{}-vae-{}",
                     m.as_str(),
-                    dtype.as_str(),
-                    vae_dtype.as_str()
+                    p.dtype(p.denoiser()).as_str(),
+                    p.dtype(Component::Vae).as_str()
                 ));
-                write_synthetic(&cfg, &dir, dtype, vae_dtype)?;
-                Ok((cfg, dir))
+                write_synthetic(p, &dir)?;
+                Ok(dir)
             }
         }
     }
-}
-
-/// Writes `cfg`'s diffusers directory with synthetic weights (components already written are
-/// kept: each file appears under its name only when complete).
-pub fn write_synthetic(cfg: &SdConfig, dir: &Path, dtype: DType, vae_dtype: DType) -> Result<()> {
-    cfg.write_configs(dir)?;
-    for c in cfg.components() {
-        let file = SdConfig::weights_file(dir, c);
-        if !file.exists() {
-            let dt = if c == Component::Vae {
-                vae_dtype
-            } else {
-                dtype
-            };
-            crate::model::synth::write_tensors(
-                cfg.shapes(c),
-                dt,
-                crate::model::synth::SEED,
-                &file,
-            )?;
-        }
-    }
-    Ok(())
 }
 
 fn now() -> String {
@@ -318,17 +171,20 @@ pub struct GenPoint {
     pub attention: Attention,
     pub shape: GenShape,
     pub repeat: usize,
+    /// The index of the `[sweep]` table the point comes from (for error lines).
+    pub table: usize,
 }
 
 /// The generation points of a scenario, in table order (model, precision, attention,
 /// resolution, batch, cfg, decode, VAE precision).
 pub fn expand(spec: &Spec) -> Vec<GenPoint> {
     let mut v = Vec::new();
-    for s in spec
+    for (table, s) in spec
         .sweep
         .0
         .iter()
-        .filter(|s| s.mode.contains(&Mode::Generate))
+        .enumerate()
+        .filter(|(_, s)| s.mode.contains(&Mode::Generate))
     {
         let sources = s.source.as_ref().unwrap_or(&spec.model.source).to_vec();
         let vae_p: Vec<Option<Precision>> = if s.vae_precision.is_empty() {
@@ -379,6 +235,7 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
                                                     overlap: s.overlap,
                                                 },
                                                 repeat,
+                                                table,
                                             });
                                         }
                                     }
@@ -393,23 +250,21 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
     v
 }
 
-/// Checks every point's model before measuring: one line naming the key and exit 2.
-fn check(path: &Path, points: &[GenPoint]) -> Result<()> {
+/// Checks every point against its model before measuring (the resolution's factor, CFG): one
+/// line naming the file, the line and the key, exit 2.
+fn check(path: &Path, text: &str, points: &[GenPoint]) -> Result<()> {
     for p in points {
         let src = GenSource::parse(&p.source)
             .map_err(|e| bad_file(path, format!("[model] source: {e}")))?;
-        let cfg = match &src {
-            GenSource::Synthetic(m) => SdConfig::preset(*m),
-            GenSource::Diffusers(d) => SdConfig::from_dir(d)?,
-        };
-        if p.shape.cfg && !cfg.has_cfg() {
-            return Err(bad_file(
-                path,
-                format!(
-                    "[sweep] cfg = true: {} runs without classifier-free guidance",
-                    p.model_id
-                ),
-            ));
+        let pipe = src.pipeline(p.precision.dtype(), p.vae_precision.map(|v| v.dtype()))?;
+        if let Err(e) = pipe.check(&p.shape) {
+            let msg = format!("[sweep] {}", e.problem);
+            return Err(
+                match crate::scenario::spec::key_line(text, p.table, e.input.key()) {
+                    Some(line) => bad_file(path, format!("line {line}: {msg}")),
+                    None => bad_file(path, msg),
+                },
+            );
         }
     }
     Ok(())
@@ -429,7 +284,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
         }
         return Ok(());
     }
-    check(scenario, &points)?;
+    check(scenario, text, &points)?;
     if spec.device != "cpu" {
         crate::device::probe(&spec.device)?;
     }
@@ -483,22 +338,11 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
     for (i, p) in points.iter().enumerate() {
         eprintln!("[{}/{}] {}", i + 1, points.len(), p.id);
         let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
-        let dtype = p.precision.dtype();
-        let preset = match &src {
-            GenSource::Synthetic(m) => SdConfig::preset(*m),
-            GenSource::Diffusers(d) => SdConfig::from_dir(d)?,
-        };
-        let vae_dtype = p
-            .vae_precision
-            .map(|p| p.dtype())
-            .unwrap_or_else(|| preset.default_vae_dtype(dtype));
-        let (cfg, dir) = src.prepare(dtype, vae_dtype)?;
+        // A fresh (unloaded) pipeline per point: its weights go when the point ends.
+        let mut pipe = src.pipeline(p.precision.dtype(), p.vae_precision.map(|v| v.dtype()))?;
+        let dir = src.prepare(pipe.as_ref())?;
         if !manifest.weights.iter().any(|w| w.source == p.source) {
-            let files: Vec<PathBuf> = cfg
-                .components()
-                .into_iter()
-                .map(|c| SdConfig::weights_file(&dir, c))
-                .collect();
+            let files = pipeline::all_weights_files(pipe.as_ref(), &dir)?;
             let (sha256, bytes) = crate::export::manifest::hash_files(&files)?;
             manifest.weights.push(crate::export::manifest::WeightInfo {
                 model_id: p.model_id.clone(),
@@ -521,25 +365,25 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
             device_name: device_name.clone(),
             candle_version: env!("VRAMLAB_CANDLE").into(),
             model_id: p.model_id.clone(),
-            architecture: "stable-diffusion".into(),
-            param_count: cfg.components().iter().map(|&c| cfg.params(c)).sum(),
+            architecture: pipe.architecture().into(),
+            param_count: pipe.components().iter().map(|&c| pipe.params(c)).sum(),
             weight_source: src.kind().into(),
             mode: Mode::Generate,
             precision: p.precision,
             batch: p.shape.batch as u64,
-            context: cfg.text_len() as u64,
+            context: pipe.text_len() as u64,
             optimizer: Optimizer::None,
             attention: p.attention,
             resolution: Some(p.shape.resolution),
             cfg: Some(p.shape.cfg),
             vae_decode: Some(p.shape.vae_decode),
-            vae_precision: Some(Precision::of_dense(vae_dtype)),
+            vae_precision: Some(Precision::of_dense(pipe.dtype(Component::Vae))),
             scenario_hash: scenario_hash.clone(),
             meter: meter.kind(),
             ..Default::default()
         };
         meter.trim()?;
-        let rows = measure_point(&cfg, &dir, p, dtype, vae_dtype, &dev, meter.as_mut(), &base);
+        let rows = measure_point(pipe.as_mut(), &dir, p, &dev, meter.as_mut(), &base);
         let rows = match rows {
             Ok(rows) => rows,
             Err(e) => {
@@ -568,32 +412,18 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
 }
 
 /// Loads the pipeline and runs one point: its rows (loads, text encode, steps, decode, total).
-#[allow(clippy::too_many_arguments)]
 fn measure_point(
-    cfg: &SdConfig,
+    pipe: &mut dyn Pipeline,
     dir: &Path,
     p: &GenPoint,
-    dtype: DType,
-    vae_dtype: DType,
     dev: &Device,
     meter: &mut dyn Meter,
     base: &Record,
 ) -> Result<Vec<Record>> {
-    let mut sd = Sd::new(cfg.clone(), dtype, vae_dtype);
-    let loads = load(&mut sd, dir, p.attention, dev, meter)?;
-    let m = run(&sd, &p.shape, dev, meter)?;
-    let el_size = |c: Component| {
-        if c == Component::Vae {
-            vae_dtype.size_in_bytes()
-        } else {
-            dtype.size_in_bytes()
-        }
-    };
-    let weights: u64 = cfg
-        .components()
-        .iter()
-        .map(|&c| cfg.params(c) * el_size(c) as u64)
-        .sum();
+    let loads = load(pipe, dir, p.attention, dev, meter)?;
+    let m = run(pipe, &p.shape, dev, meter)?;
+    let bytes = |c: Component| pipe.params(c) * pipe.dtype(c).size_in_bytes() as u64;
+    let weights: u64 = pipe.components().into_iter().map(bytes).sum();
     let row = |phase: Phase, mem: &PhaseMemory, ms: f64| {
         let mut r = Record {
             phase: Some(phase),
@@ -609,7 +439,7 @@ fn measure_point(
     for (c, mem, ms) in &loads {
         let mut r = row(Phase::Load, mem, *ms);
         r.component = Some(*c);
-        r.feature_weight_bytes = Some(cfg.params(*c) * el_size(*c) as u64);
+        r.feature_weight_bytes = Some(bytes(*c));
         rows.push(r);
     }
     rows.push(row(Phase::TextEncode, &m.text_encode.0, m.text_encode.1));

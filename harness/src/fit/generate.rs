@@ -347,8 +347,11 @@ pub fn solve(
     (out, why)
 }
 
+/// A fitted activation model and the terms held at their prior (term → why).
+pub type Fitted = (Families, BTreeMap<String, String>);
+
 /// Every term present in one family.
-pub fn fit_linear(samples: &[GenSample]) -> (Families, BTreeMap<String, String>) {
+pub fn fit_linear(samples: &[GenSample]) -> Fitted {
     let all: Vec<usize> = (0..GEN_TERMS.len()).collect();
     solve(samples, &[&all], &vec![0; samples.len()])
 }
@@ -363,11 +366,11 @@ fn sse(fam: &[GenTerms], samples: &[GenSample]) -> f64 {
 /// The largest of the phase's [`max_families`], fitted by alternating NNLS for a fixed
 /// assignment of points to families with re-assigning each point to its largest family
 /// (several starts split by the denoiser's activation term; the lowest squared error wins).
-pub fn fit_max(samples: &[GenSample]) -> Option<(Families, BTreeMap<String, String>)> {
+pub fn fit_max(samples: &[GenSample]) -> Option<Fitted> {
     let fams = max_families(samples.first()?.key.phase)?;
     let mut order: Vec<usize> = (0..samples.len()).collect();
     order.sort_by(|&i, &j| samples[i].x[1].total_cmp(&samples[j].x[1]));
-    let mut best: Option<(f64, (Families, BTreeMap<String, String>))> = None;
+    let mut best: Option<(f64, Fitted)> = None;
     let phase = samples[0].key.phase;
     // A physics max starts with every point in the first family: the second takes only
     // points where it is larger at its prior (no free fit of a family nothing shows).
@@ -402,7 +405,7 @@ pub fn fit_max(samples: &[GenSample]) -> Option<(Families, BTreeMap<String, Stri
     best.map(|b| b.1)
 }
 
-type Fitter = fn(&[GenSample]) -> (Families, BTreeMap<String, String>);
+type Fitter = fn(&[GenSample]) -> Fitted;
 
 fn heldout_row(s: &GenSample, fam: &[GenTerms]) -> Heldout {
     Heldout {
@@ -431,7 +434,7 @@ pub fn leave_one_out(samples: &[GenSample], fitter: Fitter) -> Vec<Heldout> {
         .collect()
 }
 
-fn fit_max_or_linear(samples: &[GenSample]) -> (Families, BTreeMap<String, String>) {
+fn fit_max_or_linear(samples: &[GenSample]) -> Fitted {
     fit_max(samples).unwrap_or_else(|| fit_linear(samples))
 }
 

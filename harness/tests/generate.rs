@@ -4,62 +4,14 @@
 //!
 //! The counter is process-global: this binary has no libtest harness (`harness = false`),
 //! `main` runs each check in turn on the main thread.
+mod common;
+
 use candle_core::{DType, Device};
+use common::tiny_sd as tiny;
 use vramlab::meter::{cpu::CpuMeter, PhaseMemory};
-use vramlab::model::sd::{
-    params_analytic, ClipAct, ClipArch, ClipConfig, DownBlock, PerBlock, Sd, SdConfig, UNetConfig,
-    UpBlock, VaeConfig,
-};
+use vramlab::model::sd::{params_analytic, Sd, SdConfig};
 use vramlab::vocab::{Attention, Component, GenModel, Resolution, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
-
-/// A two-block UNet, a four-block VAE (the SD factor of 8) and a two-layer CLIP.
-fn tiny() -> SdConfig {
-    SdConfig {
-        name: "tiny".into(),
-        unet: UNetConfig {
-            in_channels: 4,
-            out_channels: 4,
-            block_out_channels: vec![32, 64],
-            layers_per_block: 1,
-            down_block_types: vec![DownBlock::CrossAttnDownBlock2D, DownBlock::DownBlock2D],
-            up_block_types: vec![UpBlock::UpBlock2D, UpBlock::CrossAttnUpBlock2D],
-            cross_attention_dim: 32,
-            attention_head_dim: PerBlock::One(2),
-            transformer_layers_per_block: PerBlock::One(1),
-            use_linear_projection: false,
-            norm_num_groups: 32,
-            norm_eps: 1e-5,
-            addition_embed_type: None,
-            projection_class_embeddings_input_dim: None,
-            sample_size: 8,
-        },
-        vae: VaeConfig {
-            in_channels: 3,
-            out_channels: 3,
-            latent_channels: 4,
-            block_out_channels: vec![32, 32, 32, 32],
-            layers_per_block: 1,
-            norm_num_groups: 32,
-            force_upcast: true,
-            scaling_factor: 0.18215,
-            sample_size: 64,
-        },
-        text_encoder: ClipConfig {
-            architectures: vec![ClipArch::CLIPTextModel],
-            vocab_size: 100,
-            hidden_size: 32,
-            intermediate_size: 64,
-            num_hidden_layers: 2,
-            num_attention_heads: 4,
-            max_position_embeddings: 77,
-            hidden_act: ClipAct::QuickGelu,
-            layer_norm_eps: 1e-5,
-            projection_dim: 32,
-        },
-        text_encoder_2: None,
-    }
-}
 
 fn shape(w: usize, h: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenShape {
     GenShape {
@@ -347,7 +299,7 @@ fn estimate_weights() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let cfg = SdConfig::preset(m);
         let bytes = |name: &str| {
-            v["breakdown"]
+            v["exact"]
                 .as_array()
                 .unwrap()
                 .iter()

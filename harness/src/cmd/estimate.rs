@@ -106,6 +106,16 @@ pub struct Args {
     /// Generation models: classifier-free guidance (doubles the denoiser's batch).
     #[arg(long)]
     pub cfg: bool,
+    /// Generation models: how the VAE decodes: the whole batch at once, one image at a time,
+    /// or overlapping tiles of `--tile` pixels.
+    #[arg(long, value_enum, default_value = "full")]
+    pub vae_decode: crate::vocab::VaeDecode,
+    /// Generation models, `--vae-decode tiled`: tile side in output pixels.
+    #[arg(long, default_value_t = 256)]
+    pub tile: usize,
+    /// Generation models, `--vae-decode tiled`: overlap of neighbouring tiles in pixels.
+    #[arg(long, default_value_t = 64)]
+    pub overlap: usize,
 }
 
 #[derive(Serialize)]
@@ -606,15 +616,17 @@ fn print_text(
     }
 }
 
-/// A generation model's estimate: the weights of each component, exact from its published
-/// config, in the pipeline's dtype (the VAE in f32 where the real pipeline upcasts it), and the
-/// exact latents and decoded-image tensors. Activations per phase are not estimated yet (no
-/// fitted constants; `results/cpu/cpu-sd15.csv` holds the measured phases).
+/// A generation model's estimate (DESIGN.md §12): the exact weights per component and
+/// tensors, each phase's peak from fitted (or analytic) activation terms, the peak phase, and
+/// the largest batch and square resolution each GPU class holds.
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
-    use crate::vocab::Component;
-    let r = a.resolution;
-    if a.batch == 0 {
-        return Err(InputError::arg("--batch must be at least 1").into());
+    use crate::estimate::generate::{self as gen, GenArch, GenQuery};
+    let cfg = crate::model::sd::SdConfig::preset(m);
+    let arch = GenArch::sd(&cfg);
+    if !(0.0..1.0).contains(&a.headroom) {
+        return Err(
+            InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
+        );
     }
     let precision = a.precision.unwrap_or(Precision::F16);
     if precision.is_mixed() || precision.is_quantized() {
@@ -624,69 +636,185 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         .into());
     }
     let dtype = precision.dtype();
-    let pipe = crate::model::pipeline::preset(m, dtype, None);
-    let shape = crate::model::pipeline::GenShape {
-        batch: a.batch as usize,
-        resolution: r,
+    let q = GenQuery {
+        batch: a.batch,
+        resolution: a.resolution,
         cfg: a.cfg,
-        steps: 2,
-        vae_decode: Default::default(),
-        tile: 0,
-        overlap: 0,
+        vae_decode: a.vae_decode,
+        tile: a.tile,
+        overlap: a.overlap,
+        dtype,
+        // Both runtimes decode where the real pipeline does (f32 under SDXL's force_upcast).
+        vae_dtype: cfg.default_vae_dtype(dtype),
+        runtime: a.runtime,
+        backend: a.backend,
     };
-    if let Err(e) = pipe.check(&shape) {
-        return Err(InputError::arg(format!("{}: {}", e.input.flag(), e.problem)).into());
+    gen::check(&arch, &q)?;
+    let mut notes = Vec::new();
+    let constants = match &a.constants {
+        None => None,
+        Some(p) => {
+            let c = Constants::load(p)?;
+            if c.generation.is_empty() {
+                notes.push(format!(
+                    "{} has no generation groups; analytic priors used",
+                    p.display()
+                ));
+            } else if !c
+                .generation
+                .iter()
+                .any(|g| g.key.architecture == arch.architecture)
+            {
+                return Err(crate::error::bad_file(
+                    p,
+                    format!(
+                        "constants fitted for other generation architectures cannot estimate {} (refit on its CSVs, or drop --constants)",
+                        arch.architecture
+                    ),
+                ));
+            }
+            if let Some(w) = c.check_query(p, a.runtime, a.backend, a.allow_transfer)? {
+                eprintln!("warning: {w}");
+                notes.push(format!("warning: {w}"));
+            }
+            Some((p, c))
+        }
+    };
+    let groups = constants.as_ref().map(|(_, c)| c.generation.as_slice());
+    let e = gen::estimate(&arch, &q, groups);
+    let used = match &constants {
+        Some((p, c)) if !c.generation.is_empty() => {
+            let sha: Vec<String> = c
+                .generation
+                .iter()
+                .flat_map(|g| g.origin.csv_sha256.iter())
+                .map(|(f, h)| format!("{f} sha256 {}", &h[..12.min(h.len())]))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            format!(
+                "{} ({} on {}, {}; fitted on {})",
+                p.display(),
+                c.runtime.as_str(),
+                c.backend,
+                c.device,
+                sha.join(", ")
+            )
+        }
+        _ => format!(
+            "analytic priors (no fitted generation constants): {} profile{}",
+            a.runtime.as_str(),
+            match a.runtime {
+                Runtime::Candle => ", attention scores materialized in f32 (UNet and VAE)",
+                Runtime::Torch => ", SDPA attention (no materialized scores)",
+            }
+        ),
+    };
+    for p in &e.phases {
+        if p.source == "analytic" && groups.is_some_and(|g| !g.is_empty()) {
+            notes.push(format!("{}: no fitted group; analytic priors used", p.name));
+        }
+        if let Some(g) = groups.and_then(|g| {
+            crate::fit::generate::find(
+                g,
+                &crate::fit::generate::GenGroupKey::of_query(&arch, &q, p.name),
+            )
+        }) {
+            for (t, why) in &g.held {
+                notes.push(format!("{}: term {t} {why}", g.key.label()));
+            }
+        }
     }
-    let vae_dtype = pipe.dtype(Component::Vae);
-    let mut rows: Vec<(String, u64, u64)> = pipe
-        .components()
-        .into_iter()
-        .map(|c| {
-            let p = pipe.params(c);
-            (c.to_string(), p, p * pipe.dtype(c).size_in_bytes() as u64)
-        })
-        .collect();
-    let b = a.batch;
-    let lat = pipe
-        .latent_shape(r, b as usize, 1)
-        .iter()
-        .product::<usize>() as u64;
-    rows.push(("latents".into(), lat, lat * dtype.size_in_bytes() as u64));
-    let img = b * (pipe.image_channels() * r.pixels()) as u64;
-    rows.push((
-        "decoded images".into(),
-        img,
-        img * vae_dtype.size_in_bytes() as u64,
-    ));
-    let total: u64 = rows.iter().map(|r| r.2).sum();
+    let gpus = gen::gpu_fits(&arch, &q, groups, a.headroom);
     if a.json {
+        let rows = |v: &[(String, u64)]| {
+            v.iter()
+                .map(|(n, b)| serde_json::json!({"name": n, "bytes": b}))
+                .collect::<Vec<_>>()
+        };
         let v = serde_json::json!({
-            "model": {"name": m.as_str(), "architecture": pipe.architecture(),
-                      "params": pipe.components().iter().map(|&c| pipe.params(c)).sum::<u64>()},
-            "resolution": r.to_string(), "batch": b, "cfg": a.cfg,
-            "denoiser_batch": b * if a.cfg { 2 } else { 1 },
-            "precision": precision, "vae_precision": crate::vocab::Precision::of_dense(vae_dtype),
-            "breakdown": rows.iter().map(|(n, _, bytes)| serde_json::json!({"name": n, "bytes": bytes})).collect::<Vec<_>>(),
-            "total_bytes": total,
+            "model": {"name": m.as_str(), "architecture": arch.architecture, "params": arch.params()},
+            "query": q,
+            "denoiser_batch": q.denoise_batch(),
+            "headroom": a.headroom,
+            "constants": used,
+            "exact": rows(&e.exact),
+            "breakdown": rows(&e.breakdown),
+            "phases": e.phases,
+            "peak_phase": e.peak_phase,
+            "total_bytes": e.total_bytes,
+            "gpus": gpus,
+            "notes": notes,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let r = q.resolution;
     println!(
-        "{} {r}, batch {b}{} (denoiser batch {}), {precision}, VAE {}",
+        "{} ({}, {} params) {r}, batch {}{} (denoiser batch {}), {precision}, VAE {}, decode {}{}; {} on {}",
         m.as_str(),
-        if a.cfg { ", cfg" } else { "" },
-        b * if a.cfg { 2 } else { 1 },
-        crate::vocab::Precision::of_dense(vae_dtype),
+        arch.architecture,
+        arch.params(),
+        q.batch,
+        if q.cfg { ", cfg" } else { "" },
+        q.denoise_batch(),
+        Precision::of_dense(q.vae_dtype),
+        q.vae_decode,
+        if q.vae_decode == crate::vocab::VaeDecode::Tiled {
+            format!(" (tile {}, overlap {})", q.tile, q.overlap)
+        } else {
+            String::new()
+        },
+        a.runtime.as_str(),
+        a.backend
+    );
+    println!("constants: {used}");
+    println!("{:<26} {:>16} {:>10}", "exact tensor", "bytes", "GiB");
+    for (n, b) in e.exact.iter().chain(&e.device) {
+        println!("{n:<26} {b:>16} {:>10}", gib(*b));
+    }
+    println!(
+        "{:<12} {:>16} {:>10} {:>16}  coefficients from",
+        "phase", "peak bytes", "GiB", "activations"
+    );
+    for p in &e.phases {
+        println!(
+            "{:<12} {:>16} {:>10} {:>16}  {}",
+            p.name.to_string(),
+            p.peak_bytes,
+            gib(p.peak_bytes),
+            p.activation_bytes,
+            p.source
+        );
+    }
+    println!(
+        "peak phase: {}; total {}",
+        e.peak_phase,
+        gb_gib(e.total_bytes)
     );
     println!(
-        "{:<16} {:>15} {:>16} {:>10}",
-        "tensor", "elements", "bytes", "GiB"
+        "{:>5}  {:<30} {:>5} {:>14} {:>22}",
+        "GB",
+        "GPUs",
+        "fits",
+        format!("max batch@{r}"),
+        format!("max square@b{}", q.batch)
     );
-    for (n, e, bytes) in &rows {
-        println!("{n:<16} {e:>15} {bytes:>16} {:>10}", gib(*bytes));
+    for g in &gpus {
+        println!(
+            "{:>5}  {:<30} {:>5} {:>14} {:>22}",
+            g.gb,
+            g.examples,
+            if g.fits { "yes" } else { "no" },
+            g.largest_batch,
+            g.largest_square
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "none".into())
+        );
     }
-    println!("{:<16} {:>15} {total:>16} {:>10}", "total", "", gib(total));
-    println!("activations per phase: not estimated yet (measured in results/cpu/cpu-sd15.csv)");
+    println!("(with {:.0}% of each GPU kept free)", 100.0 * a.headroom);
+    for n in &notes {
+        println!("note: {n}");
+    }
     Ok(())
 }

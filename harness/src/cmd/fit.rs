@@ -2,7 +2,8 @@
 //! report held-out error (DESIGN.md §9).
 use crate::error::{bad_file, InputError};
 use crate::export::csv::read;
-use crate::fit::{fit_all, ErrStats, TERMS};
+use crate::fit::generate::{self, GenGroupFit, Origin};
+use crate::fit::{fit_all, Constants, ErrStats, TERMS};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -21,6 +22,10 @@ pub struct Args {
     /// Folds of the k-fold (by point) held-out check.
     #[arg(long, default_value_t = 5)]
     pub folds: usize,
+    /// Generation points whose id contains this text are left out of the fit and predicted by
+    /// it afterwards (the held-out table). Repeatable.
+    #[arg(long, value_name = "TEXT")]
+    pub holdout: Vec<String>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -28,8 +33,15 @@ pub fn run(a: Args) -> Result<()> {
         return Err(InputError::arg("--folds must be at least 2").into());
     }
     let mut records = Vec::new();
+    let mut tiles = std::collections::BTreeMap::new();
+    let mut sha = std::collections::BTreeMap::new();
     for p in &a.csv {
-        records.extend(read(p)?);
+        let rs = read(p)?;
+        if rs.iter().any(|r| r.mode == crate::vocab::Mode::Generate) {
+            tiles.extend(generate::tiles_of(p)?);
+            sha.insert(p.display().to_string(), generate::sha256_file(p)?);
+        }
+        records.extend(rs);
     }
     // One constants file describes one runtime on one backend (`estimate` matches on both).
     for r in &records {
@@ -48,14 +60,20 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let sources = a.csv.iter().map(|p| p.display().to_string()).collect();
-    let report = fit_all(&records, sources, a.conservative, a.folds);
-    if report.constants.group.is_empty() {
+    let mut report = fit_all(&records, sources, a.conservative, a.folds);
+    report.constants.generation = fit_generation(&a, &records, &tiles, sha, &report.constants)?;
+    if report.constants.group.is_empty() && report.constants.generation.is_empty() {
         return Err(bad_file(
             &a.csv[0],
             "no fittable rows (status ok with peaks and features)",
         ));
     }
-    for target in ["peak_allocated", "peak_reserved"] {
+    let targets: &[&str] = if report.constants.group.is_empty() {
+        &[]
+    } else {
+        &["peak_allocated", "peak_reserved"]
+    };
+    for target in targets {
         println!("== target {target}");
         println!(
             "{:<44} {:>5} {:>6} {:>9} {}",
@@ -69,7 +87,7 @@ pub fn run(a: Args) -> Result<()> {
             .constants
             .group
             .iter()
-            .filter(|g| g.target.as_str() == target)
+            .filter(|g| g.target.as_str() == *target)
         {
             let coef = TERMS.map(|t| {
                 let c = g.model.get(t);
@@ -92,7 +110,7 @@ pub fn run(a: Args) -> Result<()> {
                 println!("{:<44}   + max candidate {i}: {}", "", terms.join(", "));
             }
         }
-        let (k, l) = &report.heldout[target];
+        let (k, l) = &report.heldout[*target];
         let line = |s: Option<ErrStats>| {
             s.map(|s| s.line())
                 .unwrap_or_else(|| "n/a (too few points)".into())
@@ -106,7 +124,7 @@ pub fn run(a: Args) -> Result<()> {
             "held-out leave-one-context-out:     {}",
             line(ErrStats::of(l))
         );
-        if let Some(env) = ErrStats::of(&report.envelope[target]) {
+        if let Some(env) = ErrStats::of(&report.envelope[*target]) {
             // How `estimate --mode train` predicts a step: the largest of its phase fits.
             println!(
                 "held-out training steps as the envelope of their phases (k-fold): {}",
@@ -114,9 +132,11 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
     }
-    println!(
-        "(weight, kv, optimizer and grad are exact bytes with coefficient 1, never fitted; * = held at its analytic prior)"
-    );
+    if !targets.is_empty() {
+        println!(
+            "(weight, kv, optimizer and grad are exact bytes with coefficient 1, never fitted; * = held at its analytic prior)"
+        );
+    }
     let c = &report.constants;
     println!(
         "constants from {} on {} ({}), models {}",
@@ -131,9 +151,136 @@ pub fn run(a: Args) -> Result<()> {
     }
     std::fs::write(&a.out, text).map_err(|e| bad_file(&a.out, format!("cannot write: {e}")))?;
     println!(
-        "wrote {} ({} groups)",
+        "wrote {} ({} groups, {} generation groups)",
         a.out.display(),
-        report.constants.group.len()
+        report.constants.group.len(),
+        report.constants.generation.len()
     );
     Ok(())
+}
+
+/// The generation groups: fitted on the points not held out, printed with their
+/// leave-one-point-out error, then the held-out points' phase and point peaks predicted.
+fn fit_generation(
+    a: &Args,
+    records: &[crate::record::Record],
+    tiles: &std::collections::BTreeMap<String, (usize, usize)>,
+    csv_sha256: std::collections::BTreeMap<String, String>,
+    c: &Constants,
+) -> Result<Vec<GenGroupFit>> {
+    let samples = generate::samples(records, tiles);
+    if samples.is_empty() {
+        return Ok(Vec::new());
+    }
+    let out = |s: &generate::GenSample| a.holdout.iter().any(|h| s.point.contains(h.as_str()));
+    let (held, fitted): (Vec<_>, Vec<_>) = samples.into_iter().partition(out);
+    if fitted.is_empty() {
+        return Err(InputError::arg("--holdout leaves no generation point to fit").into());
+    }
+    let origin = Origin {
+        runtime: c.runtime,
+        backend: c.backend,
+        device: c.device.clone(),
+        csv_sha256,
+    };
+    let groups = generate::fit_groups(&fitted, &origin);
+    println!("== generation (peak over the point's start, less the exact tensors, on tensor-count terms)");
+    println!(
+        "{:<44} {:>6} {:>9}  coefficients (* = held at the analytic prior)",
+        "group (arch/backend/precision/phase[/decode])", "points", "R²"
+    );
+    for g in &groups {
+        let coef: Vec<String> = g
+            .families
+            .iter()
+            .enumerate()
+            .map(|(f, fam)| {
+                let terms: Vec<String> = fam
+                    .iter()
+                    .map(|(t, v)| {
+                        let tag = if g.families.len() > 1 {
+                            format!("{t} (family {f})")
+                        } else {
+                            t.clone()
+                        };
+                        let mark = if g.held.contains_key(&tag) { "*" } else { "" };
+                        format!("{t} {v:.4}{mark}")
+                    })
+                    .collect();
+                terms.join(", ")
+            })
+            .collect();
+        println!(
+            "{:<44} {:>6} {:>9.6}  {}",
+            g.key.label(),
+            g.points,
+            g.r2,
+            if coef.len() > 1 {
+                format!("max({})", coef.join(" | "))
+            } else {
+                coef.join("")
+            }
+        );
+        for (t, why) in &g.held {
+            println!("{:<44}   * {t}: {why}", "");
+        }
+        if let Some(l) = &g.loo {
+            println!("{:<44}   leave-one-point-out: {}", "", l.line());
+        }
+    }
+    if !held.is_empty() {
+        let phases = generate::predict_heldout(&groups, &held);
+        let totals = generate::point_totals(&groups, &held);
+        println!(
+            "== held-out generation points ({} not in the fit)",
+            totals.len()
+        );
+        println!(
+            "{:<58} {:>14} {:>14} {:>8}",
+            "point phase", "measured", "predicted", "error"
+        );
+        for h in phases.iter().chain(&totals) {
+            println!(
+                "{:<58} {:>14} {:>14.0} {:>+7.2}%",
+                h.row,
+                h.measured,
+                h.predicted,
+                100.0 * h.rel()
+            );
+        }
+        // The same points on their activations alone (peak less the exact tensors): the
+        // fitted part, without the weights that dominate an f32 SD 1.5 peak.
+        let acts: Vec<crate::fit::Heldout> = held
+            .iter()
+            .filter_map(|s| {
+                let g = generate::find(&groups, &s.key)
+                    .or_else(|| generate::find_transfer(&groups, &s.key))?;
+                Some(crate::fit::Heldout {
+                    group: s.key.label(),
+                    row: format!("{} {} activations", s.point, s.key.phase),
+                    measured: s.y - s.exact,
+                    predicted: generate::activation(&g.coefficients(), &s.x),
+                })
+            })
+            .filter(|h| h.measured.abs() > 1.0)
+            .collect();
+        for h in &acts {
+            println!(
+                "{:<58} {:>14} {:>14.0} {:>+7.2}%",
+                h.row,
+                h.measured,
+                h.predicted,
+                100.0 * h.rel()
+            );
+        }
+        let line = |h: &[crate::fit::Heldout]| {
+            ErrStats::of(h)
+                .map(|s| s.line())
+                .unwrap_or_else(|| "n/a".into())
+        };
+        println!("held-out phase peaks: {}", line(&phases));
+        println!("held-out point peaks: {}", line(&totals));
+        println!("held-out activations alone: {}", line(&acts));
+    }
+    Ok(groups)
 }

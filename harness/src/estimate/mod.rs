@@ -6,6 +6,7 @@
 //! weights take the gradients, DESIGN.md §8), divided over `gpus` by the sharding stage.
 //! Activations per GPU follow Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16 bits,
 //! without the 5·a·s/h score term under flash attention.
+pub mod generate;
 pub mod model;
 
 use crate::features::{self as feat, Features, InferShape, TrainShape};
@@ -1348,6 +1349,7 @@ mod tests {
             terms: fit::TERMS.iter().map(|t| t.to_string()).collect(),
             sources: vec![],
             group,
+            generation: vec![],
         }
     }
 

@@ -15,6 +15,7 @@
 //! Terms whose coefficient depends on the model (act, attn, and a constant such as the f32
 //! copy of a bf16 matrix on CPU) transfer to other models of the architecture only roughly;
 //! weights and KV are exact bytes and carry over.
+pub mod generate;
 pub mod nnls;
 
 use crate::features::Features;
@@ -435,7 +436,7 @@ const RESIDENT: [usize; 5] = [0, 1, 2, 6, 7];
 const FAMILIES: [&[usize]; 2] = [&[3, 5], &[0, 4]];
 
 /// Numerical rank of the columns `cols` of `a`, each scaled to unit norm.
-fn rank(a: &DMatrix<f64>, cols: &[usize]) -> usize {
+pub(crate) fn rank(a: &DMatrix<f64>, cols: &[usize]) -> usize {
     let m = DMatrix::from_fn(a.nrows(), cols.len(), |i, k| {
         let c = a.column(cols[k]);
         a[(i, cols[k])] / c.norm().max(f64::MIN_POSITIVE)
@@ -820,6 +821,9 @@ pub struct Constants {
     pub terms: Vec<String>,
     pub sources: Vec<String>,
     pub group: Vec<GroupFit>,
+    /// Generation groups (mode = "generate", [`generate`]); absent in files written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generation: Vec<generate::GenGroupFit>,
 }
 
 /// Everything `fit` computes from a set of records.
@@ -986,6 +990,7 @@ pub fn fit_all(
             terms: TERMS.iter().map(|s| s.to_string()).collect(),
             sources,
             group,
+            generation: Vec::new(),
         },
         heldout,
         envelope,

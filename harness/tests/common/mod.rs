@@ -127,3 +127,55 @@ pub fn check_growing_kv(
         );
     }
 }
+
+use vramlab::model::sd::{
+    ClipAct, ClipArch, ClipConfig, DownBlock, PerBlock, SdConfig, UNetConfig, UpBlock, VaeConfig,
+};
+
+/// A two-block UNet, a four-block VAE (the SD factor of 8) and a two-layer CLIP.
+pub fn tiny_sd() -> SdConfig {
+    SdConfig {
+        name: "tiny".into(),
+        unet: UNetConfig {
+            in_channels: 4,
+            out_channels: 4,
+            block_out_channels: vec![32, 64],
+            layers_per_block: 1,
+            down_block_types: vec![DownBlock::CrossAttnDownBlock2D, DownBlock::DownBlock2D],
+            up_block_types: vec![UpBlock::UpBlock2D, UpBlock::CrossAttnUpBlock2D],
+            cross_attention_dim: 32,
+            attention_head_dim: PerBlock::One(2),
+            transformer_layers_per_block: PerBlock::One(1),
+            use_linear_projection: false,
+            norm_num_groups: 32,
+            norm_eps: 1e-5,
+            addition_embed_type: None,
+            projection_class_embeddings_input_dim: None,
+            sample_size: 8,
+        },
+        vae: VaeConfig {
+            in_channels: 3,
+            out_channels: 3,
+            latent_channels: 4,
+            block_out_channels: vec![32, 32, 32, 32],
+            layers_per_block: 1,
+            norm_num_groups: 32,
+            force_upcast: true,
+            scaling_factor: 0.18215,
+            sample_size: 64,
+        },
+        text_encoder: ClipConfig {
+            architectures: vec![ClipArch::CLIPTextModel],
+            vocab_size: 100,
+            hidden_size: 32,
+            intermediate_size: 64,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            max_position_embeddings: 77,
+            hidden_act: ClipAct::QuickGelu,
+            layer_norm_eps: 1e-5,
+            projection_dim: 32,
+        },
+        text_encoder_2: None,
+    }
+}

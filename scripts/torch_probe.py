@@ -285,6 +285,14 @@ def short_hash(b: bytes) -> str:
 
 
 def git_rev() -> str:
+    import subprocess
+    try:  # a worktree's .git is a file: ask git first
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()[:12]
+    except (OSError, subprocess.SubprocessError):
+        pass
     head = ROOT / ".git" / "HEAD"
     try:
         ref = head.read_text().strip()

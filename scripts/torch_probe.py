@@ -35,6 +35,12 @@ Meters:
   Each point first runs once unmeasured at its own shapes (oneDNN keeps per-shape state the
   first time a shape runs); --no-onednn turns oneDNN off.
 
+Generation (`mode = "generate"`, issue 17): diffusers' UNet2DConditionModel / AutoencoderKL /
+FluxTransformer2DModel and transformers' CLIP / T5 encoders from the same diffusers directory
+vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
+by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see the
+"generation" section below).
+
 Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line, exit 2.
 --dry-run imports neither torch nor transformers.
 """

@@ -589,21 +589,21 @@ fn tiny_flux(dir: &Path) {
 fn an_unrunnable_generation_scenario_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     tiny_flux(&dir.path().join("flux"));
-    let gen = |source: &str, extra: &str| {
+    let scenario = |source: &str, extra: &str| {
         format!(
             "name = \"g\"\ndevice = \"cpu\"\n[model]\nsource = \"{source}\"\n[sweep]\n\
              mode = [\"generate\"]\nprecision = [\"f32\"]\nresolution = [\"64x64\"]\nbatch = [1]\n{extra}"
         )
     };
     let flux = format!("diffusers:{}", dir.path().join("flux").display());
-    let out = probe_without_torch(&gen(&flux, "cfg = [true]\n"));
+    let out = probe_without_torch(&scenario(&flux, "cfg = [true]\n"));
     one_line_exit_2(
         &out,
         "cfg = true: flux (FLUX) runs without classifier-free guidance",
     );
-    let out = probe_without_torch(&gen(&flux, "cfg = [false]\nattention = [\"flash\"]\n"));
+    let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nattention = [\"flash\"]\n"));
     one_line_exit_2(&out, "cannot run `attention = \"flash\"` for generation");
     let empty = format!("diffusers:{}", dir.path().display());
-    let out = probe_without_torch(&gen(&empty, ""));
+    let out = probe_without_torch(&scenario(&empty, ""));
     one_line_exit_2(&out, "neither unet/config.json nor transformer/config.json");
 }

@@ -35,6 +35,12 @@ Meters:
   Each point first runs once unmeasured at its own shapes (oneDNN keeps per-shape state the
   first time a shape runs); --no-onednn turns oneDNN off.
 
+Generation (`mode = "generate"`, issue 17): diffusers' UNet2DConditionModel / AutoencoderKL /
+FluxTransformer2DModel and transformers' CLIP / T5 encoders from the same diffusers directory
+vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
+by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see the
+"generation" section below).
+
 Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line, exit 2.
 --dry-run imports neither torch nor transformers.
 """
@@ -160,6 +166,8 @@ def expand(spec: dict) -> list[dict]:
 
 
 def expand_one(spec: dict, s: dict) -> list[dict]:
+    if "generate" in s.get("mode", []):
+        return expand_generate(spec, s)
     decode_steps = s.get("decode_steps", 16)
     decode_every = s.get("decode_every", 8)
     repeats = s.get("repeats", 1)
@@ -221,6 +229,57 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
     return points
 
 
+def gen_model_id(source: str) -> str:
+    """The model id of a generation source (workload/generate.rs expand): what follows the
+    last `:` or `/`."""
+    return re.split(r"[:/]", source)[-1]
+
+
+def parse_resolution(r: str) -> tuple[int, int]:
+    m = re.fullmatch(r"([0-9]+)x([0-9]+)", str(r))
+    if not m:
+        raise InputError(f"resolution `{r}` must be WIDTHxHEIGHT in pixels, e.g. 512x512")
+    return int(m.group(1)), int(m.group(2))
+
+
+def expand_generate(spec: dict, s: dict) -> list[dict]:
+    """workload/generate.rs expand: model, precision, attention, resolution, batch, cfg,
+    decode, VAE precision, repeat; the same ids."""
+    points = []
+    tile, overlap = s.get("tile", 256), s.get("overlap", 64)
+    repeats = s.get("repeats", 1)
+    vae_p = s.get("vae_precision") or [None]
+    for source in as_list(s.get("source", spec["model"]["source"])):
+        mid = gen_model_id(source)
+        for precision in s["precision"]:
+            for attention in s.get("attention", ["eager"]):
+                for res in s.get("resolution", []):
+                    w, h = parse_resolution(res)
+                    for batch in s["batch"]:
+                        for cfg in s.get("cfg", [True]):
+                            for dec in s.get("vae_decode", ["full"]):
+                                for vp in vae_p:
+                                    for repeat in range(repeats):
+                                        pid = (f"{mid}/generate/{precision}/{w}x{h}/b{batch}/"
+                                               f"{'cfg' if cfg else 'nocfg'}/{dec}")
+                                        if dec == "tiled":
+                                            pid += f"-t{tile}o{overlap}"
+                                        if vp is not None:
+                                            pid += f"/vae-{vp}"
+                                        if attention != "eager":
+                                            pid += f"/{attention}"
+                                        if repeats > 1:
+                                            pid += f"/r{repeat}"
+                                        points.append(dict(
+                                            id=pid, source=source, model_id=mid, mode="generate",
+                                            precision=precision, vae_precision=vp,
+                                            gen_attention=attention, width=w, height=h,
+                                            batch=batch, cfg=cfg, vae_decode=dec, tile=tile,
+                                            overlap=overlap, steps=s.get("denoise_steps", 2),
+                                            repeat=repeat))
+    return points
+
+
 # ------------------------------------------------------------------------ measurement --
 
 def now_rfc3339() -> str:
@@ -232,6 +291,14 @@ def short_hash(b: bytes) -> str:
 
 
 def git_rev() -> str:
+    import subprocess
+    try:  # a worktree's .git is a file: ask git first
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()[:12]
+    except (OSError, subprocess.SubprocessError):
+        pass
     head = ROOT / ".git" / "HEAD"
     try:
         ref = head.read_text().strip()
@@ -455,9 +522,10 @@ def features(shape: dict, p: dict, phase: str, kv_tokens: int, params: int, trai
 QUANTIZED = {"native", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4k", "q5k", "q6k", "q8k"}
 SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
               "prompt_len", "decode_every", "repeats", "optimizer", "checkpointing", "grad_accum",
-              "trainable", "train_steps", "lr", "kernels", "attention"}
+              "trainable", "train_steps", "lr", "kernels", "attention",
+              "resolution", "cfg", "vae_decode", "tile", "overlap", "vae_precision", "denoise_steps"}
 # Our fused kernels and flash attention are candle ops; the probe's attention is --attention.
-RUNNABLE = {"mode": {"infer", "train"}, "precision": set(PRECISION_BYTES),
+RUNNABLE = {"mode": {"infer", "train", "generate"}, "precision": set(PRECISION_BYTES),
             "kernels": {"reference"}, "attention": {"eager"},
             "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
 
@@ -465,6 +533,9 @@ RUNNABLE = {"mode": {"infer", "train"}, "precision": set(PRECISION_BYTES),
 def check_runnable(path: Path, spec: dict):
     """What the probe cannot run is refused before anything is measured (exit 2)."""
     for s in as_list(spec["sweep"]):
+        if "generate" in s.get("mode", []):
+            check_generate(path, spec, s)
+            continue
         for k, v in s.items():
             if k not in SWEEP_KEYS:
                 raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(v)}`")
@@ -480,6 +551,25 @@ def check_runnable(path: Path, spec: dict):
         for tr in s.get("trainable", []):
             if tr not in ("full", "frozen-embeddings") and not re.fullmatch(r"lora-r[1-9][0-9]*", tr):
                 raise InputError(f"{path}: the torch probe cannot run `trainable = \"{tr}\"`")
+
+
+def check_generate(path: Path, spec: dict, s: dict):
+    """A generation table: its keys, attention (eager or sliced; the probe's --attention
+    says eager or sdpa), and each point's diffusers directory (no torch)."""
+    for k, v in s.items():
+        if k not in SWEEP_KEYS or k in ("kv_cache", "optimizer", "checkpointing", "grad_accum",
+                                        "trainable", "kernels"):
+            raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(v)}` with mode \"generate\"")
+    bad = [a for a in s.get("attention", []) if a not in ("eager", "sliced")]
+    if bad:
+        raise InputError(f"{path}: the torch probe cannot run `attention = \"{bad[0]}\"` for generation")
+    if s.get("mode") != ["generate"]:
+        raise InputError(f"{path}: [sweep] mode \"generate\" runs alone in its [sweep] table")
+    for p in expand_generate(spec, s):
+        try:
+            gen_layout(p)
+        except InputError as e:
+            raise InputError(f"{path}: {e}") from None
 
 
 def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device):
@@ -557,6 +647,10 @@ def run(args) -> int:
     dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
               "mixed-bf16": torch.float32, "mixed-f16": torch.float32}
     runtime = f"torch-{torch.__version__}+transformers-{transformers.__version__}"
+    generating = any(p["mode"] == "generate" for p in points)
+    if generating:
+        import diffusers
+        runtime += f"+diffusers-{diffusers.__version__}"
     started_at = now_rfc3339()
     run_id = f"{re.sub('[:-]', '', started_at)}-torch-{os.getpid():x}"
     shash = short_hash(text.encode())
@@ -570,6 +664,7 @@ def run(args) -> int:
         pool=pool, runtime=runtime, attention=args.attention, torch_optim=args.torch_optim,
         versions=dict(vramlab="torch_probe", git_rev=git_rev(), python=platform.python_version(),
                       torch=torch.__version__, transformers=transformers.__version__,
+                      diffusers=diffusers.__version__ if generating else None,
                       cuda_driver=drv, cuda_runtime=cuda_v),
         gpu=gpu, host=dict(hostname=socket.gethostname(), os=platform.release(), cpus=os.cpu_count(),
                            torch_threads=torch.get_num_threads()),
@@ -585,22 +680,27 @@ def run(args) -> int:
     print(f"torch_probe {spec['name']}: {len(points)} points -> {out} ({runtime}, {meter.kind}, "
           f"attention {args.attention}, optimizer {args.torch_optim})", file=sys.stderr)
 
+    common = dict(
+        schema_version=SCHEMA_VERSION, run_id=run_id, vramlab_version="torch_probe",
+        git_rev=git_rev(), backend="cpu" if cpu else "cuda", device_name=dev_name,
+        driver_version=drv, cuda_version=cuda_v, candle_version="",
+        kernels="reference", attention=args.attention, pool_release="", scenario_hash=shash,
+        meter=meter.kind,
+    )
     i = 0
     while i < len(points):
+        if points[i]["mode"] == "generate":
+            n = gen_group_len(points, i)
+            run_generate_group(torch, points[i:i + n], common, writer, meter, device, args, counts)
+            i += n
+            continue
         src, prec = points[i]["source"], points[i]["precision"]
         n = 0
         while i + n < len(points) and points[i + n]["source"] == src and points[i + n]["precision"] == prec:
             n += 1
         group, i = points[i:i + n], i + n
         kind, path = parse_source(src)
-        base = dict(
-            schema_version=SCHEMA_VERSION, run_id=run_id, vramlab_version="torch_probe",
-            git_rev=git_rev(), backend="cpu" if cpu else "cuda", device_name=dev_name,
-            driver_version=drv, cuda_version=cuda_v, candle_version="",
-            weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind],
-            kernels="reference", attention=args.attention, pool_release="", scenario_hash=shash,
-            meter=meter.kind,
-        )
+        base = dict(common, weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind])
         dtype = dtypes[prec]
         model = None
         try:
@@ -907,6 +1007,370 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
             model.gradient_checkpointing_disable()
         model.eval()
     return rows
+
+
+# -------------------------------------------------------------- generation (issue 17) --
+#
+# A pipeline read from a diffusers directory (`synthetic:MODEL` = the directory vramlab writes
+# under $VRAMLAB_MODELS/synthetic-gen/, `diffusers:DIR` = a real one), measured phase by phase
+# as harness/src/workload/generate.rs measures candle: a `load` row per component, `text_encode`,
+# a `denoise` row per step (CFG doubles the denoiser's batch), `vae_decode` (full, diffusers'
+# enable_slicing() or enable_tiling() with the scenario's tile and overlap), `total` with
+# peak_phase. Families: Stable Diffusion (unet/: UNet2DConditionModel, vae/: AutoencoderKL,
+# text_encoder/[_2]: CLIPTextModel[WithProjection]) and FLUX (transformer/:
+# FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when present).
+
+GEN_DTYPE_NAMES = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+# FLUX.1-dev's pipeline encodes prompts to 512 T5 tokens (max_sequence_length).
+FLUX_TEXT_LEN = 512
+GUIDANCE_SCALE = 7.5  # as generate.rs
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read config: {e}") from e
+
+
+def gen_layout(p: dict) -> dict:
+    """The diffusers directory of a generation point and what is in it (no torch): family
+    (`sd` or `flux`), components in load order, the VAE dtype name."""
+    src = p["source"]
+    kind, _, rest = src.partition(":")
+    prec = p["precision"]
+    if prec not in GEN_DTYPE_NAMES:
+        raise InputError(f"[sweep] precision `{prec}`: generation runs f32, f16 or bf16")
+    if kind == "diffusers":
+        root = Path(expand_env(rest))
+    elif kind == "synthetic":
+        models = Path(expand_env("${VRAMLAB_MODELS}"))
+        te2 = rest == "sdxl"
+        vae = p["vae_precision"] or ("f32" if te2 else prec)
+        root = models / "synthetic-gen" / f"{rest}-{prec}-vae-{vae}"
+        if not root.is_dir():
+            raise InputError(f"{root}: no such directory (`vramlab sweep` writes the synthetic "
+                             f"weights of `{src}` there; run it first)")
+    else:
+        raise InputError(f"generation source `{src}` must be `synthetic:MODEL` or `diffusers:DIR`")
+    if (root / "transformer" / "config.json").is_file():
+        family, denoiser = "flux", "transformer"
+    elif (root / "unet" / "config.json").is_file():
+        family, denoiser = "sd", "unet"
+    else:
+        raise InputError(f"{root}: neither unet/config.json nor transformer/config.json")
+    comps = [c for c in ("text_encoder", "text_encoder_2") if (root / c / "config.json").is_file()]
+    comps.append(denoiser)
+    has_vae = (root / "vae" / "config.json").is_file()
+    if has_vae:
+        comps.append("vae")
+    elif family == "sd":
+        raise InputError(f"{root}: no vae/config.json")
+    if family == "sd" and "text_encoder" not in comps:
+        raise InputError(f"{root}: no text_encoder/config.json")
+    if family == "flux" and p["cfg"]:
+        raise InputError(f"[sweep] cfg = true: {p['model_id']} (FLUX) runs without classifier-free "
+                         "guidance (its guidance is an embedding)")
+    vae = p["vae_precision"]
+    if vae is None:
+        # diffusers' SDXL pipeline decodes in f32 when the VAE config sets force_upcast; SD
+        # 1.5/2.1 and FLUX decode in the pipeline's dtype (sd.rs default_vae_dtype).
+        upcast = has_vae and read_json(root / "vae" / "config.json").get("force_upcast", True)
+        vae = "f32" if family == "sd" and "text_encoder_2" in comps and upcast else prec
+    return dict(root=root, family=family, components=comps, vae_precision=vae,
+                weight_source="safetensors" if kind == "diffusers" else "synthetic")
+
+
+def weights_file(cdir: Path):
+    for f in ("diffusion_pytorch_model.safetensors", "model.safetensors"):
+        if (cdir / f).is_file():
+            return cdir / f
+    return None
+
+
+def build_component(torch, name: str, cdir: Path, dtype, text_attn: str):
+    """One component from its directory: the real class's from_pretrained when the weights are
+    there, from_config (random values, the real shapes) when only config.json is. Weights
+    loaded from a file are copied into the heap: torch's CPU from_pretrained leaves safetensors
+    tensors mmapped (file pages, outside the counted heap), where a GPU would hold a copy."""
+    import diffusers
+    import transformers
+    cfg = read_json(cdir / "config.json")
+    wf = weights_file(cdir)
+    if name.startswith("text_encoder"):
+        arch = (cfg.get("architectures") or [""])[0]
+        if cfg.get("model_type") == "t5" or arch.startswith("T5"):
+            cls, ccls = transformers.T5EncoderModel, transformers.T5Config
+        elif arch == "CLIPTextModelWithProjection":
+            cls, ccls = transformers.CLIPTextModelWithProjection, transformers.CLIPTextConfig
+        else:
+            cls, ccls = transformers.CLIPTextModel, transformers.CLIPTextConfig
+        if wf is not None:
+            model = cls.from_pretrained(str(cdir), dtype=dtype, attn_implementation=text_attn)
+        else:
+            model = cls._from_config(ccls.from_dict(cfg), attn_implementation=text_attn, dtype=dtype)
+    else:
+        cls = {"unet": diffusers.UNet2DConditionModel, "vae": diffusers.AutoencoderKL,
+               "transformer": diffusers.FluxTransformer2DModel}[name]
+        over = {}
+        if name == "vae":
+            # vramlab writes the keys that shape memory; diffusers' defaults for the block types
+            # are a one-block VAE, so they are spelled out (every SD/FLUX VAE block is these).
+            n = len(cfg.get("block_out_channels", []))
+            for k, v in (("down_block_types", "DownEncoderBlock2D"), ("up_block_types", "UpDecoderBlock2D")):
+                if k not in cfg:
+                    over[k] = [v] * n
+        if wf is not None:
+            model = cls.from_pretrained(str(cdir), torch_dtype=dtype, **over)
+        else:
+            model = cls.from_config(dict(cfg, **over)).to(dtype)
+    if wf is not None:
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                t.data = t.data.clone()
+    model.eval()
+    wrong = {str(q.dtype) for q in model.parameters() if q.dtype != dtype}
+    if wrong:
+        raise RuntimeError(f"{cdir}: parameters built as {sorted(wrong)}, not {dtype}")
+    return model
+
+
+def set_gen_attention(pipe: dict, axis: str, flag: str):
+    """The denoiser's and the VAE's attention: `sliced` (the point's axis) = diffusers'
+    set_attention_slice("auto") on the UNet (half the heads at a time, as candle's Some(0));
+    otherwise the probe's --attention: `sdpa` = diffusers' default processor
+    (AttnProcessor2_0, scaled_dot_product_attention), `eager` = AttnProcessor (the scores
+    materialized). FLUX: `eager` = the `_native_math` attention backend."""
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+    unet, vae, tr = pipe.get("unet"), pipe.get("vae"), pipe.get("transformer")
+    proc = AttnProcessor if flag == "eager" else AttnProcessor2_0
+    for m in (unet, vae):
+        if m is not None:
+            m.set_attn_processor(proc())
+    if unet is not None and axis == "sliced":
+        unet.set_attention_slice("auto")
+    if tr is not None:
+        if axis == "sliced":
+            raise RuntimeError("FLUX has no sliced attention in diffusers")
+        tr.set_attention_backend("_native_math" if flag == "eager" else "native")
+
+
+def gen_group_len(points: list, i: int) -> int:
+    key = lambda p: (p["source"], p["precision"], p["vae_precision"])  # noqa: E731
+    n = 0
+    while i + n < len(points) and points[i + n]["mode"] == "generate" and key(points[i + n]) == key(points[i]):
+        n += 1
+    return n
+
+
+def flux_ids(torch, h: int, w: int, device):
+    """FluxPipeline's _prepare_latent_image_ids: (h·w, 3) with the row and column of each
+    packed latent."""
+    ids = torch.zeros(h, w, 3, device=device)
+    ids[..., 1] += torch.arange(h, device=device)[:, None]
+    ids[..., 2] += torch.arange(w, device=device)[None, :]
+    return ids.reshape(h * w, 3)
+
+
+def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, meter, state: dict):
+    """One generation point on a loaded pipeline: rows text_encode, denoise per step,
+    vae_decode (their memory and milliseconds), and `output_bytes`."""
+    rows = []
+    b, nb = p["batch"], p["batch"] * (2 if p["cfg"] else 1)
+    flux = lay["family"] == "flux"
+    vae = pipe.get("vae")
+    scale = 2 ** (len(vae.config.block_out_channels) - 1) if vae is not None else 8
+    h, w = p["height"] // scale, p["width"] // scale
+
+    def phase(name, fn, **extra):
+        state["phase"] = name
+        started = meter.start()
+        out = fn()
+        mem, ms = meter.finish(started)
+        rows.append(dict(phase=name, elapsed_ms=ms, **extra, **mem))
+        return out
+
+    with torch.no_grad():
+        encoders = [pipe[c] for c in ("text_encoder", "text_encoder_2") if c in pipe]
+        lens = [e.config.max_position_embeddings if "CLIP" in type(e).__name__ else FLUX_TEXT_LEN
+                for e in encoders]
+        ids = [torch.tensor([(i * 7 + 1) % e.config.vocab_size for i in range(nb * s)],
+                            device=device).view(nb, s) for e, s in zip(encoders, lens)]
+
+        def encode():
+            if not flux:
+                outs = [e(t).last_hidden_state for e, t in zip(encoders, ids)]
+                return (outs[0] if len(outs) == 1 else torch.cat(outs, -1)), None
+            tc = pipe["transformer"].config
+            pooled = ctx = None
+            for e, t in zip(encoders, ids):
+                if "CLIP" in type(e).__name__:
+                    pooled = e(t).pooler_output
+                else:
+                    ctx = e(t).last_hidden_state
+            # Without a text encoder in the directory, its output has the shape the
+            # transformer reads.
+            if pooled is None:
+                pooled = torch.randn(nb, tc.pooled_projection_dim, device=device, dtype=dtype)
+            if ctx is None:
+                ctx = torch.randn(nb, FLUX_TEXT_LEN, tc.joint_attention_dim, device=device, dtype=dtype)
+            return ctx.to(dtype), pooled.to(dtype)
+
+        context, pooled = phase("text_encode", encode)
+        del ids
+        g = torch.Generator(device="cpu").manual_seed(42)
+        if flux:
+            tr = pipe["transformer"]
+            lat_ch = tr.config.in_channels // 4
+            latents = torch.randn(b, (h // 2) * (w // 2), lat_ch * 4, generator=g).to(device, dtype)
+            img_ids = flux_ids(torch, h // 2, w // 2, device).to(dtype)
+            txt_ids = torch.zeros(context.shape[1], 3, device=device, dtype=dtype)
+            guidance = (torch.full((nb,), 3.5, device=device, dtype=dtype)
+                        if tr.config.guidance_embeds else None)
+        else:
+            unet = pipe["unet"]
+            latents = torch.randn(b, unet.config.in_channels, h, w, generator=g).to(device, dtype)
+        for i in range(p["steps"]):
+            # A DDIM-like update at evenly spaced timesteps: a step's memory is the denoiser's.
+            t = 999.0 * (1.0 - i / p["steps"])
+
+            def step():
+                nonlocal latents
+                lat = latents
+                inp = torch.cat([lat, lat]) if p["cfg"] else lat
+                if flux:
+                    ts = torch.full((nb,), t / 1000.0, device=device, dtype=dtype)
+                    noise = tr(hidden_states=inp, encoder_hidden_states=context, pooled_projections=pooled,
+                               timestep=ts, img_ids=img_ids, txt_ids=txt_ids, guidance=guidance).sample
+                    del ts
+                else:
+                    noise = unet(inp, torch.tensor(t, device=device), encoder_hidden_states=context).sample
+                del inp
+                if p["cfg"]:
+                    u, c = noise[:b], noise[b:]
+                    noise = u + (c - u) * GUIDANCE_SCALE
+                    del u, c
+                latents = lat - noise * 0.1
+                del lat, noise
+
+            phase("denoise", step, step=i + 1)
+        del context, pooled
+        if vae is None:
+            return rows, None
+
+        def decode():
+            lat = latents
+            if flux:
+                # FluxPipeline._unpack_latents, then the VAE's scaling and shift.
+                lat = lat.view(b, h // 2, w // 2, -1, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, -1, h, w)
+            z = (lat / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)).to(vae_dtype)
+            del lat
+            vae.disable_slicing()
+            vae.disable_tiling()
+            if p["vae_decode"] == "sliced":
+                vae.enable_slicing()
+            elif p["vae_decode"] == "tiled":
+                vae.enable_tiling()
+                vae.tile_sample_min_size = p["tile"]
+                vae.tile_latent_min_size = p["tile"] // scale
+                vae.tile_overlap_factor = p["overlap"] / p["tile"]
+            return vae.decode(z).sample
+
+        image = phase("vae_decode", decode)
+        del latents
+        shape, out_dtype = image.shape, image.dtype
+        out_bytes = image.numel() * image.element_size()
+        del image
+        # What a fresh tensor of the output's shape holds in this allocator (its data and
+        # torch's tensor and storage objects): the phase should keep exactly that.
+        started = meter.start()
+        fresh = torch.empty(shape, dtype=out_dtype, device=device)
+        mem, _ = meter.finish(started)
+        del fresh
+    return rows, (out_bytes, mem["end_allocated"] - mem["baseline_allocated"])
+
+
+def run_generate_group(torch, group: list, common: dict, writer, meter, device, args, counts: dict):
+    """Loads one pipeline (per source, precision and VAE precision), then measures each point
+    of the group on it (each first rehearsed unmeasured at its own shapes: oneDNN keeps
+    per-shape state the first time a shape runs)."""
+    import diffusers
+    p0 = group[0]
+    lay = gen_layout(p0)
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[p0["precision"]]
+    vae_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[lay["vae_precision"]]
+    text_attn = "sdpa" if args.attention == "sdpa" else "eager"
+    base = dict(common, weight_source=lay["weight_source"], mode="generate",
+                architecture="flux" if lay["family"] == "flux" else "stable-diffusion",
+                optimizer="none", vae_precision=lay["vae_precision"])
+    pipe, loads = {}, []
+    state = {"phase": "load"}
+    try:
+        meter.trim()
+        for c in lay["components"]:
+            started = meter.start()
+            pipe[c] = build_component(torch, c, lay["root"] / c, vae_dtype if c == "vae" else dtype, text_attn)
+            mem, ms = meter.finish(started)
+            n = sum(q.numel() for q in pipe[c].parameters())
+            loads.append((c, n * (vae_dtype if c == "vae" else dtype).itemsize, mem, ms))
+        load_err = None
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - recorded per point, the sweep goes on
+        load_err = " ".join(str(e).split())[:300]
+    params = sum(sum(q.numel() for q in m.parameters()) for m in pipe.values())
+    weights = sum(x[1] for x in loads)
+    first = pipe.get("text_encoder")
+    text_len = (first.config.max_position_embeddings if first is not None and lay["family"] == "sd"
+                else FLUX_TEXT_LEN)
+    base.update(param_count=params, context=text_len)
+    seen = set()
+    for p in group:
+        axis_attn = p["gen_attention"]
+        cols = dict(base, point_id=p["id"], model_id=p["model_id"], precision=p["precision"],
+                    batch=p["batch"], resolution=f"{p['width']}x{p['height']}",
+                    cfg="true" if p["cfg"] else "false", vae_decode=p["vae_decode"],
+                    attention=axis_attn if axis_attn != "eager" else args.attention,
+                    started_at=now_rfc3339())
+        if load_err:
+            writer.write(dict(cols, phase="load", status="error", message=load_err))
+            counts["error"] = counts.get("error", 0) + 1
+            continue
+        rows = []
+        for c, wb, mem, ms in loads:
+            rows.append(dict(phase="load", component=c, elapsed_ms=ms, feature_weight_bytes=wb,
+                             message="components loaded once per (model, precision, VAE precision); "
+                             "shared by the group", **mem))
+        try:
+            set_gen_attention(pipe, axis_attn, args.attention)
+            key = (p["batch"], p["cfg"], p["width"], p["height"], p["vae_decode"])
+            if key not in seen:
+                gen_point(torch, pipe, lay, dict(p, steps=1), dtype, vae_dtype, device, NullMeter(), state)
+                seen.add(key)
+            meter.trim()
+            measured, out_bytes = gen_point(torch, pipe, lay, p, dtype, vae_dtype, device, meter, state)
+            for r in measured:
+                r["feature_weight_bytes"] = weights
+                if r["phase"] == "vae_decode":
+                    r["message"] = f"output_bytes={out_bytes[0]} fresh_tensor_bytes={out_bytes[1]}"
+            rows += measured
+            keys = ("baseline_allocated", "peak_allocated", "end_allocated", "baseline_reserved",
+                    "peak_reserved", "device_used", "non_pool")
+            mems = [{k: r[k] for k in keys} for r in rows]
+            peak = max(rows, key=lambda r: r["peak_allocated"])
+            rows.append(dict(phase="total", peak_phase=peak["phase"], feature_weight_bytes=weights,
+                             elapsed_ms=sum(r["elapsed_ms"] for r in rows), **span(mems[0], mems[1:])))
+            for r in rows:
+                writer.write(dict(cols, **r, status="ok"))
+            status = "ok"
+        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+            status = "error"
+            writer.write(dict(cols, phase=state["phase"], status=status,
+                              message=" ".join(str(e).split())[:300]))
+        counts[status] = counts.get(status, 0) + 1
+        print(f"  {p['id']}: {status}", file=sys.stderr)
+    pipe.clear()
+    meter.trim()
 
 
 def main(argv=None) -> int:

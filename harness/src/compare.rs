@@ -6,6 +6,7 @@ use crate::error::bad_file;
 use crate::export::csv::Table;
 use crate::record::{Phase, Record, Status};
 use crate::units::{gb, gib, signed_gb, signed_gib, signed_pct};
+use crate::vocab::Component;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -18,6 +19,9 @@ pub enum Metric {
     EndAllocated,
     PeakReserved,
     DeviceUsed,
+    /// peak_allocated − baseline_allocated: what the phase itself added at its peak. Reported
+    /// in cross-runtime tables only, where the two processes start from different heaps.
+    PhasePeak,
 }
 
 impl Metric {
@@ -28,18 +32,28 @@ impl Metric {
         Metric::DeviceUsed,
     ];
 
-    /// The CSV column name.
+    /// The metrics of a cross-runtime table.
+    pub const CROSS: [Metric; 5] = [
+        Metric::PhasePeak,
+        Metric::PeakAllocated,
+        Metric::EndAllocated,
+        Metric::PeakReserved,
+        Metric::DeviceUsed,
+    ];
+
+    /// The CSV column name (`phase_peak`: derived from two columns).
     pub fn name(self) -> &'static str {
         match self {
             Metric::PeakAllocated => "peak_allocated",
             Metric::EndAllocated => "end_allocated",
             Metric::PeakReserved => "peak_reserved",
             Metric::DeviceUsed => "device_used",
+            Metric::PhasePeak => "phase_peak",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.name() == s)
+        Metric::CROSS.into_iter().find(|m| m.name() == s)
     }
 
     pub fn get(self, r: &Record) -> Option<u64> {
@@ -48,6 +62,10 @@ impl Metric {
             Metric::EndAllocated => r.end_allocated,
             Metric::PeakReserved => r.peak_reserved,
             Metric::DeviceUsed => r.device_used,
+            Metric::PhasePeak => r
+                .peak_allocated
+                .zip(r.baseline_allocated)
+                .map(|(p, b)| p.saturating_sub(b)),
         }
     }
 }
@@ -107,6 +125,7 @@ pub fn default_margin(metric: Metric, backend: Backend) -> Option<Margin> {
         (Backend::Cuda, Metric::PeakAllocated | Metric::EndAllocated) => m(0.5, 2 * MIB),
         (Backend::Cuda, Metric::PeakReserved) => m(2.0, 32 * MIB),
         (Backend::Cuda, Metric::DeviceUsed) => m(5.0, 256 * MIB),
+        (_, Metric::PhasePeak) => None,
     }
 }
 
@@ -129,12 +148,14 @@ impl Margins {
         let (m, v) = spec
             .split_once('=')
             .ok_or_else(|| format!("--tolerance `{spec}`: expected METRIC=PCT[,ABS]"))?;
-        let metric = Metric::from_name(m.trim()).ok_or_else(|| {
-            format!(
-                "--tolerance `{spec}`: unknown metric `{m}` (one of {})",
-                Metric::ALL.map(Metric::name).join(", ")
-            )
-        })?;
+        let metric = Metric::from_name(m.trim())
+            .filter(|m| Metric::ALL.contains(m))
+            .ok_or_else(|| {
+                format!(
+                    "--tolerance `{spec}`: unknown metric `{m}` (one of {})",
+                    Metric::ALL.map(Metric::name).join(", ")
+                )
+            })?;
         let margin = Margin::parse(v).map_err(|e| format!("--tolerance {e}"))?;
         self.overrides.insert(metric, margin);
         Ok(())
@@ -155,11 +176,12 @@ pub enum Verdict {
     Ungated,
 }
 
-/// The join key of a row.
-pub type Key = (String, Option<Phase>, Option<u64>);
+/// The join key of a row: its point, phase, step and component (a generation point has a
+/// `load` row per component).
+pub type Key = (String, Option<Phase>, Option<u64>, Option<Component>);
 
 fn key(r: &Record) -> Key {
-    (r.point_id.clone(), r.phase, r.step)
+    (r.point_id.clone(), r.phase, r.step, r.component)
 }
 
 /// One metric of one joined row that changed.
@@ -168,6 +190,7 @@ pub struct Change {
     pub point_id: String,
     pub phase: Option<Phase>,
     pub step: Option<u64>,
+    pub component: Option<Component>,
     pub metric: Metric,
     pub baseline: u64,
     pub new: u64,
@@ -332,8 +355,8 @@ pub fn index<'a>(p: &Path, t: &'a Table) -> anyhow::Result<HashMap<Key, &'a Reco
             return Err(bad_file(
                 p,
                 format!(
-                    "two rows for point `{}` phase {:?} step {:?}",
-                    r.point_id, r.phase, r.step
+                    "two rows for point `{}` phase {:?} step {:?} component {:?}",
+                    r.point_id, r.phase, r.step, r.component
                 ),
             ));
         }
@@ -358,7 +381,8 @@ fn status_rank(s: Option<Status>) -> bool {
 }
 
 /// Compares `new` against `base`. With `gate = false` (cross-runtime) every change is
-/// reported as [`Verdict::Ungated`].
+/// reported as [`Verdict::Ungated`], the metrics are [`Metric::CROSS`] (with each phase's own
+/// peak) and the changes keep NEW's row order (a per-phase table).
 pub fn compare(
     base: &HashMap<Key, &Record>,
     new_rows: &[Record],
@@ -393,7 +417,8 @@ pub fn compare(
             });
             continue;
         }
-        for metric in Metric::ALL {
+        let metrics: &[Metric] = if gate { &Metric::ALL } else { &Metric::CROSS };
+        for &metric in metrics {
             let (Some(bv), Some(nv)) = (metric.get(b), metric.get(n)) else {
                 continue;
             };
@@ -413,6 +438,7 @@ pub fn compare(
                 point_id: n.point_id.clone(),
                 phase: n.phase,
                 step: n.step,
+                component: n.component,
                 metric,
                 baseline: bv,
                 new: nv,
@@ -440,6 +466,9 @@ pub fn compare(
     };
     rep.regressions = count(Verdict::Regression);
     rep.improvements = count(Verdict::Improvement);
+    if !gate {
+        return rep;
+    }
     // Worst first: regressions by growth, improvements by shrink, the rest by size.
     rep.changes.sort_by(|a, b| {
         a.verdict
@@ -502,10 +531,11 @@ fn verdict_word(v: Verdict, cross: bool) -> &'static str {
 
 fn cells(c: &Change, cross: bool) -> Vec<String> {
     let step = c.step.map(|s| s.to_string()).unwrap_or_default();
-    let phase = c
-        .phase
-        .map(|p| format!("{p:?}").to_lowercase())
-        .unwrap_or_default();
+    let phase = c.phase.map(|p| p.to_string()).unwrap_or_default();
+    let phase = match c.component {
+        Some(comp) => format!("{phase} {comp}"),
+        None => phase,
+    };
     let margin = c
         .allowed
         .map(|a| {

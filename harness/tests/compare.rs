@@ -7,6 +7,7 @@ use vramlab::record::{Phase, Record, Status, SCHEMA_VERSION};
 use vramlab::vocab::{Backend, MeterKind, Mode, Precision};
 
 const GIB: u64 = 1 << 30;
+const MB: u64 = 1_000_000;
 
 /// Three CUDA points of an inference sweep, with prefill, one decode row and total.
 fn rows(backend: Backend) -> Vec<Record> {
@@ -350,5 +351,98 @@ fn cross_runtime_reads_a_torch_csv_with_extra_columns() {
     one_line_code_2(
         compare(&a, &a, &["--cross-runtime"]),
         "both files are candle",
+    );
+}
+
+/// Generation rows (issue 17): a `load` row per component joins on its component, and the
+/// cross-runtime table keeps NEW's row order, with each phase's own peak (`phase_peak`).
+#[test]
+fn generation_rows_join_per_component_and_phase() {
+    use vramlab::vocab::Component;
+    let d = tempfile::tempdir().unwrap();
+    let point = "sd15/generate/f32/256x256/b1/cfg/full";
+    let mut base = Vec::new();
+    let mut at = 0u64;
+    for (phase, component, step, add) in [
+        (Phase::Load, Some(Component::TextEncoder), None, 492 * MB),
+        (Phase::Load, Some(Component::Unet), None, 3_438 * MB),
+        (Phase::Load, Some(Component::Vae), None, 335 * MB),
+        (Phase::Denoise, None, Some(1), 176 * MB),
+        (Phase::VaeDecode, None, None, 369 * MB),
+    ] {
+        base.push(Record {
+            schema_version: SCHEMA_VERSION,
+            point_id: point.into(),
+            backend: Backend::Cpu,
+            device_name: "cpu".into(),
+            scenario_hash: "abc123".into(),
+            mode: Mode::Generate,
+            phase: Some(phase),
+            component,
+            step,
+            baseline_allocated: Some(at),
+            peak_allocated: Some(at + add),
+            end_allocated: Some(if phase == Phase::Load { at + add } else { at }),
+            status: Some(Status::Ok),
+            ..Default::default()
+        });
+        if phase == Phase::Load {
+            at += add;
+        }
+    }
+    let a = write(d.path(), "candle.csv", &base);
+    // The same file gates cleanly: three load rows are three keys.
+    let (code, out, err) = compare(&a, &a, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut torch = base.clone();
+    for r in &mut torch {
+        r.vramlab_version = "torch_probe".into();
+        r.meter = MeterKind::CpuPreload;
+        // torch's process starts 149 MB higher; its decode adds 254 MB instead of 369 MB.
+        let shift = 149 * MB;
+        let add = r.peak_allocated.unwrap() - r.baseline_allocated.unwrap();
+        let add = if r.phase == Some(Phase::VaeDecode) {
+            254 * MB
+        } else {
+            add
+        };
+        r.baseline_allocated = Some(r.baseline_allocated.unwrap() + shift);
+        r.peak_allocated = Some(r.baseline_allocated.unwrap() + add);
+        r.end_allocated = Some(r.end_allocated.unwrap() + shift);
+    }
+    let t = write(d.path(), "torch.csv", &torch);
+    let (code, out, err) = compare(
+        &a,
+        &t,
+        &["--cross-runtime", "--metric", "phase_peak", "--top", "100"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(point)).collect();
+    // Only the decode's own peak differs; the table shows it by phase.
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(
+        lines[0].contains("vae_decode") && lines[0].contains("-31.17%"),
+        "{out}"
+    );
+    let (code, out, _) = compare(&a, &t, &["--cross-runtime", "--metric", "peak_allocated"]);
+    assert_eq!(code, 0);
+    let phases: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with(point))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        phases,
+        ["load", "load", "load", "denoise", "vae_decode"],
+        "{out}"
+    );
+    assert!(out.contains("load unet"), "{out}");
+    one_line_code_2(
+        compare(&a, &t, &["--cross-runtime", "--metric", "bogus"]),
+        "--metric `bogus`",
+    );
+    one_line_code_2(
+        compare(&a, &a, &["--metric", "phase_peak"]),
+        "--metric `phase_peak`",
     );
 }

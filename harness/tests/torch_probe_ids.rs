@@ -24,12 +24,6 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        // Generation scenarios (issue 17): the torch probe has no diffusers side yet.
-        .filter(|p| {
-            !std::fs::read_to_string(p)
-                .unwrap()
-                .contains("mode = [\"generate\"]")
-        })
         .collect();
     scenarios.sort();
     assert!(!scenarios.is_empty());

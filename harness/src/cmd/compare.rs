@@ -1,6 +1,8 @@
 //! `vramlab compare BASELINE.csv NEW.csv`: the memory regression gate (exit 0 within margins,
 //! 1 on a regression, 2 on unusable input).
-use crate::compare::{check_compatible, compare, index, next_baseline, render, Allow, Margins};
+use crate::compare::{
+    check_compatible, compare, index, next_baseline, render, Allow, Margins, Metric,
+};
 use crate::error::InputError;
 use crate::export::csv::{read_table, CsvExporter};
 use crate::export::Exporter;
@@ -44,6 +46,12 @@ pub struct Args {
     /// scenario): print the candle-vs-torch table, with no gate.
     #[arg(long)]
     pub cross_runtime: bool,
+    /// Print only these metrics' changes (the gate still judges all): peak_allocated,
+    /// end_allocated, peak_reserved, device_used;
+    /// with --cross-runtime also phase_peak = peak_allocated − baseline_allocated, what each
+    /// phase added). Repeatable; default: all.
+    #[arg(long, value_name = "METRIC")]
+    pub metric: Vec<String>,
     /// Print a Markdown report (for CI bots) instead of the text table.
     #[arg(long, conflicts_with = "json")]
     pub markdown: bool,
@@ -73,7 +81,21 @@ pub fn run(a: Args) -> Result<()> {
     check_compatible((&a.baseline, &base), (&a.new, &new), allow)?;
     let base_ix = index(&a.baseline, &base)?;
     index(&a.new, &new)?;
-    let rep = compare(&base_ix, &new.records, &margins, !a.cross_runtime);
+    let mut rep = compare(&base_ix, &new.records, &margins, !a.cross_runtime);
+    if !a.metric.is_empty() {
+        let mut keep = Vec::new();
+        for m in &a.metric {
+            let metric = Metric::from_name(m)
+                .filter(|x| a.cross_runtime || Metric::ALL.contains(x))
+                .ok_or_else(|| {
+                    InputError::arg(format!(
+                        "--metric `{m}`: one of peak_allocated, end_allocated, peak_reserved, device_used (phase_peak with --cross-runtime)"
+                    ))
+                })?;
+            keep.push(metric);
+        }
+        rep.changes.retain(|c| keep.contains(&c.metric));
+    }
     let title = format!("{} → {}", a.baseline.display(), a.new.display());
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);

@@ -180,7 +180,7 @@ pub enum Verdict {
 /// `load` row per component).
 pub type Key = (String, Option<Phase>, Option<u64>, Option<Component>);
 
-fn key(r: &Record) -> Key {
+pub fn key(r: &Record) -> Key {
     (r.point_id.clone(), r.phase, r.step, r.component)
 }
 

@@ -1,9 +1,10 @@
 //! `vramlab merge`: combine the CSVs of a sharded sweep (or of resumed runs) into one CSV and
 //! one manifest. Rows are kept byte for byte; the inputs must agree on schema, scenario hash
 //! and weights.
+use crate::compare::{self, Key};
 use crate::error::bad_file;
 use crate::export::manifest::Manifest;
-use crate::record::{Phase, Record, Status};
+use crate::record::{Record, Status};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -128,23 +129,23 @@ pub fn merge(out: &Path, inputs: &[PathBuf]) -> Result<Summary> {
     }
 
     // Rows by key; exact duplicates dropped, conflicting ones refused.
-    type Key = (String, Option<Phase>, Option<u64>);
     let mut seen: HashMap<Key, (usize, &csv::StringRecord)> = HashMap::new();
     let mut rows: Vec<(&Record, &csv::StringRecord)> = Vec::new();
     let mut dups = 0;
     for (n, i) in ins.iter().enumerate() {
         for (r, raw) in i.records.iter().zip(&i.raw) {
-            let key = (r.point_id.clone(), r.phase, r.step);
+            let key = compare::key(r);
             match seen.get(&key) {
                 Some((_, prev)) if *prev == raw => dups += 1,
                 Some((m, _)) => {
                     return Err(bad_file(
                         &i.path,
                         format!(
-                            "point `{}` (phase {:?}, step {:?}) is also in {} with other figures; keep one of the two",
+                            "point `{}` (phase {:?}, step {:?}, component {:?}) is also in {} with other figures; keep one of the two",
                             r.point_id,
                             r.phase,
                             r.step,
+                            r.component,
                             ins[*m].path.display()
                         ),
                     ))

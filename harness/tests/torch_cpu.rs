@@ -327,13 +327,12 @@ fn tiny_sd(dir: &Path) -> vramlab::model::sd::SdConfig {
         std::fs::write(dir.join(c).join("config.json"), json).unwrap();
     }
     let cfg = vramlab::model::sd::SdConfig::from_dir(dir).unwrap();
-    vramlab::workload::generate::write_synthetic(
-        &cfg,
-        dir,
+    let sd = vramlab::model::sd::Sd::new(
+        cfg.clone(),
         candle_core::DType::F32,
         candle_core::DType::F32,
-    )
-    .unwrap();
+    );
+    vramlab::workload::generate::write_synthetic(&sd, dir).unwrap();
     cfg
 }
 

@@ -239,15 +239,16 @@ fn fit_generation(
             "{:<58} {:>14} {:>14} {:>8}",
             "point phase", "measured", "predicted", "error"
         );
-        for h in phases.iter().chain(&totals) {
+        let print_row = |h: &crate::fit::Heldout| {
             println!(
                 "{:<58} {:>14} {:>14.0} {:>+7.2}%",
                 h.row,
                 h.measured,
                 h.predicted,
                 100.0 * h.rel()
-            );
-        }
+            )
+        };
+        phases.iter().chain(&totals).for_each(print_row);
         // The same points on their activations alone (peak less the exact tensors): the
         // fitted part, without the weights that dominate an f32 SD 1.5 peak.
         let acts: Vec<crate::fit::Heldout> = held
@@ -264,15 +265,7 @@ fn fit_generation(
             })
             .filter(|h| h.measured.abs() > 1.0)
             .collect();
-        for h in &acts {
-            println!(
-                "{:<58} {:>14} {:>14.0} {:>+7.2}%",
-                h.row,
-                h.measured,
-                h.predicted,
-                100.0 * h.rel()
-            );
-        }
+        acts.iter().for_each(print_row);
         let line = |h: &[crate::fit::Heldout]| {
             ErrStats::of(h)
                 .map(|s| s.line())

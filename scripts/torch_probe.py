@@ -165,6 +165,13 @@ def expand(spec: dict) -> list[dict]:
     return out
 
 
+def id_tail(attention, repeats, repeat):
+    """The end of a point id, as grid.rs writes it: the attention unless eager, the repeat
+    when there are several."""
+    tail = f"/{attention}" if attention != "eager" else ""
+    return tail + (f"/r{repeat}" if repeats > 1 else "")
+
+
 def expand_one(spec: dict, s: dict) -> list[dict]:
     if "generate" in s.get("mode", []):
         return expand_generate(spec, s)
@@ -214,10 +221,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                                 # As grid.rs: ids of the default ops carry no suffix.
                                 if kernels != "reference":
                                     pid += f"/{kernels}"
-                                if attention != "eager":
-                                    pid += f"/{attention}"
-                                if repeats > 1:
-                                    pid += f"/r{repeat}"
+                                pid += id_tail(attention, repeats, repeat)
                                 points.append(dict(
                                     id=pid, source=source, model_id=mid, mode=mode,
                                     precision=precision, batch=batch, context=context,
@@ -266,10 +270,7 @@ def expand_generate(spec: dict, s: dict) -> list[dict]:
                                             pid += f"-t{tile}o{overlap}"
                                         if vp is not None:
                                             pid += f"/vae-{vp}"
-                                        if attention != "eager":
-                                            pid += f"/{attention}"
-                                        if repeats > 1:
-                                            pid += f"/r{repeat}"
+                                        pid += id_tail(attention, repeats, repeat)
                                         points.append(dict(
                                             id=pid, source=source, model_id=mid, mode="generate",
                                             precision=precision, vae_precision=vp,

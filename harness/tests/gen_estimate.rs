@@ -13,9 +13,7 @@ use std::path::PathBuf;
 use vramlab::estimate::generate::{self as gen, GenArch, GenQuery};
 use vramlab::fit::generate::{fit_groups, point_totals, predict_heldout, GenSample, Origin};
 use vramlab::fit::{Constants, ErrStats};
-use vramlab::meter::cpu::CpuMeter;
-use vramlab::model::sd::Sd;
-use vramlab::vocab::{Attention, Backend, GenModel, Phase, Resolution, Runtime, VaeDecode};
+use vramlab::vocab::{Backend, GenModel, Phase, Resolution, Runtime, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
 
 fn constants_file() -> PathBuf {
@@ -46,18 +44,13 @@ fn query(side: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenQuery {
 fn heldout_within_margin() {
     let cfg = tiny_sd();
     let arch = GenArch::sd(&cfg);
-    let dir = tempfile::tempdir().unwrap();
-    let mut sd = Sd::new(cfg, DType::F32, DType::F32);
-    generate::write_synthetic(&sd, dir.path()).unwrap();
-    let mut meter = CpuMeter::new();
-    let loads = generate::load(
-        &mut sd,
-        dir.path(),
-        Attention::Eager,
-        &Device::Cpu,
-        &mut meter,
-    )
-    .unwrap();
+    // `_dir` holds the weights' temporary directory until the end.
+    let common::TinySd {
+        sd,
+        loads,
+        mut meter,
+        dir: _dir,
+    } = common::load_tiny_sd();
     let start = loads[0].1.baseline_allocated;
     let load_peak = loads.iter().map(|l| l.1.peak_allocated).max().unwrap();
     let mut points = Vec::new();
@@ -137,12 +130,7 @@ fn estimate_json(extra: &[&str]) -> serde_json::Value {
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_slice(&common::ok_stdout(out)).unwrap()
 }
 
 /// The exact rows (weights per component, context, latents, decoded images) are the same

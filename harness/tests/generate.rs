@@ -8,9 +8,10 @@ mod common;
 
 use candle_core::{DType, Device};
 use common::tiny_sd as tiny;
-use vramlab::meter::{cpu::CpuMeter, PhaseMemory};
-use vramlab::model::sd::{params_analytic, Sd, SdConfig};
-use vramlab::vocab::{Attention, Component, GenModel, Resolution, VaeDecode};
+use common::TinySd as Lab;
+use vramlab::meter::PhaseMemory;
+use vramlab::model::sd::{params_analytic, SdConfig};
+use vramlab::vocab::{Component, GenModel, Resolution, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
 
 fn shape(w: usize, h: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenShape {
@@ -29,35 +30,6 @@ fn shape(w: usize, h: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenS
 }
 
 /// A loaded tiny pipeline (f32), its load rows, and a meter.
-struct Lab {
-    sd: Sd,
-    loads: Vec<(Component, PhaseMemory, f64)>,
-    meter: CpuMeter,
-    _dir: tempfile::TempDir,
-}
-
-fn lab() -> Lab {
-    let cfg = tiny();
-    let dir = tempfile::tempdir().unwrap();
-    let mut sd = Sd::new(cfg, DType::F32, DType::F32);
-    generate::write_synthetic(&sd, dir.path()).unwrap();
-    let mut meter = CpuMeter::new();
-    let loads = generate::load(
-        &mut sd,
-        dir.path(),
-        Attention::Eager,
-        &Device::Cpu,
-        &mut meter,
-    )
-    .unwrap();
-    Lab {
-        sd,
-        loads,
-        meter,
-        _dir: dir,
-    }
-}
-
 fn act(m: &PhaseMemory) -> f64 {
     (m.peak_allocated - m.baseline_allocated) as f64
 }
@@ -325,7 +297,7 @@ fn main() {
     std::env::set_var("RAYON_NUM_THREADS", "1");
     parameter_counts();
     estimate_weights();
-    let mut l = lab();
+    let mut l = common::load_tiny_sd();
     load_rows(&l);
     // Warm-up: candle's gemm keeps per-thread buffers; the first run carries them.
     generate::run(

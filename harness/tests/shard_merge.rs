@@ -43,12 +43,7 @@ fn dry_run(sc: &Path, shard: &str) -> Vec<String> {
         .arg(sc)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
+    String::from_utf8(common::ok_stdout(out))
         .unwrap()
         .lines()
         .map(str::to_string)

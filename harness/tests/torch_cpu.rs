@@ -68,21 +68,8 @@ fn torch_cpu(scenario: &Path, out: &Path, implementation: &str) -> Vec<Record> {
         scenario.display(),
         String::from_utf8_lossy(&st.stderr)
     );
-    let rows: Vec<Record> = csv::Reader::from_path(out)
-        .unwrap()
-        .deserialize()
-        .map(|r| r.unwrap())
-        .collect();
+    let rows = ok_preload_rows(out);
     for r in &rows {
-        assert_eq!(
-            r.status,
-            Some(Status::Ok),
-            "{} {:?}: {}",
-            r.point_id,
-            r.phase,
-            r.message
-        );
-        assert_eq!(r.meter, MeterKind::CpuPreload);
         assert_eq!(
             (r.kernels, r.attention),
             (Kernels::Reference, Attention::Eager)
@@ -358,14 +345,13 @@ fn run_generate(scenario: &Path, out: &Path, attention: &str) {
     );
 }
 
-/// The rows of a generation CSV; every row ok, generation rows of the cpu meter.
-fn generate_rows(csv_path: &Path, attention: &str) -> Vec<Record> {
+/// The rows of a torch probe CSV, each asserted ok and measured by the preload meter.
+fn ok_preload_rows(csv_path: &Path) -> Vec<Record> {
     let rows: Vec<Record> = csv::Reader::from_path(csv_path)
         .unwrap()
         .deserialize()
         .map(|r| r.unwrap())
         .collect();
-    assert!(!rows.is_empty());
     for r in &rows {
         assert_eq!(
             r.status,
@@ -376,6 +362,15 @@ fn generate_rows(csv_path: &Path, attention: &str) -> Vec<Record> {
             r.message
         );
         assert_eq!(r.meter, MeterKind::CpuPreload);
+    }
+    rows
+}
+
+/// The rows of a generation CSV; every row ok, generation rows of the cpu meter.
+fn generate_rows(csv_path: &Path, attention: &str) -> Vec<Record> {
+    let rows = ok_preload_rows(csv_path);
+    assert!(!rows.is_empty());
+    for r in &rows {
         assert_eq!(r.mode, vramlab::vocab::Mode::Generate);
         assert_eq!(r.attention.to_string(), attention);
     }

@@ -179,3 +179,46 @@ pub fn tiny_sd() -> SdConfig {
         text_encoder_2: None,
     }
 }
+
+/// The tiny SD pipeline in f32 with synthetic weights in a temporary diffusers directory,
+/// loaded under a fresh counting meter: the load rows per component, and the meter to measure
+/// the phases with.
+pub struct TinySd {
+    pub sd: vramlab::model::sd::Sd,
+    pub loads: Vec<(vramlab::vocab::Component, vramlab::meter::PhaseMemory, f64)>,
+    pub meter: vramlab::meter::cpu::CpuMeter,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn load_tiny_sd() -> TinySd {
+    use candle_core::{DType, Device};
+    use vramlab::workload::generate;
+    let dir = tempfile::tempdir().unwrap();
+    let mut sd = vramlab::model::sd::Sd::new(tiny_sd(), DType::F32, DType::F32);
+    generate::write_synthetic(&sd, dir.path()).unwrap();
+    let mut meter = vramlab::meter::cpu::CpuMeter::new();
+    let loads = generate::load(
+        &mut sd,
+        dir.path(),
+        vramlab::vocab::Attention::Eager,
+        &Device::Cpu,
+        &mut meter,
+    )
+    .unwrap();
+    TinySd {
+        sd,
+        loads,
+        meter,
+        dir,
+    }
+}
+
+/// A command's stdout, after asserting that it succeeded (its stderr in the failure message).
+pub fn ok_stdout(out: std::process::Output) -> Vec<u8> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

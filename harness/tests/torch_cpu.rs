@@ -48,7 +48,8 @@ fn params(config: &Path) -> Params {
     }
 }
 
-fn torch_cpu(scenario: &Path, out: &Path, implementation: &str) -> Vec<Record> {
+/// Runs scripts/torch-cpu.sh on `scenario` into `out` with one more option (`flag value`).
+fn torch_cpu_sh(scenario: &Path, out: &Path, flag: &str, value: &str) {
     let python = std::env::var("VRAMLAB_TORCH_PYTHON").expect(
         "VRAMLAB_TORCH_PYTHON is not set: these tests run from scripts/test.sh, after scripts/torch-env.sh",
     );
@@ -56,7 +57,7 @@ fn torch_cpu(scenario: &Path, out: &Path, implementation: &str) -> Vec<Record> {
         .arg(scenario)
         .arg("--out")
         .arg(out)
-        .args(["--torch-optim", implementation])
+        .args([flag, value])
         .env("VRAMLAB_TORCH_PYTHON", python)
         .env("VRAMLAB_MODELS", models())
         .current_dir(root())
@@ -68,6 +69,10 @@ fn torch_cpu(scenario: &Path, out: &Path, implementation: &str) -> Vec<Record> {
         scenario.display(),
         String::from_utf8_lossy(&st.stderr)
     );
+}
+
+fn torch_cpu(scenario: &Path, out: &Path, implementation: &str) -> Vec<Record> {
+    torch_cpu_sh(scenario, out, "--torch-optim", implementation);
     let rows = ok_preload_rows(out);
     for r in &rows {
         assert_eq!(
@@ -325,24 +330,7 @@ fn tiny_sd(dir: &Path) -> vramlab::model::sd::SdConfig {
 
 /// The torch probe on a generation scenario, with `--attention`.
 fn run_generate(scenario: &Path, out: &Path, attention: &str) {
-    let python = std::env::var("VRAMLAB_TORCH_PYTHON").expect(
-        "VRAMLAB_TORCH_PYTHON is not set: these tests run from scripts/test.sh, after scripts/torch-env.sh",
-    );
-    let st = std::process::Command::new(root().join("scripts/torch-cpu.sh"))
-        .arg(scenario)
-        .arg("--out")
-        .arg(out)
-        .args(["--attention", attention])
-        .env("VRAMLAB_TORCH_PYTHON", python)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "torch-cpu.sh {} failed: {}",
-        scenario.display(),
-        String::from_utf8_lossy(&st.stderr)
-    );
+    torch_cpu_sh(scenario, out, "--attention", attention);
 }
 
 /// The rows of a torch probe CSV, each asserted ok and measured by the preload meter.

@@ -41,18 +41,51 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set.
+pub fn candle_msg(e: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } => candle_msg(inner),
+        E::Context { inner, context } => format!("{context}: {}", candle_msg(inner)),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_msg(inner)),
+        other => other.to_string(),
+    }
+}
+
 /// One line for the user: the error chain joined with ": ", newlines folded.
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for e in err.chain() {
-        let s = e
-            .to_string()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
+        // candle appends a backtrace to its errors when RUST_BACKTRACE is set: not for a row.
+        let text = match e.downcast_ref::<candle_core::Error>() {
+            Some(c) => candle_msg(c),
+            None => e.to_string(),
+        };
+        let s = text.split_whitespace().collect::<Vec<_>>().join(" ");
         if !parts.iter().any(|p| p.contains(&s)) {
             parts.push(s);
         }
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// A candle error with a captured backtrace (what `RUST_BACKTRACE=1` gives every candle
+    /// error) becomes its message alone: a CSV row's `message` holds no backtrace.
+    #[test]
+    fn one_line_drops_candles_backtrace() {
+        let inner = candle_core::Error::Msg("unsupported dtype BF16 for op matmul".into());
+        let with_bt = candle_core::Error::WithBacktrace {
+            inner: Box::new(inner),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        let err = anyhow::Error::from(with_bt).context("denoise step 1");
+        assert_eq!(
+            one_line(&err),
+            "denoise step 1: unsupported dtype BF16 for op matmul"
+        );
+    }
 }

@@ -171,7 +171,7 @@ fn committed_peak_phases() {
     let mut n = 0;
     for name in ["cpu-sd15.csv", "cpu-sd15-res.csv"] {
         let csv = common::root().join("results/cpu").join(name);
-        let tiles = vramlab::fit::generate::tiles_of(&csv).unwrap();
+        let tiles = vramlab::cmd::fit::tiles_of(&csv).unwrap();
         for r in vramlab::export::csv::read(&csv).unwrap() {
             if r.phase != Some(Phase::Total) || r.status != Some(vramlab::record::Status::Ok) {
                 continue;

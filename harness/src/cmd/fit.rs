@@ -38,7 +38,7 @@ pub fn run(a: Args) -> Result<()> {
     for p in &a.csv {
         let rs = read(p)?;
         if rs.iter().any(|r| r.mode == crate::vocab::Mode::Generate) {
-            tiles.extend(generate::tiles_of(p)?);
+            tiles.extend(tiles_of(p)?);
             sha.insert(p.display().to_string(), generate::sha256_file(p)?);
         }
         records.extend(rs);
@@ -276,4 +276,23 @@ fn fit_generation(
         println!("held-out activations alone: {}", line(&acts));
     }
     Ok(groups)
+}
+
+/// Tile and overlap of each tiled point of `csv`, from its manifest's scenario (the CSV has no
+/// such columns; the scenario the points were expanded from does).
+pub fn tiles_of(
+    csv: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, (usize, usize)>> {
+    let mp = crate::export::manifest::Manifest::path_for(csv);
+    let Ok(text) = std::fs::read_to_string(&mp) else {
+        return Ok(std::collections::BTreeMap::new());
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad_file(&mp, format!("not a manifest: {e}")))?;
+    let scenario = v["scenario_text"].as_str().unwrap_or_default();
+    let spec = crate::scenario::Spec::parse(&mp, scenario)?;
+    Ok(crate::workload::generate::expand(&spec)
+        .into_iter()
+        .map(|p| (p.id, (p.shape.tile, p.shape.overlap)))
+        .collect())
 }

@@ -1,14 +1,14 @@
 //! `fit` on generation rows (mode = "generate", issue 17 point 5): per architecture, backend,
 //! precision, phase (and decode kind for `vae_decode`), non-negative least squares of each
 //! point's phase peak, less its exact tensors, on the uncertain activation terms of
-//! [`crate::estimate::generate`]. The exact tensors (weights, context, latents, decoded
+//! `estimate::generate`. The exact tensors (weights, context, latents, decoded
 //! images, a tiled decode's strip) enter with coefficient 1 and are never fitted; a term the
 //! group's points cannot identify is held at its analytic prior and the file says why, as the
 //! LLM fit does (DESIGN.md §9). Each group records its origin: runtime, backend, device and
 //! the sha256 of every CSV it was fitted on.
+use super::gen_terms::{phase_terms, priors, GenArch, GenQuery, GenTerms, GEN_TERMS};
 use super::{nnls, rank, ErrStats, Heldout};
 use crate::error::bad_file;
-use crate::estimate::generate::{phase_terms, priors, GenArch, GenQuery, GenTerms, GEN_TERMS};
 use crate::model::sd::SdConfig;
 use crate::record::{Record, Status};
 use crate::vocab::{Backend, GenModel, Mode, Phase, Precision, Runtime, VaeDecode};
@@ -119,23 +119,6 @@ pub fn arch_of(r: &Record) -> Option<GenArch> {
     Some(GenArch::sd(&SdConfig::preset(m)))
 }
 
-/// Tile and overlap of each tiled point of `csv`, from its manifest's scenario (the CSV has no
-/// such columns; the scenario the points were expanded from does).
-pub fn tiles_of(csv: &Path) -> Result<BTreeMap<String, (usize, usize)>> {
-    let mp = crate::export::manifest::Manifest::path_for(csv);
-    let Ok(text) = std::fs::read_to_string(&mp) else {
-        return Ok(BTreeMap::new());
-    };
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad_file(&mp, format!("not a manifest: {e}")))?;
-    let scenario = v["scenario_text"].as_str().unwrap_or_default();
-    let spec = crate::scenario::Spec::parse(&mp, scenario)?;
-    Ok(crate::workload::generate::expand(&spec)
-        .into_iter()
-        .map(|p| (p.id, (p.shape.tile, p.shape.overlap)))
-        .collect())
-}
-
 /// One point's measured phase, with its terms.
 #[derive(Clone, Debug)]
 pub struct GenSample {
@@ -213,7 +196,7 @@ pub fn samples(records: &[Record], tiles: &BTreeMap<String, (usize, usize)>) -> 
         if q.vae_decode == VaeDecode::Tiled && tile.0 == 0 {
             continue;
         }
-        for phase in crate::estimate::generate::GEN_PHASES {
+        for phase in super::gen_terms::GEN_PHASES {
             let peak = rows
                 .iter()
                 .filter(|r| r.phase == Some(phase))

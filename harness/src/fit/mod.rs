@@ -15,6 +15,7 @@
 //! Terms whose coefficient depends on the model (act, attn, and a constant such as the f32
 //! copy of a bf16 matrix on CPU) transfer to other models of the architecture only roughly;
 //! weights and KV are exact bytes and carry over.
+pub mod gen_terms;
 pub mod generate;
 pub mod nnls;
 

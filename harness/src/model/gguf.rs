@@ -4,7 +4,7 @@
 use super::arch::Arch;
 use super::nn::QTensors;
 use super::Config;
-use crate::error::bad_file;
+use crate::error::{bad_file, candle_msg};
 use crate::vocab::Quantized;
 use anyhow::Result;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
@@ -100,17 +100,6 @@ struct Scan {
     alignment: Option<i64>,
     /// The first tensor whose GGML type candle cannot read, and that type's id.
     unsupported: Option<(String, u32)>,
-}
-
-/// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set.
-pub fn candle_msg(e: &candle_core::Error) -> String {
-    use candle_core::Error as E;
-    match e {
-        E::WithBacktrace { inner, .. } => candle_msg(inner),
-        E::Context { inner, context } => format!("{context}: {}", candle_msg(inner)),
-        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_msg(inner)),
-        other => other.to_string(),
-    }
 }
 
 /// Walks the GGUF metadata (without keeping it) to find an integer `general.alignment`, then

@@ -7,7 +7,7 @@
 //! - GGUF: the quantized bytes of one tensor, its f32 dequantization, and for q/k the
 //!   un-permuted copy.
 use super::{gguf, synth, Config, Source};
-use crate::error::bad_file;
+use crate::error::{bad_file, candle_msg};
 use anyhow::Result;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -105,7 +105,7 @@ pub fn load_safetensors(
     let st = unsafe { MmapedSafetensors::multi(files) }.map_err(|e| {
         bad_file(
             first,
-            format!("not a valid safetensors file: {}", gguf::candle_msg(&e)),
+            format!("not a valid safetensors file: {}", candle_msg(&e)),
         )
     })?;
     let shapes = cfg.tensor_shapes();
@@ -126,7 +126,7 @@ pub fn load_safetensors(
         let t = st.load(name, device).map_err(|e| {
             bad_file(
                 first,
-                format!("reading tensor `{name}`: {}", gguf::candle_msg(&e)),
+                format!("reading tensor `{name}`: {}", candle_msg(&e)),
             )
         })?;
         let t = if t.dtype() == dtype {

@@ -1,0 +1,300 @@
+//! The terms of a generation phase (DESIGN.md §12): what is exact (weights, text context,
+//! latents, decoded images) and what a fit estimates (activation bytes per latent pixel, per
+//! output pixel, per token), from the architecture ([`GenArch`]) and the query ([`GenQuery`]).
+//! Here, under `fit`, so that the fit and the estimate (`estimate::generate`) share
+//! them without an import circle.
+use super::Runtime;
+use crate::error::InputError;
+use crate::model::sd::{DownBlock, SdConfig};
+use crate::vocab::{Backend, Component, Phase, Resolution, VaeDecode};
+use candle_core::DType;
+use serde::Serialize;
+
+/// The uncertain terms of a generation phase, in admission order for a fit.
+pub const GEN_TERMS: [&str; 6] = [
+    "text_act",
+    "denoise_act",
+    "vae_act",
+    "denoise_scores",
+    "vae_scores",
+    "const",
+];
+pub const N_GEN: usize = GEN_TERMS.len();
+pub type GenTerms = [f64; N_GEN];
+const TEXT_ACT: usize = 0;
+const DENOISE_ACT: usize = 1;
+const VAE_ACT: usize = 2;
+const DENOISE_SCORES: usize = 3;
+const VAE_SCORES: usize = 4;
+const CONST: usize = 5;
+
+/// The phases of a generation, in the order they run.
+pub const GEN_PHASES: [Phase; 4] = [
+    Phase::Load,
+    Phase::TextEncode,
+    Phase::Denoise,
+    Phase::VaeDecode,
+];
+
+/// What the estimator reads of a generation architecture.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenArch {
+    pub architecture: &'static str,
+    /// Every component with its parameter count, in load order.
+    pub components: Vec<(Component, u64)>,
+    /// Output pixels per latent pixel along each side (the VAE's factor).
+    pub factor: usize,
+    pub latent_channels: usize,
+    pub out_channels: usize,
+    pub text_len: usize,
+    /// The widest text encoder's hidden size (encoders run one after the other).
+    pub text_hidden: usize,
+    /// Context features per text token the denoiser reads (all encoders concatenated).
+    pub context_dim: usize,
+    /// The denoiser's channels at full latent resolution.
+    pub denoise_width: usize,
+    /// Latent pixels per token at the denoiser's first attention level (4 per halving).
+    pub attn_pixels_per_token: usize,
+    /// Heads at that level.
+    pub attn_heads: usize,
+    /// The VAE decoder's channels at output resolution.
+    pub vae_width: usize,
+    /// Whether the VAE has the mid-block attention over every latent pixel.
+    pub vae_attention: bool,
+    /// The real pipeline decodes in f32 whatever the pipeline's dtype (SDXL `force_upcast`).
+    pub vae_upcast: bool,
+    pub has_cfg: bool,
+}
+
+impl GenArch {
+    /// Stable Diffusion 1.x/2.x/XL from its diffusers config.
+    pub fn sd(c: &SdConfig) -> GenArch {
+        let u = &c.unet;
+        let level = u
+            .down_block_types
+            .iter()
+            .position(|b| *b == DownBlock::CrossAttnDownBlock2D)
+            .unwrap_or(0);
+        let encoders = std::iter::once(&c.text_encoder).chain(c.text_encoder_2.as_ref());
+        GenArch {
+            architecture: "stable-diffusion",
+            components: c
+                .components()
+                .into_iter()
+                .map(|k| (k, c.params(k)))
+                .collect(),
+            factor: c.vae.scale(),
+            latent_channels: u.in_channels,
+            out_channels: c.vae.out_channels,
+            text_len: c.text_len(),
+            text_hidden: encoders.map(|e| e.hidden_size).max().unwrap_or(0),
+            context_dim: c.context_dim(),
+            denoise_width: u.block_out_channels[0],
+            attn_pixels_per_token: 1 << (2 * level),
+            // candle (like diffusers) reads `attention_head_dim` as the head count.
+            attn_heads: u.attention_head_dim.at(level),
+            vae_width: c.vae.block_out_channels[0],
+            vae_attention: true,
+            vae_upcast: c.default_vae_dtype(DType::F16) == DType::F32,
+            has_cfg: c.has_cfg(),
+        }
+    }
+
+    pub fn params(&self) -> u64 {
+        self.components.iter().map(|c| c.1).sum()
+    }
+}
+
+/// One generation query.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GenQuery {
+    pub batch: u64,
+    pub resolution: Resolution,
+    pub cfg: bool,
+    pub vae_decode: VaeDecode,
+    /// Tile side and overlap in output pixels (`tiled`).
+    pub tile: usize,
+    pub overlap: usize,
+    #[serde(serialize_with = "dtype_name")]
+    pub dtype: DType,
+    #[serde(serialize_with = "dtype_name")]
+    pub vae_dtype: DType,
+    pub runtime: Runtime,
+    pub backend: Backend,
+}
+
+fn dtype_name<S: serde::Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(d.as_str())
+}
+
+impl GenQuery {
+    /// Images the denoiser and the text encoders see: doubled by CFG.
+    pub fn denoise_batch(&self) -> u64 {
+        self.batch * if self.cfg { 2 } else { 1 }
+    }
+}
+
+/// Checks a query against the architecture: one line naming the flag.
+pub fn check(a: &GenArch, q: &GenQuery) -> Result<(), InputError> {
+    let r = q.resolution;
+    let f = a.factor;
+    if r.width == 0 || r.height == 0 || !r.width.is_multiple_of(f) || !r.height.is_multiple_of(f) {
+        return Err(InputError::arg(format!(
+            "--resolution {r} is not a multiple of {f} (the VAE's factor)"
+        )));
+    }
+    if q.batch == 0 {
+        return Err(InputError::arg("--batch must be at least 1"));
+    }
+    if q.cfg && !a.has_cfg {
+        return Err(InputError::arg(
+            "--cfg: this model runs without classifier-free guidance",
+        ));
+    }
+    if q.vae_decode == VaeDecode::Tiled {
+        if q.tile == 0 || !q.tile.is_multiple_of(f) || !q.overlap.is_multiple_of(f) {
+            return Err(InputError::arg(format!(
+                "--tile {} and --overlap {} must be multiples of {f}, the tile at least {f}",
+                q.tile, q.overlap
+            )));
+        }
+        if q.overlap >= q.tile {
+            return Err(InputError::arg(format!(
+                "--overlap {} must be smaller than --tile {}",
+                q.overlap, q.tile
+            )));
+        }
+        if q.tile > r.width.max(r.height) {
+            return Err(InputError::arg(format!(
+                "--tile {} is larger than the image {r}",
+                q.tile
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The exact tensors and the uncertain terms of one phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseTerms {
+    pub exact: Vec<(String, u64)>,
+    pub x: GenTerms,
+}
+
+fn bytes(d: DType) -> u64 {
+    d.size_in_bytes() as u64
+}
+
+/// The exact tensors of a query: each component's weights (the VAE in its own dtype), the text
+/// context, the latents, the decoded images and a tiled decode's row strip.
+pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = a
+        .components
+        .iter()
+        .map(|(c, p)| {
+            let d = if *c == Component::Vae {
+                q.vae_dtype
+            } else {
+                q.dtype
+            };
+            (c.to_string(), p * bytes(d))
+        })
+        .collect();
+    let r = q.resolution;
+    let lp = (r.pixels() / (a.factor * a.factor)) as u64;
+    v.push((
+        "text context".into(),
+        q.denoise_batch() * (a.text_len * a.context_dim) as u64 * bytes(q.dtype),
+    ));
+    v.push((
+        "latents".into(),
+        q.batch * a.latent_channels as u64 * lp * bytes(q.dtype),
+    ));
+    v.push((
+        "decoded images".into(),
+        q.batch * (a.out_channels * r.pixels()) as u64 * bytes(q.vae_dtype),
+    ));
+    if q.vae_decode == VaeDecode::Tiled {
+        let th = q.tile.min(r.height);
+        v.push((
+            "tile strip".into(),
+            q.batch * (a.out_channels * th * r.width) as u64 * bytes(q.vae_dtype),
+        ));
+    }
+    v
+}
+
+/// The exact rows live in `phase` and its uncertain terms.
+pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
+    let all = exact_rows(a, q);
+    // The weights (the first rows) are live in every phase.
+    let n_weights = a.components.len();
+    let live = |names: &[&str]| -> Vec<(String, u64)> {
+        all.iter()
+            .enumerate()
+            .filter(|(i, (n, _))| *i < n_weights || names.contains(&n.as_str()))
+            .map(|(_, r)| r.clone())
+            .collect()
+    };
+    let mut x = [0.0; N_GEN];
+    x[CONST] = 1.0;
+    let r = q.resolution;
+    let f = a.factor;
+    let nb = q.denoise_batch() as f64;
+    let scores = |images: f64, tokens: f64, heads: f64| match q.runtime {
+        // candle upcasts q, k, v and materializes f32 scores; SDPA never does.
+        Runtime::Candle => images * heads * tokens * tokens * 4.0,
+        Runtime::Torch => 0.0,
+    };
+    let exact = match phase {
+        Phase::Load => live(&[]),
+        Phase::TextEncode => {
+            x[TEXT_ACT] = nb * (a.text_len * a.text_hidden) as f64 * bytes(q.dtype) as f64;
+            live(&["text context"])
+        }
+        Phase::Denoise => {
+            let lp = (r.pixels() / (f * f)) as f64;
+            x[DENOISE_ACT] = nb * lp * a.denoise_width as f64 * bytes(q.dtype) as f64;
+            let tokens = lp / a.attn_pixels_per_token as f64;
+            x[DENOISE_SCORES] = scores(nb, tokens, a.attn_heads as f64);
+            live(&["text context", "latents"])
+        }
+        _ => {
+            let (images, h, w) = match q.vae_decode {
+                VaeDecode::Full => (q.batch as f64, r.height, r.width),
+                VaeDecode::Sliced => (1.0, r.height, r.width),
+                VaeDecode::Tiled => (q.batch as f64, q.tile.min(r.height), q.tile.min(r.width)),
+            };
+            let px = (h * w) as f64;
+            x[VAE_ACT] = images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
+            if a.vae_attention {
+                x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0);
+            }
+            live(&["latents", "decoded images", "tile strip"])
+        }
+    };
+    PhaseTerms { exact, x }
+}
+
+/// The analytic prior of each term's coefficient (tensors of the term's shape live at the
+/// phase's peak), used without constants and for a term a fit could not identify:
+/// - `text_act` 8: the MLP's 4×-wide intermediate, its activation, q/k/v and the residual;
+/// - `denoise_act` and `vae_act`: a 3×3 convolution at full resolution holds its input, its
+///   output and the residual (3); candle lowers it to a matmul over an im2col buffer of
+///   9 × the input (12 in all);
+/// - `denoise_scores` 2 and `vae_scores` 2: the scores and their softmax, both alive at once
+///   (the term is already 0 where the runtime never materializes them);
+/// - `const` 0: no runtime constant without a measurement.
+pub fn prior(term: usize, runtime: Runtime) -> f64 {
+    match (term, runtime) {
+        (TEXT_ACT, _) => 8.0,
+        (DENOISE_ACT | VAE_ACT, Runtime::Candle) => 12.0,
+        (DENOISE_ACT | VAE_ACT, Runtime::Torch) => 3.0,
+        (DENOISE_SCORES | VAE_SCORES, _) => 2.0,
+        _ => 0.0,
+    }
+}
+
+pub fn priors(runtime: Runtime) -> GenTerms {
+    std::array::from_fn(|j| prior(j, runtime))
+}

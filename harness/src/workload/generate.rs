@@ -343,14 +343,18 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
         let dir = src.prepare(pipe.as_ref())?;
         if !manifest.weights.iter().any(|w| w.source == p.source) {
             let files = pipeline::all_weights_files(pipe.as_ref(), &dir)?;
-            let (sha256, bytes) = crate::export::manifest::hash_files(&files)?;
+            // Cached by (path, size, mtime), as the LLM sweep does: SD's weights are GBs.
+            let (sha256, bytes, sha256_cached) = crate::export::hash_cache::hash_files_cached(
+                &files,
+                crate::export::hash_cache::default_path().as_deref(),
+            )?;
             manifest.weights.push(crate::export::manifest::WeightInfo {
                 model_id: p.model_id.clone(),
                 source: p.source.clone(),
                 files,
                 bytes,
                 sha256,
-                sha256_cached: false,
+                sha256_cached,
             });
             manifest.write()?;
         }

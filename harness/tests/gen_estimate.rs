@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use vramlab::estimate::generate::{self as gen, GenArch, GenQuery};
 use vramlab::fit::generate::{fit_groups, point_totals, predict_heldout, GenSample, Origin};
 use vramlab::fit::{Constants, ErrStats};
-use vramlab::vocab::{Backend, GenModel, Phase, Resolution, Runtime, VaeDecode};
+use vramlab::vocab::{Attention, Backend, GenModel, Phase, Resolution, Runtime, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
 
 fn constants_file() -> PathBuf {
@@ -35,6 +35,7 @@ fn query(side: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenQuery {
         vae_dtype: DType::F32,
         runtime: Runtime::Candle,
         backend: Backend::Cpu,
+        attention: Attention::Eager,
     }
 }
 

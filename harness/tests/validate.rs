@@ -167,12 +167,13 @@ fn a_loaded_model_is_its_weights_and_the_context() {
 
 #[test]
 fn text_output_lists_rows_skips_and_summary() {
+    let skipped = report(&[])["summary"]["not_expressible"].as_u64().unwrap();
     vramlab()
         .args(["validate", PEERS])
         .assert()
         .success()
         .stdout(contains("analytic-zero-7.5b-stage3-nd64"))
-        .stdout(contains("not expressible (8):"))
+        .stdout(contains(format!("not expressible ({skipped}):")))
         .stdout(contains("Adafactor"))
         .stdout(contains("median absolute error:"))
         .stdout(contains("worst:"));
@@ -232,4 +233,82 @@ fn cpu_constants_for_cuda_rows_need_allow_transfer() {
     let plain = report(&[]);
     let transferred = report(&["--constants", constants, "--allow-transfer"]);
     assert_eq!(plain["rows"], transferred["rows"]);
+}
+
+/// The published counts of stabilityai/stable-diffusion-xl-base-1.0's components (also
+/// asserted against the configs by tests/generate.rs `parameter_counts`).
+const SDXL_UNET: u64 = 2_567_463_684;
+const SDXL_TE: u64 = 123_060_480;
+const SDXL_TE2: u64 = 694_659_840;
+const SDXL_VAE: u64 = 83_653_863;
+
+fn terms(r: &Value, id: &str) -> Vec<(String, u64)> {
+    row(r, id)["terms"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{id} not estimated"))
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn term(t: &[(String, u64)], name: &str) -> u64 {
+    t.iter()
+        .find(|x| x.0 == name)
+        .unwrap_or_else(|| panic!("no term {name} in {t:?}"))
+        .1
+}
+
+#[test]
+fn sdxl_pipeline_rows_are_generation_estimates() {
+    let r = report(&[]);
+    // fp16 with the VAE decoding in f32 (the SDXL pipeline's force_upcast): the weights are
+    // the published counts at 2 and 4 bytes; 4 images of 1024x1024 with CFG.
+    let fp16 = terms(&r, "hf-blog-sdxl-fp16-sdpa-b4");
+    assert_eq!(term(&fp16, "unet"), 2 * SDXL_UNET);
+    assert_eq!(term(&fp16, "text_encoder"), 2 * SDXL_TE);
+    assert_eq!(term(&fp16, "text_encoder_2"), 2 * SDXL_TE2);
+    assert_eq!(term(&fp16, "vae"), 4 * SDXL_VAE);
+    assert_eq!(term(&fp16, "decoded images"), 4 * 3 * 1024 * 1024 * 4);
+    // The peak is the full decode, whose activations are at least one f32 feature map of the
+    // decoder's output width (128 channels) per output pixel of the 4 images.
+    assert!(term(&fp16, "vae_decode activations") >= 4 * 1024 * 1024 * 128 * 4);
+    // max_memory_allocated counts no context.
+    assert!(!fp16.iter().any(|t| t.0 == "CUDA context"));
+    // fp32: the same tensors at 4 bytes; the decode is f32 either way.
+    let fp32 = terms(&r, "hf-blog-sdxl-fp32-eager-b4");
+    assert_eq!(term(&fp32, "unet"), 4 * SDXL_UNET);
+    assert_eq!(
+        term(&fp32, "vae_decode activations"),
+        term(&fp16, "vae_decode activations")
+    );
+    // Slicing decodes one image at a time: a quarter of the activations.
+    let sliced = terms(&r, "hf-blog-sdxl-fp16-sdpa-vae-slicing-b4");
+    let per_image = term(&fp16, "vae_decode activations") as f64 / 4.0;
+    if let Some(a) = sliced.iter().find(|t| t.0 == "vae_decode activations") {
+        assert!((a.1 as f64 - per_image).abs() <= 1.0, "{sliced:?}");
+    }
+    assert!(
+        estimate(&r, "hf-blog-sdxl-fp16-sdpa-vae-slicing-b4")
+            < estimate(&r, "hf-blog-sdxl-fp16-sdpa-b4")
+    );
+    // What the estimator does not model is listed with its reason.
+    for (id, why) in [
+        ("hf-blog-sdxl-fp16-sdpa-model-offload-b4", "offloading"),
+        (
+            "hf-blog-sdxl-fp16-sdpa-tiny-autoencoder-b4",
+            "Tiny AutoEncoder",
+        ),
+        ("hf-blog-sdxl-fp16-sdpa-torchcompile-b4", "torch.compile"),
+    ] {
+        assert_eq!(row(&r, id)["kind"], "not_expressible");
+        assert!(
+            row(&r, id)["reason"].as_str().unwrap().contains(why),
+            "{id}"
+        );
+    }
 }

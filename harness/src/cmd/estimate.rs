@@ -648,6 +648,7 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         vae_dtype: cfg.default_vae_dtype(dtype),
         runtime: a.runtime,
         backend: a.backend,
+        attention: a.attention,
     };
     gen::check(&arch, &q)?;
     let mut notes = Vec::new();
@@ -704,9 +705,11 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         _ => format!(
             "analytic priors (no fitted generation constants): {} profile{}",
             a.runtime.as_str(),
-            match a.runtime {
-                Runtime::Candle => ", attention scores materialized in f32 (UNet and VAE)",
-                Runtime::Torch => ", SDPA attention (no materialized scores)",
+            match (a.runtime, a.attention) {
+                (Runtime::Candle, _) => ", attention scores materialized in f32 (UNet and VAE)",
+                (Runtime::Torch, Attention::Eager) =>
+                    ", eager denoiser attention (scores and softmax in the pipeline's dtype), SDPA in the VAE",
+                (Runtime::Torch, _) => ", SDPA attention (no materialized scores)",
             }
         ),
     };

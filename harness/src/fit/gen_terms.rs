@@ -6,7 +6,7 @@
 use super::Runtime;
 use crate::error::InputError;
 use crate::model::sd::{DownBlock, SdConfig};
-use crate::vocab::{Backend, Component, Phase, Resolution, VaeDecode};
+use crate::vocab::{Attention, Backend, Component, Phase, Resolution, VaeDecode};
 use candle_core::DType;
 use serde::Serialize;
 
@@ -121,6 +121,10 @@ pub struct GenQuery {
     pub vae_dtype: DType,
     pub runtime: Runtime,
     pub backend: Backend,
+    /// The denoiser's attention on torch: SDPA (and flash) never materializes the scores;
+    /// eager (diffusers' `AttnProcessor`) holds the scores and their softmax in the pipeline's
+    /// dtype. candle's UNet attention materializes them in f32 whatever this says.
+    pub attention: Attention,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
@@ -241,10 +245,15 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
     let r = q.resolution;
     let f = a.factor;
     let nb = q.denoise_batch() as f64;
-    let scores = |images: f64, tokens: f64, heads: f64| match q.runtime {
-        // candle upcasts q, k, v and materializes f32 scores; SDPA never does.
-        Runtime::Candle => images * heads * tokens * tokens * 4.0,
-        Runtime::Torch => 0.0,
+    let scores = |images: f64, tokens: f64, heads: f64, attention: Attention| {
+        let b = match (q.runtime, attention) {
+            // candle upcasts q, k, v and materializes f32 scores.
+            (Runtime::Candle, _) => 4.0,
+            (Runtime::Torch, Attention::Eager) => bytes(q.dtype) as f64,
+            // SDPA never materializes them.
+            (Runtime::Torch, _) => 0.0,
+        };
+        images * heads * tokens * tokens * b
     };
     let exact = match phase {
         Phase::Load => live(&[]),
@@ -256,7 +265,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             let lp = (r.pixels() / (f * f)) as f64;
             x[DENOISE_ACT] = nb * lp * a.denoise_width as f64 * bytes(q.dtype) as f64;
             let tokens = lp / a.attn_pixels_per_token as f64;
-            x[DENOISE_SCORES] = scores(nb, tokens, a.attn_heads as f64);
+            x[DENOISE_SCORES] = scores(nb, tokens, a.attn_heads as f64, q.attention);
             live(&["text context", "latents"])
         }
         _ => {
@@ -268,7 +277,8 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             let px = (h * w) as f64;
             x[VAE_ACT] = images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
             if a.vae_attention {
-                x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0);
+                // diffusers' VAE keeps SDPA when the denoiser's attention is set to eager.
+                x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0, Attention::Sdpa);
             }
             live(&["latents", "decoded images", "tile strip"])
         }
@@ -279,9 +289,13 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
 /// The analytic prior of each term's coefficient (tensors of the term's shape live at the
 /// phase's peak), used without constants and for a term a fit could not identify:
 /// - `text_act` 8: the MLP's 4×-wide intermediate, its activation, q/k/v and the residual;
-/// - `denoise_act` and `vae_act`: a 3×3 convolution at full resolution holds its input, its
-///   output and the residual (3); candle lowers it to a matmul over an im2col buffer of
-///   9 × the input (12 in all);
+/// - `denoise_act`: a 3×3 convolution at full resolution holds its input, its output and the
+///   residual (3); candle lowers it to a matmul over an im2col buffer of 9 × the input (12 in
+///   all);
+/// - `vae_act`: candle 12, as `denoise_act`; torch 6: diffusers' `ResnetBlock2D.forward` at
+///   the first block of the output resolution holds its input, `norm1`'s output and the SiLU's
+///   output at once, three tensors of the width entering that level, which is twice the
+///   decoder's output width in every AutoencoderKL (block_out_channels 128, 256, …);
 /// - `denoise_scores` 2 and `vae_scores` 2: the scores and their softmax, both alive at once
 ///   (the term is already 0 where the runtime never materializes them);
 /// - `const` 0: no runtime constant without a measurement.
@@ -289,7 +303,8 @@ pub fn prior(term: usize, runtime: Runtime) -> f64 {
     match (term, runtime) {
         (TEXT_ACT, _) => 8.0,
         (DENOISE_ACT | VAE_ACT, Runtime::Candle) => 12.0,
-        (DENOISE_ACT | VAE_ACT, Runtime::Torch) => 3.0,
+        (DENOISE_ACT, Runtime::Torch) => 3.0,
+        (VAE_ACT, Runtime::Torch) => 6.0,
         (DENOISE_SCORES | VAE_SCORES, _) => 2.0,
         _ => 0.0,
     }

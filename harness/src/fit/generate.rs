@@ -165,6 +165,7 @@ pub fn query_of(r: &Record, tile: (usize, usize)) -> Option<GenQuery> {
         vae_dtype: r.vae_precision.map(|p| p.dtype()).unwrap_or(dtype),
         runtime: r.meter.runtime(),
         backend: r.backend,
+        attention: r.attention,
     })
 }
 

@@ -21,6 +21,8 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod generate;
+
 /// One published measurement, as the collector wrote it.
 #[derive(Clone, Debug, Deserialize)]
 pub struct PeerRow {
@@ -32,7 +34,10 @@ pub struct PeerRow {
     pub model: String,
     pub mode: String,
     pub precision: String,
+    /// Absent from generation rows.
+    #[serde(default)]
     pub optimizer: String,
+    /// Images per prompt in a generation row.
     pub batch: Option<u64>,
     pub seq_len: Option<u64>,
     pub gradient_checkpointing: Option<bool>,
@@ -40,6 +45,18 @@ pub struct PeerRow {
     pub value_bytes: u64,
     #[serde(default)]
     pub notes: String,
+    /// Generation rows: the output size as `WIDTHxHEIGHT` (or `width` and `height`); absent,
+    /// the notes' `WIDTHxHEIGHT`, else the pipeline's default size.
+    #[serde(default)]
+    pub resolution: Option<String>,
+    #[serde(default)]
+    pub width: Option<usize>,
+    #[serde(default)]
+    pub height: Option<usize>,
+    /// Generation rows: diffusers' `guidance_scale` (CFG runs above 1; absent, the pipeline's
+    /// default, which guides).
+    #[serde(default)]
+    pub guidance_scale: Option<f64>,
 }
 
 /// What a published figure measures, and so which estimator rows it includes.
@@ -121,7 +138,7 @@ pub enum Outcome {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Term {
-    pub name: &'static str,
+    pub name: String,
     pub bytes: u64,
 }
 
@@ -275,7 +292,7 @@ fn model_ref(words: &str) -> Option<ModelRef> {
 }
 
 /// The first integer after `key` in `text` ("N_d=64" → 64).
-fn number_after(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn number_after(text: &str, key: &str) -> Option<u64> {
     let i = text.find(key)? + key.len();
     let digits: String = text[i..]
         .chars()
@@ -293,9 +310,12 @@ fn cuda_version(framework: &str) -> Option<(u64, u64)> {
     Some((major, minor))
 }
 
-type Expressed<T> = std::result::Result<T, String>;
+pub(crate) type Expressed<T> = std::result::Result<T, String>;
 
-fn precision(words: &str) -> Expressed<Precision> {
+/// A row's estimate as (model, estimator rows), or (model, why it cannot be expressed).
+pub(crate) type RowEstimate = std::result::Result<(String, Vec<(String, u64)>), (String, String)>;
+
+pub(crate) fn precision(words: &str) -> Expressed<Precision> {
     let first = words
         .split_whitespace()
         .next()
@@ -349,17 +369,36 @@ pub fn validate_row(path: &Path, r: &PeerRow, constants: Option<&Constants>) -> 
     let mode = match r.mode.trim().to_ascii_lowercase().as_str() {
         "training" | "train" => Mode::Train,
         "inference" | "infer" => Mode::Infer,
+        "generation" | "generate" | "text-to-image" | "image generation" => Mode::Generate,
         m => {
             return Err(bad_file(
                 path,
-                format!("row `{}`: unknown mode `{m}` (training, inference)", r.id),
+                format!(
+                    "row `{}`: unknown mode `{m}` (training, inference, generation)",
+                    r.id
+                ),
             ))
         }
     };
-    let (model, outcome) = match estimate_row(r, metric, mode, constants) {
-        Ok((model, b)) => {
-            let terms: Vec<Term> = b
-                .rows()
+    // A diffusion pipeline's row is a generation whatever its mode says ("inference").
+    let rows = match generate::model(&r.model) {
+        Some(m) if mode != Mode::Train => generate::estimate_row(r, m, constants),
+        Some(m) => Err((
+            m.to_string(),
+            "training a diffusion pipeline is not an estimator mode".into(),
+        )),
+        None if mode == Mode::Generate => Err((
+            r.model.clone(),
+            format!("no generation preset for model `{}`", r.model),
+        )),
+        None => estimate_row(r, metric, mode, constants).map(|(m, b)| {
+            let rows = b.rows().into_iter().map(|(n, v)| (n.to_string(), v));
+            (m, rows.collect())
+        }),
+    };
+    let (model, outcome) = match rows {
+        Ok((model, rows)) => {
+            let terms: Vec<Term> = rows
                 .into_iter()
                 .filter(|(n, bytes)| metric.counts(n) && *bytes > 0)
                 .map(|(name, bytes)| Term { name, bytes })

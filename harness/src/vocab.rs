@@ -705,6 +705,11 @@ vocab! {
         Sd21,
         /// stabilityai/stable-diffusion-xl-base-1.0
         Sdxl,
+        /// Wan-AI/Wan2.1-T2V-1.3B-Diffusers (text to video)
+        #[serde(rename = "wan2.1-t2v-1.3b")]
+        #[strum(serialize = "wan2.1-t2v-1.3b")]
+        #[value(name = "wan2.1-t2v-1.3b")]
+        Wan21T2v13b,
     }
 }
 

@@ -27,6 +27,7 @@ fn query(side: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenQuery {
             width: side,
             height: side,
         },
+        frames: 1,
         cfg,
         vae_decode: decode,
         tile: 32,

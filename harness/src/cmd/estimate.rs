@@ -106,6 +106,9 @@ pub struct Args {
     /// Generation models: classifier-free guidance (doubles the denoiser's batch).
     #[arg(long)]
     pub cfg: bool,
+    /// Video models (`--model wan2.1-t2v-1.3b`): output frames per video, 4k+1 for Wan.
+    #[arg(long, default_value_t = 1)]
+    pub frames: u64,
     /// Generation models: how the VAE decodes: the whole batch at once, one image at a time,
     /// or overlapping tiles of `--tile` pixels.
     #[arg(long, value_enum, default_value = "full")]
@@ -621,8 +624,7 @@ fn print_text(
 /// the largest batch and square resolution each GPU class holds.
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     use crate::estimate::generate::{self as gen, GenArch, GenQuery};
-    let cfg = crate::model::sd::SdConfig::preset(m);
-    let arch = GenArch::sd(&cfg);
+    let arch = GenArch::of(m);
     if !(0.0..1.0).contains(&a.headroom) {
         return Err(
             InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
@@ -639,13 +641,15 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     let q = GenQuery {
         batch: a.batch,
         resolution: a.resolution,
+        frames: a.frames,
         cfg: a.cfg,
         vae_decode: a.vae_decode,
         tile: a.tile,
         overlap: a.overlap,
         dtype,
-        // Both runtimes decode where the real pipeline does (f32 under SDXL's force_upcast).
-        vae_dtype: cfg.default_vae_dtype(dtype),
+        // Both runtimes decode where the real pipeline does (f32 under SDXL's force_upcast,
+        // and Wan's VAE, which the real pipeline loads in f32).
+        vae_dtype: arch.default_vae_dtype(dtype),
         runtime: a.runtime,
         backend: a.backend,
         attention: a.attention,

@@ -6,7 +6,8 @@
 use super::Runtime;
 use crate::error::InputError;
 use crate::model::sd::{DownBlock, SdConfig};
-use crate::vocab::{Attention, Backend, Component, Phase, Resolution, VaeDecode};
+use crate::model::wan::WanConfig;
+use crate::vocab::{Attention, Backend, Component, GenModel, Phase, Resolution, VaeDecode};
 use candle_core::DType;
 use serde::Serialize;
 
@@ -51,7 +52,8 @@ pub struct GenArch {
     pub text_hidden: usize,
     /// Context features per text token the denoiser reads (all encoders concatenated).
     pub context_dim: usize,
-    /// The denoiser's channels at full latent resolution.
+    /// The denoiser's activation channels per latent pixel at full latent resolution (a
+    /// UNet's first level; a DiT's hidden size over the latent pixels of its patch).
     pub denoise_width: usize,
     /// Latent pixels per token at the denoiser's first attention level (4 per halving).
     pub attn_pixels_per_token: usize,
@@ -64,6 +66,17 @@ pub struct GenArch {
     /// The real pipeline decodes in f32 whatever the pipeline's dtype (SDXL `force_upcast`).
     pub vae_upcast: bool,
     pub has_cfg: bool,
+    /// Whether CFG runs the denoiser (and the text encoders) on one doubled batch (SD); Wan
+    /// runs the conditional and unconditional passes one after the other.
+    pub cfg_batched: bool,
+    /// Latent pixels per token along each side (a DiT's patch; 1 for a UNet): resolutions are
+    /// multiples of `factor × patch`.
+    pub patch: usize,
+    /// Output frames per latent frame after the first (1: an image model, 4: Wan's causal VAE).
+    pub temporal_factor: usize,
+    /// Elements of the VAE decoder's feature cache per latent pixel of one video (0 without
+    /// one): the causal convolutions' last frames, kept between temporal chunks.
+    pub vae_cache_per_latent_pixel: u64,
 }
 
 impl GenArch {
@@ -97,6 +110,74 @@ impl GenArch {
             vae_attention: true,
             vae_upcast: c.default_vae_dtype(DType::F16) == DType::F32,
             has_cfg: c.has_cfg(),
+            cfg_batched: true,
+            patch: 1,
+            temporal_factor: 1,
+            vae_cache_per_latent_pixel: 0,
+        }
+    }
+
+    /// Wan2.1 text-to-video from its diffusers configs: a DiT over patches of 2×2 latent
+    /// pixels (per latent frame), umT5 context of 512 tokens, the causal VAE decoding one
+    /// latent frame per chunk in f32 (the real pipeline loads the VAE in f32).
+    pub fn wan(c: &WanConfig) -> GenArch {
+        let t = &c.transformer;
+        let [_, ph, pw] = t.patch_size;
+        GenArch {
+            architecture: "wan",
+            components: c
+                .components()
+                .into_iter()
+                .map(|k| (k, c.params_analytic(k)))
+                .collect(),
+            factor: c.vae.spatial_factor(),
+            latent_channels: t.in_channels,
+            out_channels: 3,
+            text_len: crate::model::wan::TEXT_LEN,
+            text_hidden: c.text_encoder.d_model,
+            context_dim: t.text_dim,
+            denoise_width: t.dim() / (ph * pw),
+            attn_pixels_per_token: ph * pw,
+            attn_heads: t.num_attention_heads,
+            vae_width: c.vae.base_dim,
+            vae_attention: true,
+            vae_upcast: true,
+            has_cfg: true,
+            cfg_batched: false,
+            patch: ph,
+            temporal_factor: c.vae.temporal_factor(),
+            vae_cache_per_latent_pixel: c.vae.decoder_cache_per_latent_pixel(),
+        }
+    }
+
+    /// The architecture of a known model's published configs.
+    pub fn of(m: GenModel) -> GenArch {
+        match m {
+            GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => GenArch::sd(&SdConfig::preset(m)),
+            GenModel::Wan21T2v13b => GenArch::wan(&WanConfig::t2v_1_3b()),
+        }
+    }
+
+    /// The VAE's dtype when the query does not set one: f32 where the real pipeline upcasts.
+    pub fn default_vae_dtype(&self, pipeline: DType) -> DType {
+        if self.vae_upcast {
+            DType::F32
+        } else {
+            pipeline
+        }
+    }
+
+    /// Latent frames of `frames` output frames (`(F − 1)/4 + 1` for Wan; 1 for an image).
+    pub fn latent_frames(&self, frames: u64) -> u64 {
+        (frames.max(1) - 1) / self.temporal_factor as u64 + 1
+    }
+
+    /// The batch one denoiser (and text encoder) pass sees: doubled by CFG where it is batched.
+    pub fn pass_batch(&self, q: &GenQuery) -> u64 {
+        if self.cfg_batched {
+            q.denoise_batch()
+        } else {
+            q.batch
         }
     }
 
@@ -110,6 +191,8 @@ impl GenArch {
 pub struct GenQuery {
     pub batch: u64,
     pub resolution: Resolution,
+    /// Output frames per video (1 for an image model).
+    pub frames: u64,
     pub cfg: bool,
     pub vae_decode: VaeDecode,
     /// Tile side and overlap in output pixels (`tiled`).
@@ -141,11 +224,35 @@ impl GenQuery {
 /// Checks a query against the architecture: one line naming the flag.
 pub fn check(a: &GenArch, q: &GenQuery) -> Result<(), InputError> {
     let r = q.resolution;
-    let f = a.factor;
+    let f = a.factor * a.patch;
     if r.width == 0 || r.height == 0 || !r.width.is_multiple_of(f) || !r.height.is_multiple_of(f) {
-        return Err(InputError::arg(format!(
-            "--resolution {r} is not a multiple of {f} (the VAE's factor)"
-        )));
+        return Err(InputError::arg(if a.patch == 1 {
+            format!("--resolution {r} is not a multiple of {f} (the VAE's factor)")
+        } else {
+            format!(
+                "--resolution {r} is not a multiple of {f} (the VAE's factor {} × the patch {})",
+                a.factor, a.patch
+            )
+        }));
+    }
+    let t = a.temporal_factor as u64;
+    if q.frames == 0 || (q.frames - 1) % t != 0 {
+        return Err(InputError::arg(if t == 1 {
+            format!("--frames {}: an image model makes 1 frame", q.frames)
+        } else {
+            format!(
+                "--frames {}: {} decodes {t}k+1 frames (1, {}, {}, ...; the VAE's temporal factor {t})",
+                q.frames,
+                a.architecture,
+                t + 1,
+                2 * t + 1
+            )
+        }));
+    }
+    if t > 1 && q.vae_decode == VaeDecode::Tiled {
+        return Err(InputError::arg(
+            "--vae-decode tiled: spatial tiles of a video decode are not modelled (full or sliced)",
+        ));
     }
     if q.batch == 0 {
         return Err(InputError::arg("--batch must be at least 1"));
@@ -206,18 +313,29 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
         .collect();
     let r = q.resolution;
     let lp = (r.pixels() / (a.factor * a.factor)) as u64;
+    let lf = a.latent_frames(q.frames);
     v.push((
         "text context".into(),
         q.denoise_batch() * (a.text_len * a.context_dim) as u64 * bytes(q.dtype),
     ));
     v.push((
         "latents".into(),
-        q.batch * a.latent_channels as u64 * lp * bytes(q.dtype),
+        q.batch * a.latent_channels as u64 * lf * lp * bytes(q.dtype),
     ));
     v.push((
         "decoded images".into(),
-        q.batch * (a.out_channels * r.pixels()) as u64 * bytes(q.vae_dtype),
+        q.batch * q.frames * (a.out_channels * r.pixels()) as u64 * bytes(q.vae_dtype),
     ));
+    if a.vae_cache_per_latent_pixel > 0 {
+        let videos = match q.vae_decode {
+            VaeDecode::Sliced => 1,
+            _ => q.batch,
+        };
+        v.push((
+            "feature cache".into(),
+            videos * a.vae_cache_per_latent_pixel * lp * bytes(q.vae_dtype),
+        ));
+    }
     if q.vae_decode == VaeDecode::Tiled {
         let th = q.tile.min(r.height);
         v.push((
@@ -244,7 +362,8 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
     x[CONST] = 1.0;
     let r = q.resolution;
     let f = a.factor;
-    let nb = q.denoise_batch() as f64;
+    let nb = a.pass_batch(q) as f64;
+    let lf = a.latent_frames(q.frames) as f64;
     let scores = |images: f64, tokens: f64, heads: f64, attention: Attention| {
         let b = match (q.runtime, attention) {
             // candle upcasts q, k, v and materializes f32 scores.
@@ -262,7 +381,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             live(&["text context"])
         }
         Phase::Denoise => {
-            let lp = (r.pixels() / (f * f)) as f64;
+            let lp = lf * (r.pixels() / (f * f)) as f64;
             x[DENOISE_ACT] = nb * lp * a.denoise_width as f64 * bytes(q.dtype) as f64;
             let tokens = lp / a.attn_pixels_per_token as f64;
             x[DENOISE_SCORES] = scores(nb, tokens, a.attn_heads as f64, q.attention);
@@ -275,12 +394,14 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
                 VaeDecode::Tiled => (q.batch as f64, q.tile.min(r.height), q.tile.min(r.width)),
             };
             let px = (h * w) as f64;
-            x[VAE_ACT] = images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
+            // A video decodes in temporal chunks: the largest yields `temporal_factor` frames.
+            let chunk = if q.frames > 1 { a.temporal_factor } else { 1 } as f64;
+            x[VAE_ACT] = chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
             if a.vae_attention {
                 // diffusers' VAE keeps SDPA when the denoiser's attention is set to eager.
                 x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0, Attention::Sdpa);
             }
-            live(&["latents", "decoded images", "tile strip"])
+            live(&["latents", "decoded images", "tile strip", "feature cache"])
         }
     };
     PhaseTerms { exact, x }

@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod bert;
 pub mod config;
+pub mod conv3d;
 pub mod gguf;
 pub mod gpt2;
 pub mod gpt_bigcode;
@@ -18,6 +19,8 @@ pub mod sd;
 pub mod source;
 pub mod synth;
 pub mod trainable;
+pub mod wan;
+pub mod wan_vae;
 pub mod weights;
 
 pub use arch::{Arch, Architecture, Decoder, Encoder, InferenceModel, Role};

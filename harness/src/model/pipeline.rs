@@ -168,16 +168,27 @@ pub struct BadPoint {
 }
 
 /// The published configs of a known model, unloaded, components in `dtype` and the VAE in
-/// `vae_dtype` (None: what the real pipeline uses).
-pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Box<dyn Pipeline> {
+/// `vae_dtype` (None: what the real pipeline uses). A model that only `vramlab estimate` knows
+/// (no candle modules yet) is a one-line error.
+pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
     use super::sd::{Sd, SdConfig};
     match m {
         GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => {
             let cfg = SdConfig::preset(m);
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));
-            Box::new(Sd::new(cfg, dtype, vae))
+            Ok(Box::new(Sd::new(cfg, dtype, vae)))
         }
+        GenModel::Wan21T2v13b => Err(not_runnable(m.as_str())),
     }
+}
+
+/// A generation model vramlab estimates but cannot run yet (its DiT and text encoder have no
+/// candle modules here).
+fn not_runnable(name: &str) -> anyhow::Error {
+    crate::error::InputError::arg(format!(
+        "{name}: only `vramlab estimate` models it so far (no candle DiT/umT5 to run)"
+    ))
+    .into()
 }
 
 /// diffusers' pipeline classes vramlab reads (`model_index.json`'s `_class_name`).
@@ -185,6 +196,7 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Box<dyn Pi
 enum PipelineClass {
     StableDiffusionPipeline,
     StableDiffusionXLPipeline,
+    WanPipeline,
 }
 
 #[derive(Deserialize)]
@@ -215,6 +227,11 @@ pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Bo
             let cfg = SdConfig::from_dir(dir)?;
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));
             Ok(Box::new(Sd::new(cfg, dtype, vae)))
+        }
+        Some(PipelineClass::WanPipeline) => {
+            // Read (and so checked) even though it cannot run yet.
+            let cfg = super::wan::WanConfig::from_dir(dir)?;
+            Err(not_runnable(&cfg.name))
         }
     }
 }

@@ -294,6 +294,7 @@ impl SdConfig {
                 ),
                 text_encoder_2: None,
             },
+            GenModel::Wan21T2v13b => panic!("SdConfig::preset: {m} is not Stable Diffusion"),
             GenModel::Sdxl => SdConfig {
                 name: m.as_str().into(),
                 unet: UNetConfig {

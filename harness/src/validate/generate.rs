@@ -148,6 +148,7 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
     let q = GenQuery {
         batch,
         resolution,
+        frames: 1,
         cfg: r.guidance_scale.map_or(cfg.has_cfg(), |g| g > 1.0),
         vae_decode,
         tile,

@@ -127,7 +127,7 @@ impl GenSource {
     /// real pipeline's choice).
     pub fn pipeline(&self, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
         match self {
-            GenSource::Synthetic(m) => Ok(pipeline::preset(*m, dtype, vae_dtype)),
+            GenSource::Synthetic(m) => pipeline::preset(*m, dtype, vae_dtype),
             GenSource::Diffusers(dir) => pipeline::from_dir(dir, dtype, vae_dtype),
         }
     }

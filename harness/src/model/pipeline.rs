@@ -193,6 +193,7 @@ fn not_runnable(name: &str) -> anyhow::Error {
 
 /// diffusers' pipeline classes vramlab reads (`model_index.json`'s `_class_name`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[allow(clippy::enum_variant_names)] // diffusers' class names, as model_index.json spells them
 enum PipelineClass {
     StableDiffusionPipeline,
     StableDiffusionXLPipeline,

@@ -12,7 +12,6 @@
 //! Sources: huggingface/diffusers `models/transformers/transformer_wan.py` and
 //! `models/autoencoders/autoencoder_kl_wan.py`, Wan-AI/Wan2.1 `wan/modules/{model,vae,t5}.py`,
 //! and the Wan-AI/Wan2.1-T2V-1.3B-Diffusers configs.
-use crate::error::InputError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -388,20 +387,6 @@ impl WanConfig {
             Component::Vae => vae_params(&self.vae),
             _ => 0,
         }
-    }
-
-    /// Frames a query asks for that this VAE cannot produce: one line naming `key`.
-    pub fn check_frames(&self, frames: u64, key: &str) -> Result<(), InputError> {
-        let t = self.vae.temporal_factor() as u64;
-        if frames == 0 || (frames - 1) % t != 0 {
-            return Err(InputError::arg(format!(
-                "{key} {frames}: {} decodes {t}k+1 frames (1, {}, {}, ...; the VAE's temporal factor {t})",
-                self.name,
-                t + 1,
-                2 * t + 1
-            )));
-        }
-        Ok(())
     }
 }
 

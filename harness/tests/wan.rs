@@ -261,16 +261,19 @@ fn estimate_cli() {
         cfg.vae.decoder_cache_per_latent_pixel() * lh * lw * 4
     );
     assert_eq!(bytes("text context"), 2 * 512 * 4096 * 2);
+    // WanPipeline runs the conditional and unconditional passes one after the other.
+    assert_eq!(v["denoiser_batch"], 1);
     println!("estimate wan: ok");
 
-    for (flag, value, key) in [
-        ("--frames", "80", "--frames"),
-        ("--resolution", "840x480", "--resolution"),
+    for (model, flag, value, key) in [
+        ("wan2.1-t2v-1.3b", "--frames", "80", "--frames"),
+        ("wan2.1-t2v-1.3b", "--resolution", "840x480", "--resolution"),
+        ("sd15", "--frames", "5", "--frames"),
     ] {
         let mut args = vec![
             "estimate",
             "--model",
-            "wan2.1-t2v-1.3b",
+            model,
             "--resolution",
             "832x480",
             "--frames",

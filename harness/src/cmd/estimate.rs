@@ -742,7 +742,7 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         let v = serde_json::json!({
             "model": {"name": m.as_str(), "architecture": arch.architecture, "params": arch.params()},
             "query": q,
-            "denoiser_batch": q.denoise_batch(),
+            "denoiser_batch": arch.pass_batch(&q),
             "headroom": a.headroom,
             "constants": used,
             "exact": rows(&e.exact),
@@ -758,13 +758,18 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     }
     let r = q.resolution;
     println!(
-        "{} ({}, {} params) {r}, batch {}{} (denoiser batch {}), {precision}, VAE {}, decode {}{}; {} on {}",
+        "{} ({}, {} params) {r}{}, batch {}{} (denoiser batch {}), {precision}, VAE {}, decode {}{}; {} on {}",
         m.as_str(),
         arch.architecture,
         arch.params(),
+        if q.frames > 1 {
+            format!(", {} frames", q.frames)
+        } else {
+            String::new()
+        },
         q.batch,
         if q.cfg { ", cfg" } else { "" },
-        q.denoise_batch(),
+        arch.pass_batch(&q),
         Precision::of_dense(q.vae_dtype),
         q.vae_decode,
         if q.vae_decode == crate::vocab::VaeDecode::Tiled {

@@ -236,7 +236,7 @@ pub fn check(a: &GenArch, q: &GenQuery) -> Result<(), InputError> {
         }));
     }
     let t = a.temporal_factor as u64;
-    if q.frames == 0 || !(q.frames - 1).is_multiple_of(t) {
+    if q.frames == 0 || !(q.frames - 1).is_multiple_of(t) || (t == 1 && q.frames != 1) {
         return Err(InputError::arg(if t == 1 {
             format!("--frames {}: an image model makes 1 frame", q.frames)
         } else {

@@ -14,6 +14,7 @@ use vramlab::meter::cpu::CpuMeter;
 use vramlab::model::conv3d::{CausalConv3d, FeatCache};
 use vramlab::model::pipeline::{count, record, Shapes};
 use vramlab::model::wan::{self, WanConfig, WanVaeConfig};
+use vramlab::model::wan_dit::WanDit;
 use vramlab::model::wan_vae::WanDecoder;
 
 /// A Wan2.1-shaped VAE (4 levels, temporal upsampling in the first two up blocks: stride
@@ -218,6 +219,33 @@ fn decode_peak_flat(dec: &WanDecoder, c: &WanVaeConfig) {
     );
 }
 
+/// The built DiT has the parameters counted from the config (the real Wan2.1 1.3B and a tiny
+/// one); the tiny one runs a step: its prediction has the latents' shape.
+fn dit() {
+    let real = WanConfig::t2v_1_3b().transformer;
+    let shapes = record(|vb| WanDit::new(&real, vb).map(|_| ()));
+    assert_eq!(count(&shapes), wan::transformer_params(&real));
+    let mut tiny = real.clone();
+    tiny.num_attention_heads = 2;
+    tiny.attention_head_dim = 12;
+    tiny.ffn_dim = 40;
+    tiny.num_layers = 2;
+    tiny.text_dim = 16;
+    tiny.freq_dim = 8;
+    tiny.in_channels = 4;
+    tiny.out_channels = 4;
+    let shapes = record(|vb| WanDit::new(&tiny, vb).map(|_| ()));
+    assert_eq!(count(&shapes), wan::transformer_params(&tiny));
+    let m = WanDit::new(&tiny, random(&shapes)).unwrap();
+    let x = Tensor::randn(0f32, 1.0, (2, 4, 3, 4, 6), &Device::Cpu).unwrap();
+    let t = Tensor::new(&[999f32, 500.0], &Device::Cpu).unwrap();
+    let ctx = Tensor::randn(0f32, 1.0, (2, 7, 16), &Device::Cpu).unwrap();
+    let y = m.forward(&x, &t, &ctx).unwrap();
+    assert_eq!(y.dims(), x.dims());
+    assert!(common::max_abs(&y).is_finite());
+    println!("dit: parameters and a tiny step ok");
+}
+
 fn estimate_cli() {
     let cfg = WanConfig::t2v_1_3b();
     let out = common::vramlab()
@@ -298,6 +326,7 @@ fn main() {
     let dec = WanDecoder::new(&c, random(&decoder_shapes(&c))).unwrap();
     chunked_decode(&dec, &c);
     decode_peak_flat(&dec, &c);
+    dit();
     estimate_cli();
     println!("wan: all checks passed");
 }

@@ -20,6 +20,7 @@ pub mod source;
 pub mod synth;
 pub mod trainable;
 pub mod wan;
+pub mod wan_dit;
 pub mod wan_vae;
 pub mod weights;
 

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use vramlab::meter::cpu::CpuMeter;
 use vramlab::model::conv3d::{CausalConv3d, FeatCache};
 use vramlab::model::pipeline::{count, record, Shapes};
+use vramlab::model::umt5::UmT5Encoder;
 use vramlab::model::wan::{self, WanConfig, WanVaeConfig};
 use vramlab::model::wan_dit::WanDit;
 use vramlab::model::wan_vae::WanDecoder;
@@ -246,6 +247,25 @@ fn dit() {
     println!("dit: parameters and a tiny step ok");
 }
 
+/// The built umT5 encoder has the parameters counted from the config (umT5-XXL and a tiny
+/// one); the tiny one encodes: (b, len, d_model).
+fn umt5() {
+    let real = WanConfig::t2v_1_3b().text_encoder;
+    let shapes = record(|vb| UmT5Encoder::new(&real, vb).map(|_| ()));
+    assert_eq!(count(&shapes), wan::umt5_params(&real));
+    let mut tiny = real.clone();
+    (tiny.d_model, tiny.d_ff, tiny.d_kv, tiny.num_heads) = (16, 24, 4, 4);
+    (tiny.num_layers, tiny.vocab_size) = (2, 50);
+    let shapes = record(|vb| UmT5Encoder::new(&tiny, vb).map(|_| ()));
+    assert_eq!(count(&shapes), wan::umt5_params(&tiny));
+    let m = UmT5Encoder::new(&tiny, random(&shapes)).unwrap();
+    let ids = Tensor::new(&[[1u32, 5, 7, 0, 0, 0], [3, 4, 9, 12, 2, 0]], &Device::Cpu).unwrap();
+    let y = m.forward(&ids).unwrap();
+    assert_eq!(y.dims(), &[2, 6, 16]);
+    assert!(common::max_abs(&y).is_finite());
+    println!("umt5: parameters and a tiny encode ok");
+}
+
 fn estimate_cli() {
     let cfg = WanConfig::t2v_1_3b();
     let out = common::vramlab()
@@ -327,6 +347,7 @@ fn main() {
     chunked_decode(&dec, &c);
     decode_peak_flat(&dec, &c);
     dit();
+    umt5();
     estimate_cli();
     println!("wan: all checks passed");
 }

@@ -19,6 +19,7 @@ pub mod sd;
 pub mod source;
 pub mod synth;
 pub mod trainable;
+pub mod umt5;
 pub mod wan;
 pub mod wan_dit;
 pub mod wan_vae;

@@ -376,7 +376,7 @@ fn validate_generate(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
     {
         return Err((
             "attention",
-            format!("[sweep] attention `{a}` is not available for generation yet: use `eager` or `sliced` (flash waits for the kernels issue)"),
+            format!("[sweep] attention `{a}` is not available for generation: the UNet's attention is candle-transformers' (vramlab-kernels' flash attention runs in the llama family); use `eager` or `sliced`"),
         ));
     }
     if let Some(p) = s

@@ -621,8 +621,7 @@ fn print_text(
 /// the largest batch and square resolution each GPU class holds.
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     use crate::estimate::generate::{self as gen, GenArch, GenQuery};
-    let cfg = crate::model::sd::SdConfig::preset(m);
-    let arch = GenArch::sd(&cfg);
+    let arch = GenArch::preset(m);
     if !(0.0..1.0).contains(&a.headroom) {
         return Err(
             InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
@@ -645,7 +644,8 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         overlap: a.overlap,
         dtype,
         // Both runtimes decode where the real pipeline does (f32 under SDXL's force_upcast).
-        vae_dtype: cfg.default_vae_dtype(dtype),
+        vae_dtype: crate::model::pipeline::preset(m, dtype, None)
+            .dtype(crate::vocab::Component::Vae),
         runtime: a.runtime,
         backend: a.backend,
         attention: a.attention,
@@ -706,7 +706,12 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
             "analytic priors (no fitted generation constants): {} profile{}",
             a.runtime.as_str(),
             match (a.runtime, a.attention) {
-                (Runtime::Candle, _) => ", attention scores materialized in f32 (UNet and VAE)",
+                (Runtime::Candle, _) if arch.denoise_scores_f32 => {
+                    ", attention scores materialized in f32 (UNet and VAE)"
+                }
+                (Runtime::Candle, _) => {
+                    ", attention scores materialized (transformer: in the pipeline's dtype; VAE: f32)"
+                }
                 (Runtime::Torch, Attention::Eager) =>
                     ", eager denoiser attention (scores and softmax in the pipeline's dtype), SDPA in the VAE",
                 (Runtime::Torch, _) => ", SDPA attention (no materialized scores)",

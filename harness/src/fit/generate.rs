@@ -9,7 +9,6 @@
 use super::gen_terms::{phase_terms, priors, GenArch, GenQuery, GenTerms, GEN_TERMS};
 use super::{nnls, rank, ErrStats, Heldout};
 use crate::error::bad_file;
-use crate::model::sd::SdConfig;
 use crate::record::{Record, Status};
 use crate::vocab::{Backend, GenModel, Mode, Phase, Precision, Runtime, VaeDecode};
 use anyhow::Result;
@@ -116,7 +115,7 @@ pub fn find_transfer<'a>(c: &'a GenConstants, key: &GenGroupKey) -> Option<&'a G
 /// The architecture of a generation row, from its model id (the synthetic presets).
 pub fn arch_of(r: &Record) -> Option<GenArch> {
     let m: GenModel = r.model_id.parse().ok()?;
-    Some(GenArch::sd(&SdConfig::preset(m)))
+    Some(GenArch::preset(m))
 }
 
 /// One point's measured phase, with its terms.

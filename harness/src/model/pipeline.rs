@@ -170,6 +170,7 @@ pub struct BadPoint {
 /// The published configs of a known model, unloaded, components in `dtype` and the VAE in
 /// `vae_dtype` (None: what the real pipeline uses).
 pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Box<dyn Pipeline> {
+    use super::flux::{Flux, FluxConfig};
     use super::sd::{Sd, SdConfig};
     match m {
         GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => {
@@ -177,6 +178,12 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Box<dyn Pi
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));
             Box::new(Sd::new(cfg, dtype, vae))
         }
+        // FluxPipeline decodes in the pipeline's dtype (no `force_upcast`).
+        GenModel::FluxDev | GenModel::FluxSchnell => Box::new(Flux::new(
+            FluxConfig::preset(m),
+            dtype,
+            vae_dtype.unwrap_or(dtype),
+        )),
     }
 }
 
@@ -185,6 +192,7 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Box<dyn Pi
 enum PipelineClass {
     StableDiffusionPipeline,
     StableDiffusionXLPipeline,
+    FluxPipeline,
 }
 
 #[derive(Deserialize)]
@@ -194,27 +202,32 @@ struct ModelIndex {
 }
 
 /// The pipeline of a diffusers directory, unloaded: its family from `model_index.json`
-/// (a directory without one and with `unet/` is Stable Diffusion).
+/// (a directory without one is Stable Diffusion with `unet/`, FLUX with `transformer/`).
 pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
+    use super::flux::{Flux, FluxConfig};
     use super::sd::{Sd, SdConfig};
     let index = dir.join("model_index.json");
     let class = if index.exists() {
-        Some(read_json::<ModelIndex>(&index)?.class)
+        read_json::<ModelIndex>(&index)?.class
     } else if dir.join("unet/config.json").exists() {
-        None
+        PipelineClass::StableDiffusionPipeline
+    } else if dir.join("transformer/config.json").exists() {
+        PipelineClass::FluxPipeline
     } else {
         return Err(bad_file(
             dir,
-            "not a diffusers directory (no model_index.json and no unet/config.json)",
+            "not a diffusers directory (no model_index.json, and neither unet/config.json nor transformer/config.json)",
         ));
     };
     match class {
-        None
-        | Some(PipelineClass::StableDiffusionPipeline)
-        | Some(PipelineClass::StableDiffusionXLPipeline) => {
+        PipelineClass::StableDiffusionPipeline | PipelineClass::StableDiffusionXLPipeline => {
             let cfg = SdConfig::from_dir(dir)?;
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));
             Ok(Box::new(Sd::new(cfg, dtype, vae)))
+        }
+        PipelineClass::FluxPipeline => {
+            let cfg = FluxConfig::from_dir(dir)?;
+            Ok(Box::new(Flux::new(cfg, dtype, vae_dtype.unwrap_or(dtype))))
         }
     }
 }

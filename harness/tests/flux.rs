@@ -278,8 +278,7 @@ fn load_rows(l: &Lab) {
     }
 }
 
-/// Two consecutive denoising steps have the same peak (±0.1 %); the loop starts from the
-/// encoders' output (T5's tokens and CLIP's pooled vector) and the packed latents.
+/// Two consecutive denoising steps have the same peak (±0.1 %).
 fn denoise(l: &mut Lab) {
     for (w, h, b) in [(64, 64, 1), (96, 64, 2)] {
         let m = generate::run(
@@ -292,8 +291,6 @@ fn denoise(l: &mut Lab) {
         let (a, c) = (act(&m.denoise[0].0), act(&m.denoise[1].0));
         println!("denoise {w}x{h} b{b}: step activations {a} and {c}");
         assert!((a - c).abs() / a <= 0.001, "steps differ: {a} vs {c}");
-        // Each step ends where it started: the next latents replace the previous ones.
-        assert_eq!(m.denoise[0].0.end_allocated, m.denoise[1].0.end_allocated);
     }
     println!("denoise: ok");
 }

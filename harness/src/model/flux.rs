@@ -244,9 +244,19 @@ pub struct FluxConfig {
     pub vae: FluxVaeConfig,
     pub text_encoder: ClipConfig,
     pub text_encoder_2: T5Config,
-    /// T5 tokens per prompt (FluxPipeline's `max_sequence_length`; no config file holds it).
+    /// T5 tokens per prompt: FluxPipeline's `max_sequence_length` (512), capped by
+    /// `tokenizer_2/tokenizer_config.json`'s `model_max_length` where the directory has one.
     pub text_len: usize,
 }
+
+/// transformers' `tokenizer_config.json` (the key that shapes memory).
+#[derive(Serialize, Deserialize)]
+struct TokenizerConfig {
+    model_max_length: usize,
+}
+
+/// The T5 tokenizer's directory in a diffusers FLUX directory.
+const TOKENIZER_2: &str = "tokenizer_2/tokenizer_config.json";
 
 impl FluxConfig {
     /// The published configs (diffusers layout) of black-forest-labs/FLUX.1-dev and
@@ -322,6 +332,16 @@ impl FluxConfig {
             text_encoder_2: read_json(&dir.join("text_encoder_2/config.json"))?,
             text_len: MAX_SEQUENCE_LENGTH,
         };
+        let tok = dir.join(TOKENIZER_2);
+        let cfg = if tok.exists() {
+            let t: TokenizerConfig = read_json(&tok)?;
+            FluxConfig {
+                text_len: t.model_max_length.min(MAX_SEQUENCE_LENGTH),
+                ..cfg
+            }
+        } else {
+            cfg
+        };
         cfg.transformer
             .validate(cfg.vae.base.latent_channels)
             .map_err(|e| bad_file(&transformer, e))?;
@@ -334,6 +354,12 @@ impl FluxConfig {
         write_config(dir, Component::TextEncoder2, &self.text_encoder_2)?;
         write_config(dir, Component::Transformer, &self.transformer)?;
         write_config(dir, Component::Vae, &self.vae)?;
+        let tok = dir.join(TOKENIZER_2);
+        let t = TokenizerConfig {
+            model_max_length: self.text_len,
+        };
+        std::fs::create_dir_all(tok.parent().expect("a parent"))?;
+        std::fs::write(&tok, serde_json::to_string_pretty(&t)?)?;
         super::pipeline::write_model_index(dir, "FluxPipeline")
     }
 

@@ -189,6 +189,8 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Box<dyn Pi
 
 /// diffusers' pipeline classes vramlab reads (`model_index.json`'s `_class_name`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+// The variants are diffusers' class names as `model_index.json` spells them.
+#[allow(clippy::enum_variant_names)]
 enum PipelineClass {
     StableDiffusionPipeline,
     StableDiffusionXLPipeline,

@@ -358,9 +358,11 @@ fn diffusers_names_refused(l: &Lab) {
     println!("diffusers names refused: ok");
 }
 
-/// `vramlab sweep` on the tiny directory: `cfg = true` and a resolution that is not a multiple
-/// of 16 are one line naming the scenario's line and key, exit 2, before anything runs.
-fn bad_points(l: &Lab) {
+/// `vramlab sweep` on the tiny directory: one point's rows (a `load` per component in its
+/// order, `text_encode`, a `denoise` per step, `vae_decode`, `total`), all `ok` and `flux`;
+/// `cfg = true` and a resolution that is not a multiple of 16 are one line naming the
+/// scenario's line and key, exit 2, before anything runs.
+fn cli_sweep(l: &Lab) {
     let tmp = tempfile::tempdir().unwrap();
     let run = |sweep: &str| {
         let scenario = tmp.path().join("s.toml");
@@ -381,6 +383,34 @@ fn bad_points(l: &Lab) {
             scenario.to_str().unwrap(),
         ])
     };
+    let out = run("resolution = [\"64x32\"]\ncfg = [false]\ndenoise_steps = 2\n");
+    common::ok_stdout(out);
+    let rows: Vec<vramlab::record::Record> = csv::Reader::from_path(tmp.path().join("o.csv"))
+        .unwrap()
+        .deserialize()
+        .map(|r| r.unwrap())
+        .collect();
+    use vramlab::vocab::{Phase, Status};
+    let phases: Vec<Phase> = rows.iter().map(|r| r.phase.unwrap()).collect();
+    assert_eq!(
+        phases,
+        [
+            [Phase::Load; 4].as_slice(),
+            &[Phase::TextEncode, Phase::Denoise, Phase::Denoise],
+            &[Phase::VaeDecode, Phase::Total]
+        ]
+        .concat()
+    );
+    let loaded: Vec<Component> = rows.iter().filter_map(|r| r.component).collect();
+    assert_eq!(loaded, tiny().components());
+    for r in &rows {
+        assert_eq!(r.status, Some(Status::Ok), "{:?}: {}", r.phase, r.message);
+        assert_eq!(r.architecture, "flux");
+        assert_eq!(
+            r.context, 16,
+            "T5 tokens from tokenizer_2/tokenizer_config.json"
+        );
+    }
     one_line_exit_2(
         &run("resolution = [\"64x64\"]\ncfg = [true]\n"),
         "line 10: [sweep] cfg = true: ",
@@ -389,7 +419,7 @@ fn bad_points(l: &Lab) {
         &run("resolution = [\"72x64\"]\n"),
         "line 9: [sweep] resolution `72x64` is not a multiple of 16",
     );
-    println!("bad points: ok");
+    println!("cli sweep: ok");
 }
 
 fn main() {
@@ -411,6 +441,6 @@ fn main() {
     denoise(&mut l);
     decode_output_exact(&mut l);
     diffusers_names_refused(&l);
-    bad_points(&l);
+    cli_sweep(&l);
     println!("flux: all checks passed");
 }

@@ -6,12 +6,12 @@
 //! What runs where:
 //! - the transformer is candle-transformers 0.11.1's `flux::model::Flux`. It reads the tensor
 //!   names of BFL's reference checkpoint (`flux1-dev.safetensors`: `img_in`, `double_blocks.N`
-//!   with fused `qkv`, `single_blocks.N.linear1`, ...). A real diffusers `transformer/` stores
-//!   the same parameters under diffusers' names (`x_embedder`, `transformer_blocks.N.attn.to_q`,
-//!   q/k/v split, `norm_out` with shift and scale swapped): [`Flux::load`] refuses it with a
-//!   one-line error rather than remap (a remap would concatenate q, k and v at load time, and
-//!   the load row would no longer be the weights). Synthetic directories are written with the
-//!   BFL names. Its LayerNorms have no parameters: candle builds each as a `Tensor::ones` of
+//!   with fused `qkv`, `single_blocks.N.linear1`, ...); synthetic directories are written with
+//!   them. A real diffusers `transformer/` stores the same parameters under diffusers' names
+//!   (`x_embedder`, `transformer_blocks.N.attn.to_q`, q/k/v split, `norm_out` with shift and
+//!   scale swapped): [`Flux::load`] reads it through [`DiffusersNames`], which concatenates
+//!   the split parts at load time (the load row keeps exactly the weights; its peak holds one
+//!   fused tensor's parts twice). Its LayerNorms have no parameters: candle builds each as a `Tensor::ones` of
 //!   the hidden size at load time (allocated, not stored).
 //! - the VAE is candle's `stable_diffusion::vae::AutoEncoderKL` (diffusers' names) without the
 //!   1×1 quant convs, as FLUX's `vae/config.json` says (`use_quant_conv: false`).
@@ -465,6 +465,133 @@ fn t5_params(c: &T5Config) -> u64 {
         + d
 }
 
+/// The diffusers tensors (FluxTransformer2DModel's names) that hold BFL's tensor `bfl`, in the
+/// order they concatenate along the first axis, and whether the result's two halves swap
+/// (`norm_out` is (scale, shift) where BFL's `final_layer.adaLN_modulation.1` is (shift,
+/// scale)). None: not a FLUX transformer tensor.
+pub fn diffusers_names(bfl: &str) -> Option<(Vec<String>, bool)> {
+    let (stem, leaf) = bfl.rsplit_once('.')?;
+    let leaf = if leaf == "scale" { "weight" } else { leaf };
+    let names = |v: &[&str], prefix: &str| {
+        Some((
+            v.iter().map(|n| format!("{prefix}{n}.{leaf}")).collect(),
+            false,
+        ))
+    };
+    let path: Vec<&str> = stem.split('.').collect();
+    match path.as_slice() {
+        ["img_in"] => names(&["x_embedder"], ""),
+        ["txt_in"] => names(&["context_embedder"], ""),
+        [e @ ("time_in" | "guidance_in" | "vector_in"), l @ ("in_layer" | "out_layer")] => {
+            let e = match *e {
+                "time_in" => "timestep_embedder",
+                "guidance_in" => "guidance_embedder",
+                _ => "text_embedder",
+            };
+            let l = if *l == "in_layer" {
+                "linear_1"
+            } else {
+                "linear_2"
+            };
+            names(&[l], &format!("time_text_embed.{e}."))
+        }
+        ["double_blocks", i, rest @ ..] => {
+            let b = format!("transformer_blocks.{i}.");
+            let n = match rest {
+                ["img_attn", "qkv"] => return names(&["attn.to_q", "attn.to_k", "attn.to_v"], &b),
+                ["txt_attn", "qkv"] => {
+                    let qkv = ["attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"];
+                    return names(&qkv, &b);
+                }
+                ["img_mod", "lin"] => "norm1.linear",
+                ["txt_mod", "lin"] => "norm1_context.linear",
+                ["img_attn", "norm", "query_norm"] => "attn.norm_q",
+                ["img_attn", "norm", "key_norm"] => "attn.norm_k",
+                ["txt_attn", "norm", "query_norm"] => "attn.norm_added_q",
+                ["txt_attn", "norm", "key_norm"] => "attn.norm_added_k",
+                ["img_attn", "proj"] => "attn.to_out.0",
+                ["txt_attn", "proj"] => "attn.to_add_out",
+                ["img_mlp", "0"] => "ff.net.0.proj",
+                ["img_mlp", "2"] => "ff.net.2",
+                ["txt_mlp", "0"] => "ff_context.net.0.proj",
+                ["txt_mlp", "2"] => "ff_context.net.2",
+                _ => return None,
+            };
+            names(&[n], &b)
+        }
+        ["single_blocks", i, rest @ ..] => {
+            let b = format!("single_transformer_blocks.{i}.");
+            let n = match rest {
+                ["linear1"] => {
+                    return names(&["attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"], &b)
+                }
+                ["linear2"] => "proj_out",
+                ["norm", "query_norm"] => "attn.norm_q",
+                ["norm", "key_norm"] => "attn.norm_k",
+                ["modulation", "lin"] => "norm.linear",
+                _ => return None,
+            };
+            names(&[n], &b)
+        }
+        ["final_layer", "linear"] => names(&["proj_out"], ""),
+        ["final_layer", "adaLN_modulation", "1"] => {
+            Some((vec![format!("norm_out.linear.{leaf}")], true))
+        }
+        _ => None,
+    }
+}
+
+/// A [`SimpleBackend`](candle_nn::var_builder::SimpleBackend) that serves BFL's tensor names
+/// from a diffusers-layout FLUX transformer (the `VarBuilder` over its files): each requested
+/// tensor is read under its diffusers names ([`diffusers_names`]) and concatenated.
+pub struct DiffusersNames(pub VarBuilder<'static>);
+
+impl candle_nn::var_builder::SimpleBackend for DiffusersNames {
+    fn get(
+        &self,
+        s: candle_core::Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: DType,
+        _: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let Some((parts, swap)) = diffusers_names(name) else {
+            candle_core::bail!("`{name}` is not a FLUX transformer tensor")
+        };
+        let ts = parts
+            .iter()
+            .map(|p| self.0.get_unchecked_dtype(p, dtype))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let t = match ts.len() {
+            1 => ts.into_iter().next().expect("one part"),
+            _ => Tensor::cat(&ts, 0)?,
+        };
+        let t = if swap {
+            let n = t.dim(0)? / 2;
+            Tensor::cat(&[t.narrow(0, n, n)?, t.narrow(0, 0, n)?], 0)?
+        } else {
+            t
+        };
+        if t.dims() != s.dims() {
+            candle_core::bail!(
+                "`{}` has shape {:?}, expected {:?} for `{name}`",
+                parts.join(" + "),
+                t.dims(),
+                s.dims()
+            )
+        }
+        Ok(t)
+    }
+
+    fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
+        candle_core::bail!("`{name}` requested without a shape")
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        diffusers_names(name).is_some_and(|(p, _)| p.iter().all(|n| self.0.contains_tensor(n)))
+    }
+}
+
 /// A loaded FLUX pipeline: each component in its own dtype.
 pub struct Flux {
     pub config: FluxConfig,
@@ -553,12 +680,14 @@ impl Pipeline for Flux {
                 *self.t5.borrow_mut() = Some(m);
             }
             Component::Transformer => {
-                if !vb.contains_tensor("img_in.weight") && vb.contains_tensor("x_embedder.weight") {
-                    return Err(bad_file(
-                        dir.join(c.as_str()),
-                        "diffusers tensor names (x_embedder, transformer_blocks.N.attn.to_q, ...): candle's FLUX model reads BFL's names (img_in, double_blocks.N.img_attn.qkv, ...); use BFL's flux1-*.safetensors as transformer/diffusion_pytorch_model.safetensors",
-                    ));
-                }
+                let vb = if !vb.contains_tensor("img_in.weight")
+                    && vb.contains_tensor("x_embedder.weight")
+                {
+                    let (dtype, dev) = (vb.dtype(), vb.device().clone());
+                    VarBuilder::from_backend(Box::new(DiffusersNames(vb)), dtype, dev)
+                } else {
+                    vb
+                };
                 self.transformer = Some(Dit::new(&cfg.transformer.dit(), vb)?);
             }
             Component::Vae => self.vae = Some(cfg.build_vae(vb)?),

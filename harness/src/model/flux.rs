@@ -468,7 +468,9 @@ fn t5_params(c: &T5Config) -> u64 {
 /// The diffusers tensors (FluxTransformer2DModel's names) that hold BFL's tensor `bfl`, in the
 /// order they concatenate along the first axis, and whether the result's two halves swap
 /// (`norm_out` is (scale, shift) where BFL's `final_layer.adaLN_modulation.1` is (shift,
-/// scale)). None: not a FLUX transformer tensor.
+/// scale)). None: not a FLUX transformer tensor. The inverse of diffusers'
+/// `scripts/convert_flux_to_diffusers.py`, with the guidance embedder its single-file loader
+/// adds (`guidance_in` → `time_text_embed.guidance_embedder`).
 pub fn diffusers_names(bfl: &str) -> Option<(Vec<String>, bool)> {
     let (stem, leaf) = bfl.rsplit_once('.')?;
     let leaf = if leaf == "scale" { "weight" } else { leaf };

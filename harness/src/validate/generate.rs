@@ -15,8 +15,10 @@ use super::{number_after, precision, Expressed, PeerRow};
 use crate::estimate::generate::{self as gen, GenArch, GenQuery};
 use crate::estimate::Runtime;
 use crate::fit::Constants;
+use crate::model::flux::FluxConfig;
 use crate::model::sd::SdConfig;
 use crate::vocab::{Attention, Backend, GenModel, Precision, Resolution, VaeDecode};
+use candle_core::DType;
 
 /// Words in a model name → the preset whose published configs it has.
 const MODELS: &[(&str, GenModel)] = &[
@@ -28,7 +30,45 @@ const MODELS: &[(&str, GenModel)] = &[
     ("stable-diffusion-v1-4", GenModel::Sd15),
     ("sd15", GenModel::Sd15),
     ("sd21", GenModel::Sd21),
+    ("flux.1-dev", GenModel::FluxDev),
+    ("flux-dev", GenModel::FluxDev),
+    ("flux.1-schnell", GenModel::FluxSchnell),
+    ("flux-schnell", GenModel::FluxSchnell),
 ];
+
+/// What a row leaves to the pipeline: the output side diffusers generates by default, the
+/// VAE's tile (`sample_size`), whether it guides, and the VAE's dtype at `dtype`.
+struct Defaults {
+    side: usize,
+    tile: usize,
+    cfg: bool,
+    vae_dtype: DType,
+}
+
+fn defaults(m: GenModel, dtype: DType) -> Defaults {
+    match m {
+        GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => {
+            let c = SdConfig::preset(m);
+            Defaults {
+                side: c.unet.sample_size * c.vae.scale(),
+                tile: c.vae.sample_size,
+                cfg: c.has_cfg(),
+                vae_dtype: c.default_vae_dtype(dtype),
+            }
+        }
+        // FluxPipeline: `default_sample_size` 128 latent pixels × the VAE's 8 (the VAE's
+        // `sample_size`, 1024); guidance-distilled (no CFG batch); decodes in its own dtype.
+        GenModel::FluxDev | GenModel::FluxSchnell => {
+            let c = FluxConfig::preset(m);
+            Defaults {
+                side: c.vae.base.sample_size,
+                tile: c.vae.base.sample_size,
+                cfg: false,
+                vae_dtype: dtype,
+            }
+        }
+    }
+}
 
 /// The generation preset a row's model names, if any.
 pub fn model(words: &str) -> Option<GenModel> {
@@ -104,8 +144,7 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
     if let Some((_, why)) = NOT_MODELLED.iter().find(|(k, _)| lower.contains(k)) {
         return Err((*why).to_string());
     }
-    let cfg = SdConfig::preset(m);
-    let arch = GenArch::sd(&cfg);
+    let arch = GenArch::preset(m);
     let p = precision(&r.precision)?;
     if !matches!(p, Precision::F32 | Precision::F16 | Precision::Bf16) {
         return Err(format!(
@@ -113,15 +152,13 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
             r.precision
         ));
     }
+    let d = defaults(m, p.dtype());
     let resolution = match (&r.resolution, r.width, r.height) {
         (Some(s), _, _) => s.parse()?,
         (None, Some(width), Some(height)) => Resolution { width, height },
-        _ => resolution_in(&r.notes).unwrap_or_else(|| {
-            let side = cfg.unet.sample_size * cfg.vae.scale();
-            Resolution {
-                width: side,
-                height: side,
-            }
+        _ => resolution_in(&r.notes).unwrap_or(Resolution {
+            width: d.side,
+            height: d.side,
         }),
     };
     let batch = r
@@ -131,7 +168,7 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
         .unwrap_or(1);
     // diffusers' AutoencoderKL tiling: tiles of the VAE's `sample_size`, overlapping by a
     // quarter, and only where the image is larger than one tile.
-    let tile = cfg.vae.sample_size;
+    let tile = d.tile;
     let tiled = (lower.contains("vae tiling") || lower.contains("enable_vae_tiling"))
         && resolution.width.max(resolution.height) > tile;
     let vae_decode = if tiled {
@@ -148,12 +185,13 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
     let q = GenQuery {
         batch,
         resolution,
-        cfg: r.guidance_scale.map_or(cfg.has_cfg(), |g| g > 1.0),
+        // FLUX's guidance scale is an input of its transformer, not a CFG batch.
+        cfg: d.cfg && r.guidance_scale.is_none_or(|g| g > 1.0),
         vae_decode,
         tile,
         overlap: tile / 4,
         dtype,
-        vae_dtype: cfg.default_vae_dtype(dtype),
+        vae_dtype: d.vae_dtype,
         runtime: Runtime::Torch,
         backend: Backend::Cuda,
         attention: if eager {
@@ -175,6 +213,10 @@ mod tests {
         assert_eq!(
             model("stabilityai/stable-diffusion-xl-base-1.0"),
             Some(GenModel::Sdxl)
+        );
+        assert_eq!(
+            model("black-forest-labs/FLUX.1-dev"),
+            Some(GenModel::FluxDev)
         );
         assert_eq!(model("meta-llama/Llama-3.1-8B"), None);
         assert_eq!(

@@ -2,7 +2,10 @@
 //! say), read once into a [`GenQuery`] of the torch profile (diffusers on CUDA: SDPA unless
 //! the row sets the default attention processor, the VAE in f32 where the pipeline upcasts it)
 //! and estimated by [`crate::estimate::generate`]: the peak phase's exact tensors, its
-//! activations and the device rows, summed over what the row's metric includes.
+//! activations and the device rows, summed over what the row's metric includes. The
+//! activation coefficients are `--constants`' generation groups, else the torch runtime's
+//! built-in reference constants (diffusers measured on the CPU, transferred to CUDA), else,
+//! for an architecture they do not cover, the analytic priors.
 //!
 //! The row's words give the model (an HF id or a preset name), the precision, the images per
 //! prompt (`batch`), the output size (`resolution`, or `width` and `height`, or a `WxH` in the
@@ -130,10 +133,14 @@ fn count_before(text: &str, word: &str) -> Option<u64> {
 pub fn estimate_row(r: &PeerRow, m: GenModel, constants: Option<&Constants>) -> super::RowEstimate {
     let fail = |why: String| (m.to_string(), why);
     let (arch, q) = query(r, m).map_err(fail)?;
+    // Without generation constants: the torch runtime's built-in reference (diffusers measured
+    // on the CPU by the torch probe), transferred to CUDA.
+    let reference = gen::reference(Runtime::Torch).1;
     let groups = constants
         .map(|c| c.generation.as_slice())
-        .filter(|g| !g.is_empty());
-    let e = gen::estimate(&arch, &q, groups);
+        .filter(|g| !g.is_empty())
+        .unwrap_or(&reference.generation);
+    let e = gen::estimate(&arch, &q, Some(groups));
     Ok((m.to_string(), e.breakdown))
 }
 

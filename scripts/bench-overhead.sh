@@ -16,7 +16,8 @@
 # envelopes and are not added again. A group's one load is repeated on every point's `load`
 # row with the same `elapsed_ms`, so loads are counted once per distinct (model, precision,
 # mode, elapsed_ms). Everything else (worker start-up, weight hashing, warm-ups, writing rows,
-# the summary) is overhead.
+# the summary) is overhead. A generation point's `total` row (text encode, denoising steps,
+# decode) also holds its component loads, so they are not added again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ] || [ ! -f "$1" ]; then
@@ -52,7 +53,8 @@ for r in csv.DictReader(open(path)):
     parts[r["phase"]] = parts.get(r["phase"], 0.0) + ms
     if r["phase"] in ("total", "step_total"):
         envelope += ms
-    elif r["phase"] == "load":
+    # A generation point loads its components inside its `total` row.
+    elif r["phase"] == "load" and r["mode"] != "generate":
         loads.add((r["model_id"], r["precision"], r["mode"], r["elapsed_ms"]))
 load = sum(float(k[3]) for k in loads)
 phases = (envelope + load) / 1e3

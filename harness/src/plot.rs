@@ -53,6 +53,8 @@ pub enum Kind {
     TrainPhases,
     Parity,
     Runtimes,
+    GenPhases,
+    DecodePixels,
 }
 
 impl Kind {
@@ -64,6 +66,8 @@ impl Kind {
             Kind::TrainPhases => "train-phases",
             Kind::Parity => "parity",
             Kind::Runtimes => "candle-vs-torch",
+            Kind::GenPhases => "gen-phases",
+            Kind::DecodePixels => "decode-pixels",
         }
     }
 }
@@ -147,6 +151,8 @@ pub fn figures(tables: &[Table], constants: Option<&Constants>) -> Vec<Figure> {
         out.extend(sweep_axis(&recs, title, &stem, Kind::Batch));
         out.extend(kv_curve(&recs, title, &stem));
         out.extend(train_phases(&recs, title, &stem));
+        out.extend(gen_phases(&recs, title, &stem));
+        out.extend(decode_pixels(&recs, title, &stem));
         if let Some(c) = constants {
             out.extend(parity(&recs, c, title, &stem));
         }
@@ -320,13 +326,7 @@ fn train_phases(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
         ) else {
             continue;
         };
-        let mut top = f.0;
-        let mut seg = vec![gib(f.0)];
-        for peak in [f.1, b.1, o.1] {
-            seg.push(gib(peak.saturating_sub(top)));
-            top = top.max(peak);
-        }
-        for (v, s) in values.iter_mut().zip(seg) {
+        for (v, s) in values.iter_mut().zip(stack(f.0, &[f.1, b.1, o.1])) {
             v.push(s);
         }
         categories.push(id.to_string());
@@ -334,21 +334,7 @@ fn train_phases(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
     if categories.is_empty() {
         return None;
     }
-    // Label each bar by the parts of its id that differ between bars.
-    let parts: Vec<Vec<&str>> = categories.iter().map(|c| c.split('/').collect()).collect();
-    let varying: Vec<usize> = (0..parts[0].len())
-        .filter(|&j| parts.iter().any(|p| p.get(j) != parts[0].get(j)))
-        .collect();
-    let categories: Vec<String> = parts
-        .iter()
-        .map(|p| {
-            varying
-                .iter()
-                .filter_map(|&j| p.get(j).copied())
-                .collect::<Vec<_>>()
-                .join("/")
-        })
-        .collect();
+    let categories = varying_labels(&categories);
     Some(Figure {
         kind: Kind::TrainPhases,
         stem: format!("{stem}-{}", Kind::TrainPhases.slug()),
@@ -360,6 +346,154 @@ fn train_phases(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
             series: names.iter().map(|n| n.to_string()).zip(values).collect(),
             stacked: true,
         },
+    })
+}
+
+/// What was resident at the start, then how much each later peak raised the running maximum
+/// (GiB): a stack whose height is the largest peak.
+fn stack(start: u64, peaks: &[u64]) -> Vec<f64> {
+    let mut top = start;
+    let mut seg = vec![gib(start)];
+    for &peak in peaks {
+        seg.push(gib(peak.saturating_sub(top)));
+        top = top.max(peak);
+    }
+    seg
+}
+
+/// Labels for point ids: the parts of each id that differ between them.
+fn varying_labels(ids: &[String]) -> Vec<String> {
+    let parts: Vec<Vec<&str>> = ids.iter().map(|c| c.split('/').collect()).collect();
+    let varying: Vec<usize> = (0..parts[0].len())
+        .filter(|&j| parts.iter().any(|p| p.get(j) != parts[0].get(j)))
+        .collect();
+    parts
+        .iter()
+        .map(|p| {
+            varying
+                .iter()
+                .filter_map(|&j| p.get(j).copied())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect()
+}
+
+/// The ok generation rows of `recs`, and their point ids in order.
+fn generation<'a>(recs: &[&'a Record]) -> (Vec<&'a Record>, Vec<String>) {
+    let gen: Vec<&Record> = recs
+        .iter()
+        .copied()
+        .filter(|r| ok(r) && r.mode == Mode::Generate)
+        .collect();
+    let mut ids: Vec<String> = Vec::new();
+    for r in &gen {
+        if !ids.contains(&r.point_id) {
+            ids.push(r.point_id.clone());
+        }
+    }
+    (gen, ids)
+}
+
+/// Per generation point, its peak built up phase by phase: what was resident before the text
+/// encode (the weights), then what the text encode, the denoising steps and the VAE decode each
+/// raised the peak by. The stack's height is the point's peak; the phase that adds the last
+/// segment holds it.
+fn gen_phases(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
+    let (gen, ids) = generation(recs);
+    let names = [
+        "resident before text_encode",
+        "text_encode",
+        "denoise",
+        "vae_decode",
+    ];
+    let mut values: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut categories = Vec::new();
+    for id in ids {
+        let rs: Vec<&&Record> = gen.iter().filter(|r| r.point_id == id).collect();
+        let peak = |ph: Phase| {
+            rs.iter()
+                .filter(|r| r.phase == Some(ph))
+                .filter_map(|r| r.peak_allocated)
+                .max()
+        };
+        let start = rs
+            .iter()
+            .find(|r| r.phase == Some(Phase::TextEncode))
+            .and_then(|r| r.baseline_allocated);
+        let (Some(start), Some(t), Some(d), Some(v)) = (
+            start,
+            peak(Phase::TextEncode),
+            peak(Phase::Denoise),
+            peak(Phase::VaeDecode),
+        ) else {
+            continue;
+        };
+        for (col, s) in values.iter_mut().zip(stack(start, &[t, d, v])) {
+            col.push(s);
+        }
+        categories.push(id);
+    }
+    if categories.is_empty() {
+        return None;
+    }
+    Some(Figure {
+        kind: Kind::GenPhases,
+        stem: format!("{stem}-{}", Kind::GenPhases.slug()),
+        title: format!("generation peak by phase — {title}"),
+        x_desc: "point (the parts of its id that differ)".into(),
+        y_desc: "peak allocated (GiB)".into(),
+        chart: Chart::Bars {
+            categories: varying_labels(&categories),
+            series: names.iter().map(|n| n.to_string()).zip(values).collect(),
+            stacked: true,
+        },
+    })
+}
+
+/// The VAE decode's peak over its baseline against the output pixels of the batch (millions),
+/// one series per precision and decode kind: a line for `full`, flat for `sliced` and `tiled`
+/// apart from the output.
+fn decode_pixels(recs: &[&Record], title: &str, stem: &str) -> Option<Figure> {
+    let (gen, _) = generation(recs);
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in gen.iter().filter(|r| r.phase == Some(Phase::VaeDecode)) {
+        let (Some(res), Some(decode), Some(peak), Some(base)) = (
+            r.resolution,
+            r.vae_decode,
+            r.peak_allocated,
+            r.baseline_allocated,
+        ) else {
+            continue;
+        };
+        let px = (res.pixels() as u64 * r.batch) as f64 / 1e6;
+        series
+            .entry(format!("{} {decode}", r.precision))
+            .or_default()
+            .push((px, gib(peak.saturating_sub(base))));
+    }
+    if series.values().all(|p| p.len() < 2) {
+        return None;
+    }
+    Some(Figure {
+        kind: Kind::DecodePixels,
+        stem: format!("{stem}-{}", Kind::DecodePixels.slug()),
+        title: format!("VAE decode peak vs output pixels — {title}"),
+        x_desc: "output pixels of the batch (millions)".into(),
+        y_desc: "decode peak over its baseline (GiB)".into(),
+        chart: Chart::Xy(
+            series
+                .into_iter()
+                .map(|(name, mut points)| {
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Series {
+                        name,
+                        points,
+                        style: Style::Points,
+                    }
+                })
+                .collect(),
+        ),
     })
 }
 

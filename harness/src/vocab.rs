@@ -705,6 +705,16 @@ vocab! {
         Sd21,
         /// stabilityai/stable-diffusion-xl-base-1.0
         Sdxl,
+        /// black-forest-labs/FLUX.1-dev (guidance-distilled DiT)
+        #[serde(rename = "flux-dev")]
+        #[strum(serialize = "flux-dev")]
+        #[value(name = "flux-dev")]
+        FluxDev,
+        /// black-forest-labs/FLUX.1-schnell (timestep-distilled: no guidance embedding)
+        #[serde(rename = "flux-schnell")]
+        #[strum(serialize = "flux-schnell")]
+        #[value(name = "flux-schnell")]
+        FluxSchnell,
         /// Wan-AI/Wan2.1-T2V-1.3B-Diffusers (text to video)
         #[serde(rename = "wan2.1-t2v-1.3b")]
         #[strum(serialize = "wan2.1-t2v-1.3b")]

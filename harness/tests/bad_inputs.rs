@@ -217,6 +217,10 @@ fn generation_scenarios() {
         "line 9: [sweep] attention `flash` is not available",
     );
     scenario("gen-cfg-not-bool.toml", "line 9");
+    scenario(
+        "gen-train.toml",
+        "line 6: [sweep] mode `train` on the diffusion pipeline `synthetic:sd15`",
+    );
 }
 
 #[test]

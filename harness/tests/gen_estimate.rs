@@ -140,7 +140,7 @@ fn estimate_json(extra: &[&str]) -> serde_json::Value {
 fn constants_keep_exact_rows() {
     let file = constants_file();
     let with = estimate_json(&["--constants", file.to_str().unwrap()]);
-    let without = estimate_json(&[]);
+    let without = estimate_json(&["--priors"]);
     assert_eq!(with["exact"], without["exact"]);
     assert_ne!(with["phases"], without["phases"]);
     let cfg = vramlab::model::sd::SdConfig::preset(GenModel::Sd15);

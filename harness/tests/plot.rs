@@ -115,3 +115,64 @@ fn every_kind_renders_as_svg_and_png() {
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{stem}.png");
     }
 }
+
+/// The generation figures from the committed SD 1.5 CSV: each point's stack is as high as its
+/// largest phase peak (the `total` row's peak), and the decode series hold every decode row's
+/// peak over its baseline at the batch's output pixels.
+#[test]
+fn generation_figures_add_up_to_the_rows() {
+    use vramlab::plot::{figures, Chart, Kind};
+    use vramlab::record::Phase;
+    let path = root().join("results/cpu/cpu-sd15.csv");
+    let table = vramlab::export::csv::read_table(&path).unwrap();
+    let figs = figures(std::slice::from_ref(&table), None);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let phases = figs.iter().find(|f| f.kind == Kind::GenPhases).unwrap();
+    let Chart::Bars { series, .. } = &phases.chart else {
+        panic!("bars")
+    };
+    let totals: Vec<u64> = table
+        .records
+        .iter()
+        .filter(|r| r.phase == Some(Phase::Total))
+        .map(|r| r.peak_allocated.unwrap())
+        .collect();
+    assert_eq!(series[0].1.len(), totals.len());
+    for (i, total) in totals.iter().enumerate() {
+        let height: f64 = series.iter().map(|s| s.1[i]).sum();
+        assert!((height - gib(*total)).abs() < 1e-9, "point {i}");
+    }
+    let decode = figs.iter().find(|f| f.kind == Kind::DecodePixels).unwrap();
+    let Chart::Xy(lines) = &decode.chart else {
+        panic!("xy")
+    };
+    let n: usize = lines.iter().map(|s| s.points.len()).sum();
+    let rows: Vec<_> = table
+        .records
+        .iter()
+        .filter(|r| r.phase == Some(Phase::VaeDecode))
+        .collect();
+    assert_eq!(n, rows.len());
+    for r in rows {
+        let name = format!("{} {}", r.precision, r.vae_decode.unwrap());
+        let x = (r.resolution.unwrap().pixels() as u64 * r.batch) as f64 / 1e6;
+        let y = gib(r.peak_allocated.unwrap() - r.baseline_allocated.unwrap());
+        let s = lines.iter().find(|s| s.name == name).unwrap();
+        assert!(s.points.iter().any(|p| p.0 == x && (p.1 - y).abs() < 1e-12));
+    }
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("plots");
+    vramlab()
+        .args(["plot", "results/cpu/cpu-sd15.csv", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    for kind in ["gen-phases", "decode-pixels"] {
+        let svg = std::fs::read_to_string(out.join(format!("sd15-candle-cpu-{kind}.svg"))).unwrap();
+        assert!(
+            svg.contains("vae_decode") || svg.contains("f32 full"),
+            "{kind}"
+        );
+        assert!(out.join(format!("sd15-candle-cpu-{kind}.png")).exists());
+    }
+}

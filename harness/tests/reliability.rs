@@ -323,3 +323,79 @@ fn a_second_sweep_into_the_same_output_is_refused() {
         0
     );
 }
+
+/// A generation sweep resumes like the LLM sweep: a point whose rows stop short of its
+/// `total` is re-run, finished points are kept as they were, `--fresh` starts over, and a
+/// scenario refused by its checks leaves the output as it was (even with `--fresh`).
+#[test]
+fn generation_sweep_resumes_and_a_bad_scenario_loses_nothing() {
+    use candle_core::DType;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny-sd");
+    let sd = vramlab::model::sd::Sd::new(common::tiny_sd(), DType::F32, DType::F32);
+    vramlab::workload::generate::write_synthetic(&sd, &model).unwrap();
+    let scenario = |res: &str| {
+        format!(
+            "name = \"tiny-gen\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n\
+             [sweep]\nmode = [\"generate\"]\nprecision = [\"f32\"]\nresolution = [\"{res}\"]\n\
+             batch = [1, 2]\ncfg = [false]\nvae_decode = [\"full\"]\n",
+            model.display()
+        )
+    };
+    let good = dir.path().join("gen.toml");
+    std::fs::write(&good, scenario("64x64")).unwrap();
+    let out = dir.path().join("gen.csv");
+    let run = |toml: &Path, extra: &[&str]| {
+        vramlab()
+            .args(["sweep", "--quiet"])
+            .arg(toml)
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .assert()
+    };
+    run(&good, &[]).success();
+    let first = rows(&out);
+    let totals = |r: &[Record]| r.iter().filter(|r| r.phase == Some(Phase::Total)).count();
+    assert_eq!(totals(&first), 2);
+    // Cut the second point short of its total row, as a crash would.
+    let last = first
+        .iter()
+        .rposition(|r| r.phase == Some(Phase::Total))
+        .unwrap();
+    let mut w = vramlab::export::csv::CsvExporter::create(&out).unwrap();
+    for r in &first[..last] {
+        vramlab::export::Exporter::write(&mut w, r).unwrap();
+    }
+    drop(w);
+    run(&good, &[]).success().stderr(predicate::str::contains(
+        "1 of 2 points done, re-running 1 partial",
+    ));
+    let resumed = rows(&out);
+    assert_eq!(totals(&resumed), 2);
+    let kept: Vec<&Record> = resumed
+        .iter()
+        .filter(|r| r.point_id == first[0].point_id)
+        .collect();
+    let before: Vec<&Record> = first
+        .iter()
+        .filter(|r| r.point_id == first[0].point_id)
+        .collect();
+    assert_eq!(kept, before, "a finished point is kept as it was");
+    assert!(resumed
+        .iter()
+        .filter(|r| r.point_id != first[0].point_id)
+        .all(|r| r.run_id != first[0].run_id));
+    // A resolution that is not a multiple of 8: one line, exit 2, the output untouched.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, scenario("60x60")).unwrap();
+    let text = std::fs::read(&out).unwrap();
+    run(&bad, &["--fresh"])
+        .code(2)
+        .stderr(predicate::str::contains("resolution"));
+    assert_eq!(std::fs::read(&out).unwrap(), text);
+    run(&good, &["--fresh"]).success();
+    let fresh = rows(&out);
+    assert_eq!(totals(&fresh), 2);
+    assert!(fresh.iter().all(|r| r.run_id != first[0].run_id));
+}

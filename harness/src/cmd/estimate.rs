@@ -55,6 +55,10 @@ pub struct Args {
     /// Use constants measured on another runtime or backend anyway (prints a warning line).
     #[arg(long)]
     pub allow_transfer: bool,
+    /// Generation models: the analytic priors instead of the built-in reference constants
+    /// (fitted on this repository's CPU measurements of the runtime; see the `constants:` line).
+    #[arg(long, conflicts_with = "constants")]
+    pub priors: bool,
     /// The runtime the job will use: torch (PyTorch + transformers, what most users run) or
     /// candle (vramlab's own workloads).
     #[arg(long, value_enum, default_value = "torch")]
@@ -624,7 +628,7 @@ fn print_text(
 /// the largest batch and square resolution each GPU class holds.
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     use crate::estimate::generate::{self as gen, GenArch, GenQuery};
-    let arch = GenArch::of(m);
+    let arch = GenArch::preset(m);
     if !(0.0..1.0).contains(&a.headroom) {
         return Err(
             InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
@@ -685,6 +689,28 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
             Some((p, c))
         }
     };
+    // Without --constants (or --priors): the runtime's built-in reference constants, where they
+    // cover the architecture; used across backends and precisions without --allow-transfer,
+    // and said so.
+    let reference = (a.constants.is_none() && !a.priors)
+        .then(|| gen::reference(a.runtime))
+        .filter(|(_, c)| {
+            c.generation
+                .iter()
+                .any(|g| g.key.architecture == arch.architecture)
+        });
+    let constants = match (constants, &reference) {
+        (None, Some((path, c))) => {
+            if c.backend != a.backend {
+                notes.push(format!(
+                    "built-in reference constants measured on {} ({}), used for {}",
+                    c.backend, c.device, a.backend
+                ));
+            }
+            Some((std::path::Path::new(*path), c.clone()))
+        }
+        (c, _) => c.map(|(p, c)| (p.as_path(), c)),
+    };
     let groups = constants.as_ref().map(|(_, c)| c.generation.as_slice());
     let e = gen::estimate(&arch, &q, groups);
     let used = match &constants {
@@ -698,7 +724,12 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
                 .into_iter()
                 .collect();
             format!(
-                "{} ({} on {}, {}; fitted on {})",
+                "{}{} ({} on {}, {}; fitted on {})",
+                if reference.is_some() {
+                    "built-in reference "
+                } else {
+                    ""
+                },
                 p.display(),
                 c.runtime.as_str(),
                 c.backend,
@@ -710,7 +741,12 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
             "analytic priors (no fitted generation constants): {} profile{}",
             a.runtime.as_str(),
             match (a.runtime, a.attention) {
-                (Runtime::Candle, _) => ", attention scores materialized in f32 (UNet and VAE)",
+                (Runtime::Candle, _) if arch.denoise_scores_f32 => {
+                    ", attention scores materialized in f32 (UNet and VAE)"
+                }
+                (Runtime::Candle, _) => {
+                    ", attention scores materialized (transformer: in the pipeline's dtype; VAE: f32)"
+                }
                 (Runtime::Torch, Attention::Eager) =>
                     ", eager denoiser attention (scores and softmax in the pipeline's dtype), SDPA in the VAE",
                 (Runtime::Torch, _) => ", SDPA attention (no materialized scores)",

@@ -13,7 +13,9 @@ Figures (per model, runtime, backend and device in the input; axes in GiB):
   *-kv-curve        allocated (end of step) and reserved (peak) over decode steps
   *-train-phases    a training step's peak built up by forward, backward and optimizer (stacked)
   *-parity          predicted (--constants) vs measured, with ±1% and ±5% bands
-  *-candle-vs-torch per phase, when both runtimes are in the input (torch probe CSVs)")]
+  *-candle-vs-torch per phase, when both runtimes are in the input (torch probe CSVs)
+  *-gen-phases      a generation point's peak built up by text encode, denoise and VAE decode
+  *-decode-pixels   the VAE decode's peak over its baseline vs output pixels, per decode kind")]
 pub struct Args {
     /// Calibration CSVs (from `vramlab sweep`, `merge`, or the torch probe).
     #[arg(required = true)]
@@ -37,8 +39,7 @@ pub fn run(a: Args) -> Result<()> {
     if figs.is_empty() {
         return Err(bad_file(
             &a.csv[0],
-            "nothing to plot: no ok inference, encode or training rows \
-             (generation rows have no figures yet)",
+            "nothing to plot: no ok inference, encode, training or generation rows",
         ));
     }
     std::fs::create_dir_all(&a.out).map_err(|e| bad_file(&a.out, format!("cannot create: {e}")))?;

@@ -4,7 +4,7 @@ use crate::export::csv::CsvExporter;
 use crate::export::hash_cache::{default_path as hash_cache_path, hash_files_cached};
 use crate::export::manifest::{Host, Manifest, Versions, WeightInfo};
 use crate::model::{weights, Source};
-use crate::record::{Phase, Status};
+use crate::record::{Phase, Record, Status};
 use crate::runner::{base_record, now_rfc3339, progress_bar, Prepared, RunContext, Runner};
 use crate::scenario::shard::{cost as shard_cost, select, Shard};
 use crate::scenario::{expand, short_hash, Point, Spec};
@@ -145,6 +145,74 @@ fn lock_output(out: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// Opens `out` for a run: `--fresh` removes it, `--resume` needs it, and an existing output of
+/// the same scenario (and shard) is resumed: the rows of points it did not finish are dropped
+/// and the ids of those it did (`finished`) come back. A new output is created empty.
+pub fn resume_or_create(
+    out: &Path,
+    args: &Args,
+    shard: Option<String>,
+    scenario_hash: &str,
+    points: usize,
+    finished: impl Fn(&[Record]) -> HashSet<String>,
+) -> Result<HashSet<String>> {
+    if out.exists() && args.fresh {
+        std::fs::remove_file(out)?;
+    }
+    if args.resume && !out.exists() {
+        return Err(bad_file(
+            out,
+            "--resume: there is no earlier output to resume",
+        ));
+    }
+    if !out.exists() {
+        CsvExporter::create(out)?;
+        return Ok(HashSet::new());
+    }
+    let mpath = Manifest::path_for(out);
+    let old: serde_json::Value = std::fs::read_to_string(&mpath)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .ok_or_else(|| {
+            bad_file(
+                &mpath,
+                "missing or unreadable: cannot resume; use --fresh to overwrite",
+            )
+        })?;
+    let old_hash = old["scenario_hash"].as_str().unwrap_or("");
+    let old_shard = old["shard"].as_str().map(str::to_string);
+    if old_shard != shard {
+        return Err(bad_file(
+            out,
+            format!(
+                "was written by shard {}, this run is shard {}; use --fresh to overwrite it or another --out",
+                old_shard.as_deref().unwrap_or("none"),
+                shard.as_deref().unwrap_or("none")
+            ),
+        ));
+    }
+    if old_hash != scenario_hash {
+        return Err(bad_file(
+            out,
+            format!("was written by scenario hash {old_hash}, this scenario's is {scenario_hash}; use --fresh to overwrite it or another --out"),
+        ));
+    }
+    let rows = crate::export::csv::read(out)?;
+    let done = finished(&rows);
+    let redo = crate::supervisor::drop_unfinished(out, &rows, &done)?;
+    eprintln!(
+        "resuming {}: {} of {points} points done{}",
+        out.display(),
+        done.len(),
+        if redo.is_empty() {
+            String::new()
+        } else {
+            format!(", re-running {} partial", redo.len())
+        }
+    );
+    Ok(done)
+}
+
 pub fn run(args: Args) -> Result<()> {
     let (spec, text) = Spec::load(&args.scenario)?;
     if spec
@@ -168,7 +236,22 @@ pub fn run(args: Args) -> Result<()> {
             .out
             .clone()
             .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
-        crate::workload::generate::sweep(&args.scenario, &spec, &text, &out, args.dry_run)?;
+        let scenario_hash = short_hash(text.as_bytes());
+        let _lock = (!args.dry_run).then(|| lock_output(&out)).transpose()?;
+        // After the scenario's checks, so a bad scenario loses nothing (--fresh included).
+        let open = |ids: &HashSet<String>| {
+            resume_or_create(&out, &args, None, &scenario_hash, ids.len(), |rows| {
+                rows.iter()
+                    .filter(|r| ids.contains(&r.point_id))
+                    .filter(|r| {
+                        r.phase == Some(Phase::Total)
+                            || matches!(r.status, Some(Status::Oom | Status::Error))
+                    })
+                    .map(|r| r.point_id.clone())
+                    .collect()
+            })
+        };
+        crate::workload::generate::sweep(&args.scenario, &spec, &text, &out, args.dry_run, open)?;
         if !args.quiet && !args.dry_run {
             crate::cmd::summary::print(&out)?;
         }
@@ -229,63 +312,14 @@ pub fn run(args: Args) -> Result<()> {
     crate::device::probe(&device_spec)?;
     let _lock = lock_output(&out)?;
 
-    // Resume or start afresh.
-    let mut done = HashSet::new();
-    if out.exists() && args.fresh {
-        std::fs::remove_file(&out)?;
-    }
-    if args.resume && !out.exists() {
-        return Err(bad_file(
-            &out,
-            "--resume: there is no earlier output to resume",
-        ));
-    }
-    if out.exists() {
-        let mpath = Manifest::path_for(&out);
-        let old: serde_json::Value = std::fs::read_to_string(&mpath)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .ok_or_else(|| {
-                bad_file(
-                    &mpath,
-                    "missing or unreadable: cannot resume; use --fresh to overwrite",
-                )
-            })?;
-        let old_hash = old["scenario_hash"].as_str().unwrap_or("");
-        let old_shard = old["shard"].as_str().map(str::to_string);
-        if old_shard != shard.map(|s| s.to_string()) {
-            return Err(bad_file(
-                &out,
-                format!(
-                    "was written by shard {}, this run is shard {}; use --fresh to overwrite it or another --out",
-                    old_shard.as_deref().unwrap_or("none"),
-                    shard.map(|s| s.to_string()).unwrap_or_else(|| "none".into())
-                ),
-            ));
-        }
-        if old_hash != scenario_hash {
-            return Err(bad_file(
-                &out,
-                format!("was written by scenario hash {old_hash}, this scenario's is {scenario_hash}; use --fresh to overwrite it or another --out"),
-            ));
-        }
-        let rows = crate::export::csv::read(&out)?;
-        done = crate::supervisor::finished(&rows, &points);
-        let redo = crate::supervisor::drop_unfinished(&out, &rows, &done)?;
-        eprintln!(
-            "resuming {}: {} of {} points done{}",
-            out.display(),
-            done.len(),
-            points.len(),
-            if redo.is_empty() {
-                String::new()
-            } else {
-                format!(", re-running {} partial", redo.len())
-            }
-        );
-    } else {
-        CsvExporter::create(&out)?;
-    }
+    let mut done = resume_or_create(
+        &out,
+        &args,
+        shard.map(|s| s.to_string()),
+        &scenario_hash,
+        points.len(),
+        |rows| crate::supervisor::finished(rows, &points),
+    )?;
 
     let mut weights_info = Vec::new();
     let hash_cache = hash_cache_path();

@@ -52,7 +52,10 @@ pub fn run(a: Args) -> Result<()> {
     };
     let estimator = match &a.constants {
         Some(p) => format!("constants {}", p.display()),
-        None => "analytic (torch runtime, CUDA device terms)".to_string(),
+        None => format!(
+            "analytic (torch runtime, CUDA device terms); generation rows: built-in reference {} (diffusers on the CPU, transferred to CUDA)",
+            crate::estimate::generate::reference(Runtime::Torch).0
+        ),
     };
     let rows = validate::validate(&a.peers, constants.as_ref())?;
     let summary = validate::summarize(&rows);

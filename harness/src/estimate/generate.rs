@@ -27,8 +27,40 @@
 use crate::estimate::{budget, largest, Backend, CATALOG};
 pub use crate::fit::gen_terms::*;
 use crate::fit::generate::{activation, find, find_transfer, GenConstants, GenGroupKey};
+use crate::fit::{Constants, Runtime};
 use crate::vocab::{Phase, Resolution};
 use serde::Serialize;
+
+/// The constants a generation estimate uses without `--constants`: `vramlab fit` on this
+/// repository's own measurements (candle's on `results/cpu/cpu-sd15*.csv`, diffusers' through the
+/// torch probe on `results/cpu/torch-cpu-sd15*.csv`), one file per runtime, built into the
+/// binary. Each file records its runtime, backend, device and the sha256 of its CSVs; the
+/// estimate names it, and the transfer when the query's backend or precision differs. An
+/// architecture a file does not cover gets the analytic priors.
+const REFERENCE: [(Runtime, &str, &str); 2] = [
+    (
+        Runtime::Candle,
+        "results/cpu/cpu-sd15.constants.toml",
+        include_str!("../../../results/cpu/cpu-sd15.constants.toml"),
+    ),
+    (
+        Runtime::Torch,
+        "results/cpu/torch-cpu-sd15.constants.toml",
+        include_str!("../../../results/cpu/torch-cpu-sd15.constants.toml"),
+    ),
+];
+
+/// The built-in reference constants of `runtime`: the repository path they were committed at,
+/// and the constants.
+pub fn reference(runtime: Runtime) -> (&'static str, Constants) {
+    let (_, path, text) = REFERENCE
+        .iter()
+        .find(|r| r.0 == runtime)
+        .expect("a reference file per runtime");
+    let c = Constants::parse(std::path::Path::new(path), text)
+        .expect("the committed reference constants parse");
+    (path, c)
+}
 
 /// One phase of an estimate.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -185,4 +217,18 @@ pub fn gpu_fits(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_constants_parse_and_name_their_runtime() {
+        for (runtime, _, _) in REFERENCE {
+            let (path, c) = reference(runtime);
+            assert_eq!(c.runtime, runtime, "{path}");
+            assert!(!c.generation.is_empty(), "{path}");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 //! them without an import circle.
 use super::Runtime;
 use crate::error::InputError;
+use crate::model::flux::{FluxConfig, PATCH};
 use crate::model::sd::{DownBlock, SdConfig};
 use crate::model::wan::WanConfig;
 use crate::vocab::{Attention, Backend, Component, GenModel, Phase, Resolution, VaeDecode};
@@ -43,8 +44,11 @@ pub struct GenArch {
     pub architecture: &'static str,
     /// Every component with its parameter count, in load order.
     pub components: Vec<(Component, u64)>,
-    /// Output pixels per latent pixel along each side (the VAE's factor).
+    /// Resolutions are a multiple of this: the VAE's factor (SD), or the VAE's factor times
+    /// the denoiser's 2×2 patch (FLUX: 16).
     pub factor: usize,
+    /// Output pixels per latent pixel along each side (the VAE's factor).
+    pub vae_factor: usize,
     pub latent_channels: usize,
     pub out_channels: usize,
     pub text_len: usize,
@@ -52,6 +56,9 @@ pub struct GenArch {
     pub text_hidden: usize,
     /// Context features per text token the denoiser reads (all encoders concatenated).
     pub context_dim: usize,
+    /// Pooled text features per prompt the denoiser reads besides the tokens (FLUX's CLIP
+    /// vector; 0 for SD).
+    pub pooled_dim: usize,
     /// The denoiser's activation channels per latent pixel at full latent resolution (a
     /// UNet's first level; a DiT's hidden size over the latent pixels of its patch).
     pub denoise_width: usize,
@@ -59,6 +66,13 @@ pub struct GenArch {
     pub attn_pixels_per_token: usize,
     /// Heads at that level.
     pub attn_heads: usize,
+    /// Text tokens attending jointly with the image tokens (FLUX's `txt` stream; 0 where the
+    /// text is cross-attended). Each counts as `attn_pixels_per_token` latent pixels of
+    /// activations.
+    pub joint_tokens: usize,
+    /// candle materializes the denoiser's scores in f32 (SD's UNet); else in the pipeline's
+    /// dtype (FLUX).
+    pub denoise_scores_f32: bool,
     /// The VAE decoder's channels at output resolution.
     pub vae_width: usize,
     /// Whether the VAE has the mid-block attention over every latent pixel.
@@ -69,9 +83,6 @@ pub struct GenArch {
     /// Whether CFG runs the denoiser (and the text encoders) on one doubled batch (SD); Wan
     /// runs the conditional and unconditional passes one after the other.
     pub cfg_batched: bool,
-    /// Latent pixels per token along each side (a DiT's patch; 1 for a UNet): resolutions are
-    /// multiples of `factor × patch`.
-    pub patch: usize,
     /// Output frames per latent frame after the first (1: an image model, 4: Wan's causal VAE).
     pub temporal_factor: usize,
     /// Elements of the VAE decoder's feature cache per latent pixel of one video (0 without
@@ -97,21 +108,24 @@ impl GenArch {
                 .map(|k| (k, c.params(k)))
                 .collect(),
             factor: c.vae.scale(),
+            vae_factor: c.vae.scale(),
             latent_channels: u.in_channels,
             out_channels: c.vae.out_channels,
             text_len: c.text_len(),
             text_hidden: encoders.map(|e| e.hidden_size).max().unwrap_or(0),
             context_dim: c.context_dim(),
+            pooled_dim: 0,
             denoise_width: u.block_out_channels[0],
             attn_pixels_per_token: 1 << (2 * level),
             // candle (like diffusers) reads `attention_head_dim` as the head count.
             attn_heads: u.attention_head_dim.at(level),
+            joint_tokens: 0,
+            denoise_scores_f32: true,
             vae_width: c.vae.block_out_channels[0],
             vae_attention: true,
             vae_upcast: c.default_vae_dtype(DType::F16) == DType::F32,
             has_cfg: c.has_cfg(),
             cfg_batched: true,
-            patch: 1,
             temporal_factor: 1,
             vae_cache_per_latent_pixel: 0,
         }
@@ -130,31 +144,27 @@ impl GenArch {
                 .into_iter()
                 .map(|k| (k, c.params_analytic(k)))
                 .collect(),
-            factor: c.vae.spatial_factor(),
+            factor: c.vae.spatial_factor() * ph,
+            vae_factor: c.vae.spatial_factor(),
             latent_channels: t.in_channels,
             out_channels: 3,
             text_len: crate::model::wan::TEXT_LEN,
             text_hidden: c.text_encoder.d_model,
             context_dim: t.text_dim,
+            pooled_dim: 0,
             denoise_width: t.dim() / (ph * pw),
             attn_pixels_per_token: ph * pw,
             attn_heads: t.num_attention_heads,
+            joint_tokens: 0,
+            // vramlab's candle DiT materializes its scores in the activations' dtype.
+            denoise_scores_f32: false,
             vae_width: c.vae.base_dim,
             vae_attention: true,
             vae_upcast: true,
             has_cfg: true,
             cfg_batched: false,
-            patch: ph,
             temporal_factor: c.vae.temporal_factor(),
             vae_cache_per_latent_pixel: c.vae.decoder_cache_per_latent_pixel(),
-        }
-    }
-
-    /// The architecture of a known model's published configs.
-    pub fn of(m: GenModel) -> GenArch {
-        match m {
-            GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => GenArch::sd(&SdConfig::preset(m)),
-            GenModel::Wan21T2v13b => GenArch::wan(&WanConfig::t2v_1_3b()),
         }
     }
 
@@ -178,6 +188,52 @@ impl GenArch {
             q.denoise_batch()
         } else {
             q.batch
+        }
+    }
+
+    /// FLUX.1 from its diffusers configs: a DiT over (H/16)·(W/16) image tokens (2×2 patches of
+    /// the VAE's latents, `in_channels` = 4 × the VAE's latent channels) joined with the T5
+    /// tokens in every block's attention. diffusers' FluxPipeline decodes in the pipeline's
+    /// dtype whatever `force_upcast` says.
+    pub fn flux(c: &FluxConfig) -> GenArch {
+        let t = &c.transformer;
+        let hidden = t.hidden_size();
+        GenArch {
+            architecture: "flux",
+            components: c
+                .components()
+                .into_iter()
+                .map(|k| (k, c.params(k)))
+                .collect(),
+            factor: c.spatial_factor(),
+            vae_factor: c.vae.base.scale(),
+            latent_channels: c.vae.base.latent_channels,
+            out_channels: c.vae.base.out_channels,
+            text_len: c.text_len,
+            text_hidden: c.text_encoder.hidden_size.max(c.text_encoder_2.d_model),
+            context_dim: t.joint_attention_dim,
+            pooled_dim: t.pooled_projection_dim,
+            denoise_width: hidden / (PATCH * PATCH),
+            attn_pixels_per_token: PATCH * PATCH,
+            attn_heads: t.num_attention_heads,
+            joint_tokens: c.text_len,
+            denoise_scores_f32: false,
+            vae_width: c.vae.base.block_out_channels[0],
+            vae_attention: true,
+            vae_upcast: false,
+            has_cfg: false,
+            cfg_batched: true,
+            temporal_factor: 1,
+            vae_cache_per_latent_pixel: 0,
+        }
+    }
+
+    /// The architecture of a known model's published configs.
+    pub fn preset(m: GenModel) -> GenArch {
+        match m {
+            GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => GenArch::sd(&SdConfig::preset(m)),
+            GenModel::FluxDev | GenModel::FluxSchnell => GenArch::flux(&FluxConfig::preset(m)),
+            GenModel::Wan21T2v13b => GenArch::wan(&WanConfig::t2v_1_3b()),
         }
     }
 
@@ -224,16 +280,16 @@ impl GenQuery {
 /// Checks a query against the architecture: one line naming the flag.
 pub fn check(a: &GenArch, q: &GenQuery) -> Result<(), InputError> {
     let r = q.resolution;
-    let f = a.factor * a.patch;
+    let f = a.factor;
     if r.width == 0 || r.height == 0 || !r.width.is_multiple_of(f) || !r.height.is_multiple_of(f) {
-        return Err(InputError::arg(if a.patch == 1 {
-            format!("--resolution {r} is not a multiple of {f} (the VAE's factor)")
+        let why = if f == a.vae_factor {
+            "the VAE's factor"
         } else {
-            format!(
-                "--resolution {r} is not a multiple of {f} (the VAE's factor {} × the patch {})",
-                a.factor, a.patch
-            )
-        }));
+            "the VAE's factor × the denoiser's 2×2 patch"
+        };
+        return Err(InputError::arg(format!(
+            "--resolution {r} is not a multiple of {f} ({why})"
+        )));
     }
     let t = a.temporal_factor as u64;
     if q.frames == 0 || !(q.frames - 1).is_multiple_of(t) || (t == 1 && q.frames != 1) {
@@ -262,6 +318,7 @@ pub fn check(a: &GenArch, q: &GenQuery) -> Result<(), InputError> {
             "--cfg: this model runs without classifier-free guidance",
         ));
     }
+    let f = a.vae_factor;
     if q.vae_decode == VaeDecode::Tiled {
         if q.tile == 0 || !q.tile.is_multiple_of(f) || !q.overlap.is_multiple_of(f) {
             return Err(InputError::arg(format!(
@@ -312,11 +369,11 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
         })
         .collect();
     let r = q.resolution;
-    let lp = (r.pixels() / (a.factor * a.factor)) as u64;
+    let lp = (r.pixels() / (a.vae_factor * a.vae_factor)) as u64;
     let lf = a.latent_frames(q.frames);
     v.push((
         "text context".into(),
-        q.denoise_batch() * (a.text_len * a.context_dim) as u64 * bytes(q.dtype),
+        q.denoise_batch() * (a.text_len * a.context_dim + a.pooled_dim) as u64 * bytes(q.dtype),
     ));
     v.push((
         "latents".into(),
@@ -361,13 +418,15 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
     let mut x = [0.0; N_GEN];
     x[CONST] = 1.0;
     let r = q.resolution;
-    let f = a.factor;
+    let f = a.vae_factor;
     let nb = a.pass_batch(q) as f64;
     let lf = a.latent_frames(q.frames) as f64;
-    let scores = |images: f64, tokens: f64, heads: f64, attention: Attention| {
+    let scores = |images: f64, tokens: f64, heads: f64, attention: Attention, f32: bool| {
         let b = match (q.runtime, attention) {
-            // candle upcasts q, k, v and materializes f32 scores.
-            (Runtime::Candle, _) => 4.0,
+            // candle materializes the scores: in f32 where it upcasts q, k, v (SD's UNet and
+            // VAE), else in the pipeline's dtype (FLUX's transformer).
+            (Runtime::Candle, _) if f32 => 4.0,
+            (Runtime::Candle, _) => bytes(q.dtype) as f64,
             (Runtime::Torch, Attention::Eager) => bytes(q.dtype) as f64,
             // SDPA never materializes them.
             (Runtime::Torch, _) => 0.0,
@@ -382,9 +441,12 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
         }
         Phase::Denoise => {
             let lp = lf * (r.pixels() / (f * f)) as f64;
-            x[DENOISE_ACT] = nb * lp * a.denoise_width as f64 * bytes(q.dtype) as f64;
-            let tokens = lp / a.attn_pixels_per_token as f64;
-            x[DENOISE_SCORES] = scores(nb, tokens, a.attn_heads as f64, q.attention);
+            let ppt = a.attn_pixels_per_token as f64;
+            let px = lp + a.joint_tokens as f64 * ppt;
+            x[DENOISE_ACT] = nb * px * a.denoise_width as f64 * bytes(q.dtype) as f64;
+            let tokens = px / ppt;
+            let (heads, f32) = (a.attn_heads as f64, a.denoise_scores_f32);
+            x[DENOISE_SCORES] = scores(nb, tokens, heads, q.attention, f32);
             live(&["text context", "latents"])
         }
         _ => {
@@ -399,7 +461,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             x[VAE_ACT] = chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
             if a.vae_attention {
                 // diffusers' VAE keeps SDPA when the denoiser's attention is set to eager.
-                x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0, Attention::Sdpa);
+                x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0, Attention::Sdpa, true);
             }
             live(&["latents", "decoded images", "tile strip", "feature cache"])
         }

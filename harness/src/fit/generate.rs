@@ -97,25 +97,30 @@ pub fn find<'a>(c: &'a GenConstants, key: &GenGroupKey) -> Option<&'a GenGroupFi
     c.iter().find(|g| &g.key == key)
 }
 
-/// A group of the same architecture, backend, phase and decode at another precision (f32 first):
-/// the terms are bytes in the query's dtypes, so the tensor counts carry over.
+/// A group of the same architecture, phase and decode at another precision or on another
+/// backend: the same backend first, then the query's precision, then f32. The terms are bytes in
+/// the query's dtypes, so the tensor counts carry over; what the backend changes (a CUDA
+/// kernel's workspace against a CPU one's) is the transfer's risk, which the caller states.
 pub fn find_transfer<'a>(c: &'a GenConstants, key: &GenGroupKey) -> Option<&'a GenGroupFit> {
-    let same = |g: &&GenGroupFit| {
-        g.key.architecture == key.architecture
-            && g.key.backend == key.backend
-            && g.key.phase == key.phase
-            && g.key.vae_decode == key.vae_decode
-    };
     c.iter()
-        .filter(same)
-        .find(|g| g.key.precision == Precision::F32)
-        .or_else(|| c.iter().find(same))
+        .filter(|g| {
+            g.key.architecture == key.architecture
+                && g.key.phase == key.phase
+                && g.key.vae_decode == key.vae_decode
+        })
+        .min_by_key(|g| {
+            (
+                g.key.backend != key.backend,
+                g.key.precision != key.precision,
+                g.key.precision != Precision::F32,
+            )
+        })
 }
 
 /// The architecture of a generation row, from its model id (the synthetic presets).
 pub fn arch_of(r: &Record) -> Option<GenArch> {
     let m: GenModel = r.model_id.parse().ok()?;
-    Some(GenArch::of(m))
+    Some(GenArch::preset(m))
 }
 
 /// One point's measured phase, with its terms.

@@ -4,6 +4,7 @@ pub mod arch;
 pub mod bert;
 pub mod config;
 pub mod conv3d;
+pub mod flux;
 pub mod gguf;
 pub mod gpt2;
 pub mod gpt_bigcode;

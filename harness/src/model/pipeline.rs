@@ -171,6 +171,7 @@ pub struct BadPoint {
 /// `vae_dtype` (None: what the real pipeline uses). A model that only `vramlab estimate` knows
 /// (no candle modules yet) is a one-line error.
 pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
+    use super::flux::{Flux, FluxConfig};
     use super::sd::{Sd, SdConfig};
     match m {
         GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => {
@@ -178,25 +179,33 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));
             Ok(Box::new(Sd::new(cfg, dtype, vae)))
         }
+        // FluxPipeline decodes in the pipeline's dtype (no `force_upcast`).
+        GenModel::FluxDev | GenModel::FluxSchnell => Ok(Box::new(Flux::new(
+            FluxConfig::preset(m),
+            dtype,
+            vae_dtype.unwrap_or(dtype),
+        ))),
         GenModel::Wan21T2v13b => Err(not_runnable(m.as_str())),
     }
 }
 
-/// A generation model vramlab estimates but cannot run yet (its DiT and text encoder have no
-/// candle modules here).
+/// A generation model vramlab estimates but cannot sweep yet (Wan: its modules exist, but no
+/// `Pipeline`, and a sweep point has no `frames`).
 fn not_runnable(name: &str) -> anyhow::Error {
     crate::error::InputError::arg(format!(
-        "{name}: only `vramlab estimate` models it so far (no candle DiT/umT5 to run)"
+        "{name}: only `vramlab estimate` models it so far (no generation pipeline to sweep)"
     ))
     .into()
 }
 
 /// diffusers' pipeline classes vramlab reads (`model_index.json`'s `_class_name`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[allow(clippy::enum_variant_names)] // diffusers' class names, as model_index.json spells them
+// The variants are diffusers' class names as `model_index.json` spells them.
+#[allow(clippy::enum_variant_names)]
 enum PipelineClass {
     StableDiffusionPipeline,
     StableDiffusionXLPipeline,
+    FluxPipeline,
     WanPipeline,
 }
 
@@ -207,29 +216,34 @@ struct ModelIndex {
 }
 
 /// The pipeline of a diffusers directory, unloaded: its family from `model_index.json`
-/// (a directory without one and with `unet/` is Stable Diffusion).
+/// (a directory without one is Stable Diffusion with `unet/`, FLUX with `transformer/`).
 pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
+    use super::flux::{Flux, FluxConfig};
     use super::sd::{Sd, SdConfig};
     let index = dir.join("model_index.json");
     let class = if index.exists() {
-        Some(read_json::<ModelIndex>(&index)?.class)
+        read_json::<ModelIndex>(&index)?.class
     } else if dir.join("unet/config.json").exists() {
-        None
+        PipelineClass::StableDiffusionPipeline
+    } else if dir.join("transformer/config.json").exists() {
+        PipelineClass::FluxPipeline
     } else {
         return Err(bad_file(
             dir,
-            "not a diffusers directory (no model_index.json and no unet/config.json)",
+            "not a diffusers directory (no model_index.json, and neither unet/config.json nor transformer/config.json)",
         ));
     };
     match class {
-        None
-        | Some(PipelineClass::StableDiffusionPipeline)
-        | Some(PipelineClass::StableDiffusionXLPipeline) => {
+        PipelineClass::StableDiffusionPipeline | PipelineClass::StableDiffusionXLPipeline => {
             let cfg = SdConfig::from_dir(dir)?;
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));
             Ok(Box::new(Sd::new(cfg, dtype, vae)))
         }
-        Some(PipelineClass::WanPipeline) => {
+        PipelineClass::FluxPipeline => {
+            let cfg = FluxConfig::from_dir(dir)?;
+            Ok(Box::new(Flux::new(cfg, dtype, vae_dtype.unwrap_or(dtype))))
+        }
+        PipelineClass::WanPipeline => {
             // Read (and so checked) even though it cannot run yet.
             let cfg = super::wan::WanConfig::from_dir(dir)?;
             Err(not_runnable(&cfg.name))

@@ -213,6 +213,20 @@ fn clip(
     }
 }
 
+/// OpenAI's CLIP ViT-L/14 text encoder (openai/clip-vit-large-patch14): SD 1.5's, SDXL's first
+/// and FLUX.1's `text_encoder/`.
+pub fn clip_l() -> ClipConfig {
+    clip(
+        ClipArch::CLIPTextModel,
+        768,
+        3072,
+        12,
+        12,
+        ClipAct::QuickGelu,
+        768,
+    )
+}
+
 /// The SD VAE (the same shapes in SD 1.5, 2.1 and SDXL; SDXL's differs in scale and upcast).
 fn sd_vae(sample_size: usize, force_upcast: bool, scaling_factor: f64) -> VaeConfig {
     VaeConfig {
@@ -262,15 +276,7 @@ impl SdConfig {
             projection_class_embeddings_input_dim: None,
             sample_size: sample,
         };
-        let clip_l = clip(
-            ClipArch::CLIPTextModel,
-            768,
-            3072,
-            12,
-            12,
-            ClipAct::QuickGelu,
-            768,
-        );
+        let clip_l = clip_l();
         match m {
             GenModel::Sd15 => SdConfig {
                 name: m.as_str().into(),
@@ -326,6 +332,7 @@ impl SdConfig {
                     1280,
                 )),
             },
+            other => panic!("`{other}` is not a Stable Diffusion model"),
         }
     }
 
@@ -416,7 +423,7 @@ impl SdConfig {
         match c {
             Component::Unet => unet_shapes(&self.unet),
             Component::Vae => record(|vb| {
-                build_vae(&self.vae, vb)?;
+                build_vae(&self.vae, true, true, vb)?;
                 Ok(())
             }),
             Component::TextEncoder => record(|vb| {
@@ -505,14 +512,21 @@ fn build_unet(
     )
 }
 
-fn build_vae(c: &VaeConfig, vb: VarBuilder) -> candle_core::Result<vae::AutoEncoderKL> {
+/// candle's AutoencoderKL (diffusers' tensor names), with or without the 1×1 `quant_conv` and
+/// `post_quant_conv` (SD has both; FLUX's VAE neither).
+pub fn build_vae(
+    c: &VaeConfig,
+    quant_conv: bool,
+    post_quant_conv: bool,
+    vb: VarBuilder,
+) -> candle_core::Result<vae::AutoEncoderKL> {
     let cfg = vae::AutoEncoderKLConfig {
         block_out_channels: c.block_out_channels.clone(),
         layers_per_block: c.layers_per_block,
         latent_channels: c.latent_channels,
         norm_num_groups: c.norm_num_groups,
-        use_quant_conv: true,
-        use_post_quant_conv: true,
+        use_quant_conv: quant_conv,
+        use_post_quant_conv: post_quant_conv,
     };
     vae::AutoEncoderKL::new(vb, c.in_channels, c.out_channels, cfg)
 }
@@ -522,17 +536,19 @@ fn build_vae(c: &VaeConfig, vb: VarBuilder) -> candle_core::Result<vae::AutoEnco
 pub fn params_analytic(cfg: &SdConfig, c: Component) -> u64 {
     match c {
         Component::Unet => unet_params(&cfg.unet),
-        Component::Vae => vae_params(&cfg.vae),
+        Component::Vae => vae_params(&cfg.vae, true, true),
         Component::TextEncoder => clip_params(&cfg.text_encoder),
         Component::TextEncoder2 => cfg.text_encoder_2.as_ref().map_or(0, clip_params),
         _ => 0,
     }
 }
 
-fn conv(i: u64, o: u64, k: u64) -> u64 {
+/// Parameters of a `k`×`k` convolution with bias.
+pub fn conv(i: u64, o: u64, k: u64) -> u64 {
     i * o * k * k + o
 }
-fn lin(i: u64, o: u64) -> u64 {
+/// Parameters of a linear layer with bias.
+pub fn lin(i: u64, o: u64) -> u64 {
     i * o + o
 }
 /// A ResNet block (GroupNorm, conv3×3, [time projection], GroupNorm, conv3×3, [1×1 shortcut]).
@@ -611,7 +627,8 @@ fn unet_params(c: &UNetConfig) -> u64 {
     p + 2 * ch[0] + conv(ch[0], c.out_channels as u64, 3)
 }
 
-fn vae_params(c: &VaeConfig) -> u64 {
+/// An AutoencoderKL's parameters from its config (with or without the 1×1 quant convs).
+pub fn vae_params(c: &VaeConfig, quant_conv: bool, post_quant_conv: bool) -> u64 {
     let ch: Vec<u64> = c.block_out_channels.iter().map(|&x| x as u64).collect();
     let n = ch.len();
     let l = c.layers_per_block as u64;
@@ -631,7 +648,15 @@ fn vae_params(c: &VaeConfig) -> u64 {
         }
     }
     enc += mid + 2 * last + conv(last, 2 * lat, 3);
-    let quant = conv(2 * lat, 2 * lat, 1) + conv(lat, lat, 1);
+    let quant = if quant_conv {
+        conv(2 * lat, 2 * lat, 1)
+    } else {
+        0
+    } + if post_quant_conv {
+        conv(lat, lat, 1)
+    } else {
+        0
+    };
     let mut dec = conv(lat, last, 3) + mid;
     let mut prev = last;
     for u in 0..n {
@@ -648,7 +673,8 @@ fn vae_params(c: &VaeConfig) -> u64 {
     enc + quant + dec
 }
 
-fn clip_params(c: &ClipConfig) -> u64 {
+/// A CLIP text transformer's parameters from its config.
+pub fn clip_params(c: &ClipConfig) -> u64 {
     let h = c.hidden_size as u64;
     let i = c.intermediate_size as u64;
     let layer = 4 * lin(h, h) + 2 * 2 * h + lin(h, i) + lin(i, h);
@@ -872,7 +898,7 @@ impl Pipeline for Sd {
                 self.unet = Some(build_unet(&cfg.unet, vb, sliced)?);
                 self.add_embedding = extra;
             }
-            Component::Vae => self.vae = Some(build_vae(&cfg.vae, vb)?),
+            Component::Vae => self.vae = Some(build_vae(&cfg.vae, true, true, vb)?),
             other => anyhow::bail!("Stable Diffusion has no `{other}`"),
         }
         Ok(())

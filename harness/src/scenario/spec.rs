@@ -277,8 +277,25 @@ impl Spec {
             return Err((None, "[model] `source` is an empty list".into()));
         }
         for (i, s) in self.sweep.0.iter().enumerate() {
-            validate_sweep(s).map_err(|(k, e)| (Some((i, k)), e))?;
             let sources = s.source.as_ref().unwrap_or(&self.model.source).to_vec();
+            // A diffusion pipeline only generates: training its denoiser (LoRA) is not
+            // measured yet, and the LLM modes' axes mean nothing to it.
+            let pipeline = sources.iter().find(|src| {
+                src.starts_with("diffusers:")
+                    || src
+                        .strip_prefix("synthetic:")
+                        .is_some_and(|m| m.parse::<crate::vocab::GenModel>().is_ok())
+            });
+            if let (Some(src), Some(m)) = (pipeline, s.mode.iter().find(|m| **m != Mode::Generate))
+            {
+                return Err((
+                    Some((i, "mode")),
+                    format!(
+                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: only mode = [\"generate\"] is measured (LoRA training of the denoiser is not implemented yet)"
+                    ),
+                ));
+            }
+            validate_sweep(s).map_err(|(k, e)| (Some((i, k)), e))?;
             if let (Some(p), Some(src)) = (
                 s.precision.iter().find(|p| p.is_quantized()),
                 sources.iter().find(|s| !s.starts_with("gguf:")),
@@ -376,7 +393,7 @@ fn validate_generate(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
     {
         return Err((
             "attention",
-            format!("[sweep] attention `{a}` is not available for generation yet: use `eager` or `sliced` (flash waits for the kernels issue)"),
+            format!("[sweep] attention `{a}` is not available for generation: the UNet's attention is candle-transformers' (vramlab-kernels' flash attention runs in the llama family); use `eager` or `sliced`"),
         ));
     }
     if let Some(p) = s

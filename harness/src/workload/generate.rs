@@ -19,6 +19,7 @@ use crate::vocab::{
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// What a generation point measured.
@@ -273,7 +274,17 @@ fn check(path: &Path, text: &str, points: &[GenPoint]) -> Result<()> {
 /// `vramlab sweep` of a scenario whose tables are all `mode = "generate"`: measures each point
 /// in this process (components loaded per point), writes each row as it is measured, and the
 /// manifest beside the CSV. A point that fails is recorded `error` and the sweep goes on.
-pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool) -> Result<()> {
+/// Runs a generation scenario's points into `out`. `open` opens the output once the scenario
+/// is checked (creating it, or resuming it): it returns the ids of the points already finished
+/// there, which are skipped.
+pub fn sweep(
+    scenario: &Path,
+    spec: &Spec,
+    text: &str,
+    out: &Path,
+    dry_run: bool,
+    open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
+) -> Result<()> {
     use crate::export::csv::CsvExporter;
     use crate::export::manifest::{Host, Manifest, Versions};
     use crate::export::Exporter;
@@ -285,6 +296,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
         return Ok(());
     }
     check(scenario, text, &points)?;
+    let done = open(&points.iter().map(|p| p.id.clone()).collect())?;
     if spec.device != "cpu" {
         crate::device::probe(&spec.device)?;
     }
@@ -302,7 +314,7 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
     } else {
         Backend::Cuda
     };
-    let mut exporter = CsvExporter::create(out)?;
+    let mut exporter = CsvExporter::append(out)?;
     let mut manifest = Manifest {
         schema_version: SCHEMA_VERSION,
         run_id: run_id.clone(),
@@ -336,6 +348,9 @@ pub fn sweep(scenario: &Path, spec: &Spec, text: &str, out: &Path, dry_run: bool
         out.display()
     );
     for (i, p) in points.iter().enumerate() {
+        if done.contains(&p.id) {
+            continue;
+        }
         eprintln!("[{}/{}] {}", i + 1, points.len(), p.id);
         let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
         // A fresh (unloaded) pipeline per point: its weights go when the point ends.

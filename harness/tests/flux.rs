@@ -7,9 +7,10 @@
 //! The counter is process-global: this binary has no libtest harness (`harness = false`),
 //! `main` runs each check in turn on the main thread.
 mod common;
+use common::act;
+use vramlab::meter::PhaseMemory;
 
 use candle_core::{DType, Device};
-use vramlab::meter::PhaseMemory;
 use vramlab::model::flux::{
     diffusers_names, params_analytic, Flux, FluxConfig, FluxVaeConfig, T5Arch, T5Config,
     T5FeedForward, TransformerConfig,
@@ -78,10 +79,6 @@ fn shape(w: usize, h: usize, batch: usize, decode: VaeDecode) -> GenShape {
         tile: 32,
         overlap: 16,
     }
-}
-
-fn act(m: &PhaseMemory) -> f64 {
-    (m.peak_allocated - m.baseline_allocated) as f64
 }
 
 /// Shapes recorded from candle's modules agree with the independent analytic count for every
@@ -281,48 +278,25 @@ fn load_rows(l: &Lab) {
 /// Two consecutive denoising steps have the same peak (±0.1 %).
 fn denoise(l: &mut Lab) {
     for (w, h, b) in [(64, 64, 1), (96, 64, 2)] {
-        let m = generate::run(
-            l.p.as_ref(),
-            &shape(w, h, b, VaeDecode::Full),
-            &Device::Cpu,
-            &mut l.meter,
-        )
-        .unwrap();
+        let m = common::equal_steps(l.p.as_ref(), &shape(w, h, b, VaeDecode::Full), &mut l.meter);
         let (a, c) = (act(&m.denoise[0].0), act(&m.denoise[1].0));
         println!("denoise {w}x{h} b{b}: step activations {a} and {c}");
-        assert!((a - c).abs() / a <= 0.001, "steps differ: {a} vs {c}");
     }
     println!("denoise: ok");
 }
 
-/// The decode's output tensor, exact to the byte: b·3·H·W·4, and the phase leaves live
-/// exactly what a fresh (b, 3, H, W) f32 tensor holds.
+/// The decode's output tensor, exact to the byte (`common::decode_output_exact`).
 fn decode_output_exact(l: &mut Lab) {
-    for (w, h, b, d) in [
+    let shapes: Vec<GenShape> = [
         (64, 64, 1, VaeDecode::Full),
         (96, 64, 2, VaeDecode::Full),
         (64, 96, 2, VaeDecode::Sliced),
         (64, 64, 1, VaeDecode::Tiled),
-    ] {
-        let m =
-            generate::run(l.p.as_ref(), &shape(w, h, b, d), &Device::Cpu, &mut l.meter).unwrap();
-        let want = (b * 3 * w * h * 4) as u64;
-        assert_eq!(m.output_bytes, want, "{w}x{h} b{b} {d}");
-        let (t, fresh, _) = vramlab::meter::measure(&mut l.meter, || {
-            Ok(candle_core::Tensor::zeros(
-                (b, 3, h, w),
-                DType::F32,
-                &Device::Cpu,
-            )?)
-        })
-        .unwrap();
-        drop(t);
-        let fresh = fresh.end_allocated - fresh.baseline_allocated;
-        assert!(fresh >= want && fresh - want < 1024, "{fresh} vs {want}");
-        let kept = m.vae_decode.0.end_allocated - m.vae_decode.0.baseline_allocated;
-        assert_eq!(kept, fresh, "{w}x{h} b{b} {d}: the phase keeps the output");
-    }
-    println!("decode output exact: ok");
+    ]
+    .into_iter()
+    .map(|(w, h, b, d)| shape(w, h, b, d))
+    .collect();
+    common::decode_output_exact(l.p.as_ref(), &mut l.meter, &shapes);
 }
 
 /// A diffusers-layout transformer (diffusers' tensor names, q/k/v split, `norm_out`'s halves

@@ -6,10 +6,10 @@
 //! `main` runs each check in turn on the main thread.
 mod common;
 
-use candle_core::{DType, Device};
+use candle_core::Device;
+use common::act;
 use common::tiny_sd as tiny;
 use common::TinySd as Lab;
-use vramlab::meter::PhaseMemory;
 use vramlab::model::sd::{params_analytic, SdConfig};
 use vramlab::vocab::{Component, GenModel, Resolution, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
@@ -30,10 +30,6 @@ fn shape(w: usize, h: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenS
 }
 
 /// A loaded tiny pipeline (f32), its load rows, and a meter.
-fn act(m: &PhaseMemory) -> f64 {
-    (m.peak_allocated - m.baseline_allocated) as f64
-}
-
 /// R² of the least-squares line through (x, y).
 fn r2(x: &[f64], y: &[f64]) -> f64 {
     let n = x.len() as f64;
@@ -125,34 +121,16 @@ fn load_rows(l: &Lab) {
 /// (b, 3, H, W) f32 tensor holds (measured here: b·3·H·W·4 data bytes plus candle's tensor
 /// header, a few hundred bytes).
 fn decode_output_exact(l: &mut Lab) {
-    for (w, h, b, d) in [
+    let shapes: Vec<GenShape> = [
         (64, 64, 1, VaeDecode::Full),
         (96, 64, 2, VaeDecode::Full),
         (64, 128, 2, VaeDecode::Sliced),
         (128, 128, 1, VaeDecode::Tiled),
-    ] {
-        let m =
-            generate::run(&l.sd, &shape(w, h, b, false, d), &Device::Cpu, &mut l.meter).unwrap();
-        let want = (b * 3 * w * h * 4) as u64;
-        assert_eq!(m.output_bytes, want, "{w}x{h} b{b} {d}");
-        let (t, fresh, _) = vramlab::meter::measure(&mut l.meter, || {
-            Ok(candle_core::Tensor::zeros(
-                (b, 3, h, w),
-                DType::F32,
-                &Device::Cpu,
-            )?)
-        })
-        .unwrap();
-        drop(t);
-        let fresh = fresh.end_allocated - fresh.baseline_allocated;
-        assert!(fresh >= want && fresh - want < 1024, "{fresh} vs {want}");
-        let kept = m.vae_decode.0.end_allocated - m.vae_decode.0.baseline_allocated;
-        assert_eq!(
-            kept, fresh,
-            "{w}x{h} b{b} {d}: the phase keeps exactly the output"
-        );
-    }
-    println!("decode output exact: ok");
+    ]
+    .into_iter()
+    .map(|(w, h, b, d)| shape(w, h, b, false, d))
+    .collect();
+    common::decode_output_exact(&l.sd, &mut l.meter, &shapes);
 }
 
 fn decode_peak(l: &mut Lab, g: &GenShape) -> f64 {
@@ -223,16 +201,9 @@ fn tiled_decode(l: &mut Lab) {
 /// doubled text context only, to the byte.
 fn denoise(l: &mut Lab) {
     let step = |l: &mut Lab, b: usize, cfg: bool| {
-        let m = generate::run(
-            &l.sd,
-            &shape(128, 128, b, cfg, VaeDecode::Full),
-            &Device::Cpu,
-            &mut l.meter,
-        )
-        .unwrap();
-        let (a, c) = (act(&m.denoise[0].0), act(&m.denoise[1].0));
-        assert!((a - c).abs() / a <= 0.001, "steps differ: {a} vs {c}");
-        (c, m.denoise[0].0.baseline_allocated)
+        let g = shape(128, 128, b, cfg, VaeDecode::Full);
+        let m = common::equal_steps(&l.sd, &g, &mut l.meter);
+        (act(&m.denoise[1].0), m.denoise[0].0.baseline_allocated)
     };
     let (a1, base1) = step(l, 1, false);
     let (a2, _) = step(l, 2, false);

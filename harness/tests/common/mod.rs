@@ -222,3 +222,56 @@ pub fn ok_stdout(out: std::process::Output) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// A phase's activations: its peak over its baseline.
+pub fn act(m: &vramlab::meter::PhaseMemory) -> f64 {
+    (m.peak_allocated - m.baseline_allocated) as f64
+}
+
+/// Runs generation point `g` on the CPU meter and checks that its two denoising steps have the
+/// same peak (±0.1 %); returns the point's phases.
+pub fn equal_steps(
+    p: &dyn vramlab::model::pipeline::Pipeline,
+    g: &vramlab::workload::generate::GenShape,
+    meter: &mut vramlab::meter::cpu::CpuMeter,
+) -> vramlab::workload::generate::Measured {
+    let m = vramlab::workload::generate::run(p, g, &candle_core::Device::Cpu, meter).unwrap();
+    let (a, c) = (act(&m.denoise[0].0), act(&m.denoise[1].0));
+    assert!((a - c).abs() / a <= 0.001, "steps differ: {a} vs {c}");
+    m
+}
+
+/// The decode's output tensor, exact to the byte, for each of `shapes`: b·3·H·W·4, and the
+/// phase leaves live exactly what a fresh (b, 3, H, W) f32 tensor holds (measured here: the
+/// data bytes plus candle's tensor header, a few hundred bytes).
+pub fn decode_output_exact(
+    p: &dyn vramlab::model::pipeline::Pipeline,
+    meter: &mut vramlab::meter::cpu::CpuMeter,
+    shapes: &[vramlab::workload::generate::GenShape],
+) {
+    use candle_core::{DType, Device, Tensor};
+    for g in shapes {
+        let (w, h, b, d) = (
+            g.resolution.width,
+            g.resolution.height,
+            g.batch,
+            g.vae_decode,
+        );
+        let m = vramlab::workload::generate::run(p, g, &Device::Cpu, meter).unwrap();
+        let want = (b * 3 * w * h * 4) as u64;
+        assert_eq!(m.output_bytes, want, "{w}x{h} b{b} {d}");
+        let (t, fresh, _) = vramlab::meter::measure(meter, || {
+            Ok(Tensor::zeros((b, 3, h, w), DType::F32, &Device::Cpu)?)
+        })
+        .unwrap();
+        drop(t);
+        let fresh = fresh.end_allocated - fresh.baseline_allocated;
+        assert!(fresh >= want && fresh - want < 1024, "{fresh} vs {want}");
+        let kept = m.vae_decode.0.end_allocated - m.vae_decode.0.baseline_allocated;
+        assert_eq!(
+            kept, fresh,
+            "{w}x{h} b{b} {d}: the phase keeps exactly the output"
+        );
+    }
+    println!("decode output exact: ok");
+}

@@ -313,6 +313,37 @@ fn estimate_cli() {
     assert_eq!(v["denoiser_batch"], 1);
     println!("estimate wan: ok");
 
+    // Each GPU's most frames fit its budget, and 4 more (the next chunk) do not.
+    let total = |frames: u64| -> u64 {
+        let f = frames.to_string();
+        let out = common::vramlab()
+            .args([
+                "estimate",
+                "--model",
+                "wan2.1-t2v-1.3b",
+                "--resolution",
+                "832x480",
+            ])
+            .args(["--frames", &f, "--precision", "bf16", "--cfg", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&common::ok_stdout(out)).unwrap();
+        v["total_bytes"].as_u64().unwrap()
+    };
+    for g in v["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["gb"] == 40 || g["gb"] == 80)
+    {
+        let budget = g["budget_bytes"].as_u64().unwrap();
+        let most = g["largest_frames"].as_u64().unwrap();
+        assert_eq!((most - 1) % 4, 0, "{g}");
+        assert!(total(most) <= budget, "{g}");
+        assert!(total(most + 4) > budget, "{g}");
+    }
+    println!("estimate wan most frames: ok");
+
     for (model, flag, value, key) in [
         ("wan2.1-t2v-1.3b", "--frames", "80", "--frames"),
         ("wan2.1-t2v-1.3b", "--resolution", "840x480", "--resolution"),

@@ -840,8 +840,14 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         e.peak_phase,
         gb_gib(e.total_bytes)
     );
+    let video = arch.temporal_factor > 1;
+    let frames_head = if video {
+        format!("  {:>20}", format!("max frames@{r} b{}", q.batch))
+    } else {
+        String::new()
+    };
     println!(
-        "{:>5}  {:<30} {:>5} {:>14} {:>22}",
+        "{:>5}  {:<30} {:>5} {:>14} {:>22}{frames_head}",
         "GB",
         "GPUs",
         "fits",
@@ -849,8 +855,18 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         format!("max square@b{}", q.batch)
     );
     for g in &gpus {
+        let frames = if video {
+            format!(
+                "  {:>20}",
+                g.largest_frames
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "none".into())
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{:>5}  {:<30} {:>5} {:>14} {:>22}",
+            "{:>5}  {:<30} {:>5} {:>14} {:>22}{frames}",
             g.gb,
             g.examples,
             if g.fits { "yes" } else { "no" },

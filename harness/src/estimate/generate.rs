@@ -173,7 +173,14 @@ pub struct GenGpuFit {
     pub largest_batch: u64,
     /// Largest square resolution (a multiple of the factor) at the query's batch.
     pub largest_square: Option<Resolution>,
+    /// A video model: the most frames (of the VAE's `tk + 1`) at the query's resolution and
+    /// batch (None: not even one frame, or an image model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_frames: Option<u64>,
 }
+
+/// Longest video searched, in temporal chunks.
+pub const MAX_CHUNKS: u64 = 1 << 14;
 
 /// Largest batch searched.
 pub const MAX_GEN_BATCH: u64 = 1 << 16;
@@ -189,6 +196,8 @@ pub fn gpu_fits(
 ) -> Vec<GenGpuFit> {
     let total = |q: &GenQuery| estimate(a, q, constants).total_bytes;
     let f = a.factor as u64;
+    let t = a.temporal_factor as u64;
+    let video = t > 1;
     CATALOG
         .iter()
         .map(|c| {
@@ -214,6 +223,19 @@ pub fn gpu_fits(
                 fits: total(q) <= b,
                 largest_batch,
                 largest_square: (k > 0).then(|| at(k).resolution),
+                largest_frames: video
+                    .then(|| {
+                        // n chunks after the first: n·t + 1 frames.
+                        let frames = |n: u64| n * t + 1;
+                        let n = largest(MAX_CHUNKS, |n| {
+                            total(&GenQuery {
+                                frames: frames(n - 1),
+                                ..*q
+                            }) <= b
+                        });
+                        (n > 0).then(|| frames(n - 1))
+                    })
+                    .flatten(),
             }
         })
         .collect()

@@ -7,7 +7,7 @@
 //! The counter is process-global: this binary has no libtest harness (`harness = false`),
 //! `main` runs each check in turn on the main thread.
 mod common;
-use common::act;
+use common::{act, one_line_exit_2};
 use vramlab::meter::PhaseMemory;
 
 use candle_core::{DType, Device};
@@ -144,15 +144,6 @@ fn vramlab(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// Exit 2 with one line on stderr that says `needle`.
-fn one_line_exit_2(out: &std::process::Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(err.contains(needle), "expected `{needle}` in: {err}");
-}
-
 /// `vramlab estimate --model flux-dev --resolution 1024x1024 --precision bf16 --json`: every
 /// component's bytes = its parameters × 2 (the VAE too: FluxPipeline does not upcast), the
 /// packed latents, T5's 512 tokens plus CLIP's pooled vector, one denoiser batch; `--cfg` and
@@ -265,13 +256,7 @@ fn load_rows(l: &Lab) {
         if *c == Component::Transformer {
             w += (cfg.transformer_norms() * cfg.transformer.hidden_size() * 4) as u64;
         }
-        let n = cfg.shapes(*c).len() as u64;
-        let kept = m.end_allocated - m.baseline_allocated;
-        assert!(
-            kept >= w && kept - w <= 512 * n,
-            "{c}: load kept {kept} B for {w} B of weights in {n} tensors"
-        );
-        println!("load {c}: weights {w} B, kept {kept} B");
+        common::load_keeps(*c, m, w, cfg.shapes(*c).len() as u64);
     }
 }
 

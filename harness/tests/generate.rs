@@ -106,14 +106,7 @@ fn parameter_counts() {
 fn load_rows(l: &Lab) {
     let cfg = &l.sd.config;
     for (c, m, _) in &l.loads {
-        let w = cfg.params(*c) * 4;
-        let n = cfg.shapes(*c).len() as u64;
-        let kept = m.end_allocated - m.baseline_allocated;
-        assert!(
-            kept >= w && kept - w <= 512 * n,
-            "{c}: load kept {kept} B for {w} B of weights in {n} tensors"
-        );
-        println!("load {c}: weights {w} B, kept {kept} B");
+        common::load_keeps(*c, m, cfg.params(*c) * 4, cfg.shapes(*c).len() as u64);
     }
 }
 

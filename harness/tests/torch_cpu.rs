@@ -18,7 +18,7 @@
 //! scripts/torch-env.sh, with VRAMLAB_TORCH_PYTHON set. Each probe is a process of its own, so
 //! the counts are the probe's alone. The bad-input tests below need no torch and always run.
 mod common;
-use common::{models, root, vramlab, SMOLLM2_PARAMS};
+use common::{models, one_line_exit_2, root, vramlab, SMOLLM2_PARAMS};
 use std::path::{Path, PathBuf};
 use vramlab::model::Config;
 use vramlab::record::{Phase, Record, Status};
@@ -264,13 +264,6 @@ fn probe_without_torch(scenario_text: &str) -> std::process::Output {
         .current_dir(root())
         .output()
         .unwrap()
-}
-
-fn one_line_exit_2(out: &std::process::Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains(needle), "{err}");
 }
 
 const SMALL: &str = "name = \"s\"\n[model]\nsource = \"synthetic:c.json\"\n[sweep]\n\

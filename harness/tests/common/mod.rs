@@ -275,3 +275,28 @@ pub fn decode_output_exact(
     }
     println!("decode output exact: ok");
 }
+
+/// Exit 2 with one line on stderr (no panic) that says `needle`.
+pub fn one_line_exit_2(out: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(needle), "expected `{needle}` in: {err}");
+}
+
+/// A component's load row keeps its `weights` bytes plus the modules' own structs: under 512 B
+/// per stored tensor (candle's `Tensor` and storage headers, the layer vectors).
+pub fn load_keeps(
+    c: vramlab::vocab::Component,
+    m: &vramlab::meter::PhaseMemory,
+    weights: u64,
+    tensors: u64,
+) {
+    let kept = m.end_allocated - m.baseline_allocated;
+    assert!(
+        kept >= weights && kept - weights <= 512 * tensors,
+        "{c}: load kept {kept} B for {weights} B of weights in {tensors} tensors"
+    );
+    println!("load {c}: weights {weights} B, kept {kept} B");
+}

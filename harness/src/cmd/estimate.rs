@@ -741,6 +741,9 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
             "analytic priors (no fitted generation constants): {} profile{}",
             a.runtime.as_str(),
             match (a.runtime, a.attention) {
+                (Runtime::Candle, Attention::Flash) if arch.denoise_flash => {
+                    ", flash attention in the transformer (no materialized scores), VAE scores in f32"
+                }
                 (Runtime::Candle, _) if arch.denoise_scores_f32 => {
                     ", attention scores materialized in f32 (UNet and VAE)"
                 }

@@ -108,7 +108,7 @@ fn coefficients(
             );
         }
     }
-    (vec![priors(q.runtime)], "analytic".into())
+    (vec![priors(a, q.runtime)], "analytic".into())
 }
 
 /// Device rows of a backend: on CUDA, the context, cuBLAS workspace and allocator rounding of

@@ -62,6 +62,10 @@ pub struct GenArch {
     /// The denoiser's activation channels per latent pixel at full latent resolution (a
     /// UNet's first level; a DiT's hidden size over the latent pixels of its patch).
     pub denoise_width: usize,
+    /// The analytic prior of `denoise_act` (tensors of `denoise_width` per latent pixel alive
+    /// at a step's peak) on candle and on torch: a UNet peaks in a convolution, a DiT in its
+    /// widest block, which holds tensors of its MLP's width (see each constructor).
+    pub denoise_prior: [f64; 2],
     /// Latent pixels per token at the denoiser's first attention level (4 per halving).
     pub attn_pixels_per_token: usize,
     /// Heads at that level.
@@ -70,6 +74,10 @@ pub struct GenArch {
     /// text is cross-attended). Each counts as `attn_pixels_per_token` latent pixels of
     /// activations.
     pub joint_tokens: usize,
+    /// vramlab's denoiser runs `attention = "flash"` (vramlab-kernels' memory-efficient
+    /// kernel, no materialized scores): the Wan DiT, vramlab's own code. SD's UNet and FLUX's
+    /// transformer are candle-transformers' eager attention.
+    pub denoise_flash: bool,
     /// candle materializes the denoiser's scores in f32 (SD's UNet); else in the pipeline's
     /// dtype (FLUX).
     pub denoise_scores_f32: bool,
@@ -116,10 +124,12 @@ impl GenArch {
             context_dim: c.context_dim(),
             pooled_dim: 0,
             denoise_width: u.block_out_channels[0],
+            denoise_prior: [12.0, 3.0],
             attn_pixels_per_token: 1 << (2 * level),
             // candle (like diffusers) reads `attention_head_dim` as the head count.
             attn_heads: u.attention_head_dim.at(level),
             joint_tokens: 0,
+            denoise_flash: false,
             denoise_scores_f32: true,
             vae_width: c.vae.block_out_channels[0],
             vae_attention: true,
@@ -137,6 +147,7 @@ impl GenArch {
     pub fn wan(c: &WanConfig) -> GenArch {
         let t = &c.transformer;
         let [_, ph, pw] = t.patch_size;
+        let ffn = t.ffn_dim as f64 / t.dim() as f64;
         GenArch {
             architecture: "wan",
             components: c
@@ -153,10 +164,15 @@ impl GenArch {
             context_dim: t.text_dim,
             pooled_dim: 0,
             denoise_width: t.dim() / (ph * pw),
+            // The feed-forward at its widest, both runtimes: the block's input, the
+            // modulated norm and the residual (3 of the hidden size), the first linear's output
+            // and its GELU (2 of `ffn_dim`).
+            denoise_prior: [3.0 + 2.0 * ffn; 2],
             attn_pixels_per_token: ph * pw,
             attn_heads: t.num_attention_heads,
             joint_tokens: 0,
             // vramlab's candle DiT materializes its scores in the activations' dtype.
+            denoise_flash: true,
             denoise_scores_f32: false,
             vae_width: c.vae.base_dim,
             vae_attention: true,
@@ -198,6 +214,7 @@ impl GenArch {
     pub fn flux(c: &FluxConfig) -> GenArch {
         let t = &c.transformer;
         let hidden = t.hidden_size();
+        let mlp = t.dit().mlp_ratio;
         GenArch {
             architecture: "flux",
             components: c
@@ -214,9 +231,17 @@ impl GenArch {
             context_dim: t.joint_attention_dim,
             pooled_dim: t.pooled_projection_dim,
             denoise_width: hidden / (PATCH * PATCH),
+            // A single-stream block at its concatenation. candle: the input, the modulated
+            // norm, q, k and v copied out of the fused projection and normed, rope'd q and k,
+            // the attention output (11 of the hidden size) and the fused projection's MLP
+            // part, its GELU and the concatenation's (3 of the MLP width). diffusers: the input,
+            // the norm, the attention output, the concatenation's attention part and rotary
+            // temporaries (5) with the MLP's GELU and the concatenation's MLP part (2 widths).
+            denoise_prior: [11.0 + 3.0 * mlp, 5.0 + 2.0 * mlp],
             attn_pixels_per_token: PATCH * PATCH,
             attn_heads: t.num_attention_heads,
             joint_tokens: c.text_len,
+            denoise_flash: false,
             denoise_scores_f32: false,
             vae_width: c.vae.base.block_out_channels[0],
             vae_attention: true,
@@ -421,10 +446,12 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
     let f = a.vae_factor;
     let nb = a.pass_batch(q) as f64;
     let lf = a.latent_frames(q.frames) as f64;
-    let scores = |images: f64, tokens: f64, heads: f64, attention: Attention, f32: bool| {
+    let scores = |images: f64, tokens: f64, heads: f64, attention: Attention, f32: bool, flash| {
         let b = match (q.runtime, attention) {
             // candle materializes the scores: in f32 where it upcasts q, k, v (SD's UNet and
             // VAE), else in the pipeline's dtype (FLUX's transformer).
+            // vramlab-kernels' flash attention (the Wan DiT's) never materializes them.
+            (Runtime::Candle, Attention::Flash) if flash => 0.0,
             (Runtime::Candle, _) if f32 => 4.0,
             (Runtime::Candle, _) => bytes(q.dtype) as f64,
             (Runtime::Torch, Attention::Eager) => bytes(q.dtype) as f64,
@@ -446,7 +473,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             x[DENOISE_ACT] = nb * px * a.denoise_width as f64 * bytes(q.dtype) as f64;
             let tokens = px / ppt;
             let (heads, f32) = (a.attn_heads as f64, a.denoise_scores_f32);
-            x[DENOISE_SCORES] = scores(nb, tokens, heads, q.attention, f32);
+            x[DENOISE_SCORES] = scores(nb, tokens, heads, q.attention, f32, a.denoise_flash);
             live(&["text context", "latents"])
         }
         _ => {
@@ -461,7 +488,14 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             x[VAE_ACT] = chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
             if a.vae_attention {
                 // diffusers' VAE keeps SDPA when the denoiser's attention is set to eager.
-                x[VAE_SCORES] = scores(images, px / (f * f) as f64, 1.0, Attention::Sdpa, true);
+                x[VAE_SCORES] = scores(
+                    images,
+                    px / (f * f) as f64,
+                    1.0,
+                    Attention::Sdpa,
+                    true,
+                    false,
+                );
             }
             live(&["latents", "decoded images", "tile strip", "feature cache"])
         }
@@ -472,9 +506,10 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
 /// The analytic prior of each term's coefficient (tensors of the term's shape live at the
 /// phase's peak), used without constants and for a term a fit could not identify:
 /// - `text_act` 8: the MLP's 4×-wide intermediate, its activation, q/k/v and the residual;
-/// - `denoise_act`: a 3×3 convolution at full resolution holds its input, its output and the
-///   residual (3); candle lowers it to a matmul over an im2col buffer of 9 × the input (12 in
-///   all);
+/// - `denoise_act`: the architecture's [`GenArch::denoise_prior`]. A UNet: a 3×3 convolution
+///   at full resolution holds its input, its output and the residual (torch 3); candle lowers
+///   it to a matmul over an im2col buffer of 9 × the input (12 in all). A DiT: its widest block,
+///   with tensors of its MLP's width;
 /// - `vae_act`: candle 12, as `denoise_act`; torch 6: diffusers' `ResnetBlock2D.forward` at
 ///   the first block of the output resolution holds its input, `norm1`'s output and the SiLU's
 ///   output at once, three tensors of the width entering that level, which is twice the
@@ -482,17 +517,18 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
 /// - `denoise_scores` 2 and `vae_scores` 2: the scores and their softmax, both alive at once
 ///   (the term is already 0 where the runtime never materializes them);
 /// - `const` 0: no runtime constant without a measurement.
-pub fn prior(term: usize, runtime: Runtime) -> f64 {
+pub fn prior(a: &GenArch, term: usize, runtime: Runtime) -> f64 {
     match (term, runtime) {
         (TEXT_ACT, _) => 8.0,
-        (DENOISE_ACT | VAE_ACT, Runtime::Candle) => 12.0,
-        (DENOISE_ACT, Runtime::Torch) => 3.0,
+        (DENOISE_ACT, Runtime::Candle) => a.denoise_prior[0],
+        (DENOISE_ACT, Runtime::Torch) => a.denoise_prior[1],
+        (VAE_ACT, Runtime::Candle) => 12.0,
         (VAE_ACT, Runtime::Torch) => 6.0,
         (DENOISE_SCORES | VAE_SCORES, _) => 2.0,
         _ => 0.0,
     }
 }
 
-pub fn priors(runtime: Runtime) -> GenTerms {
-    std::array::from_fn(|j| prior(j, runtime))
+pub fn priors(a: &GenArch, runtime: Runtime) -> GenTerms {
+    std::array::from_fn(|j| prior(a, j, runtime))
 }

@@ -146,7 +146,7 @@ impl GenSample {
             y,
             exact: t.exact.iter().map(|e| e.1 as f64).sum(),
             x: t.x,
-            prior: priors(q.runtime),
+            prior: priors(arch, q.runtime),
         }
     }
 

@@ -253,4 +253,42 @@ mod tests {
             assert!(!c.generation.is_empty(), "{path}");
         }
     }
+
+    /// A bf16 query on CUDA takes candle's f16 groups (same width: the norms upcast 16-bit
+    /// inputs alike), an f32 query the f32 ones; both say they are transferred.
+    #[test]
+    fn a_16_bit_query_transfers_from_16_bit_groups() {
+        use crate::vocab::{Attention, GenModel, VaeDecode};
+        use candle_core::DType;
+        let (_, c) = reference(Runtime::Candle);
+        let a = GenArch::preset(GenModel::Sd15);
+        for (dtype, from) in [(DType::BF16, "/cpu/f16/"), (DType::F32, "/cpu/f32/")] {
+            let q = GenQuery {
+                batch: 1,
+                resolution: Resolution {
+                    width: 512,
+                    height: 512,
+                },
+                frames: 1,
+                cfg: true,
+                vae_decode: VaeDecode::Full,
+                tile: 256,
+                overlap: 32,
+                dtype,
+                vae_dtype: dtype,
+                runtime: Runtime::Candle,
+                backend: Backend::Cuda,
+                attention: Attention::Eager,
+            };
+            let e = estimate(&a, &q, Some(&c.generation));
+            for p in e.phases {
+                assert!(
+                    p.source.starts_with("transferred") && p.source.contains(from),
+                    "{dtype:?} {}: {}",
+                    p.name,
+                    p.source
+                );
+            }
+        }
+    }
 }

@@ -98,7 +98,7 @@ pub fn find<'a>(c: &'a GenConstants, key: &GenGroupKey) -> Option<&'a GenGroupFi
 }
 
 /// A group of the same architecture, phase and decode at another precision or on another
-/// backend: the same backend first, then the query's precision, then f32. The terms are bytes in
+/// backend: the same backend first, then the query's precision, then its width (bf16 from f16), then f32. The terms are bytes in
 /// the query's dtypes, so the tensor counts carry over; what the backend changes (a CUDA
 /// kernel's workspace against a CPU one's) is the transfer's risk, which the caller states.
 pub fn find_transfer<'a>(c: &'a GenConstants, key: &GenGroupKey) -> Option<&'a GenGroupFit> {
@@ -112,6 +112,9 @@ pub fn find_transfer<'a>(c: &'a GenConstants, key: &GenGroupKey) -> Option<&'a G
             (
                 g.key.backend != key.backend,
                 g.key.precision != key.precision,
+                // A 16-bit query keeps its width (bf16 from f16): candle-nn's norms upcast
+                // 16-bit inputs alike, so an f32 group halves where they do not.
+                g.key.precision.dtype().size_in_bytes() != key.precision.dtype().size_in_bytes(),
                 g.key.precision != Precision::F32,
             )
         })

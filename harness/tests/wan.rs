@@ -17,6 +17,7 @@ use vramlab::model::umt5::UmT5Encoder;
 use vramlab::model::wan::{self, WanConfig, WanVaeConfig};
 use vramlab::model::wan_dit::WanDit;
 use vramlab::model::wan_vae::WanDecoder;
+use vramlab::vocab::Attention;
 
 /// A Wan2.1-shaped VAE (4 levels, temporal upsampling in the first two up blocks: stride
 /// 4 × 8 × 8), narrow.
@@ -224,7 +225,7 @@ fn decode_peak_flat(dec: &WanDecoder, c: &WanVaeConfig) {
 /// one); the tiny one runs a step: its prediction has the latents' shape.
 fn dit() {
     let real = WanConfig::t2v_1_3b().transformer;
-    let shapes = record(|vb| WanDit::new(&real, vb).map(|_| ()));
+    let shapes = record(|vb| WanDit::new(&real, vb, Attention::Eager).map(|_| ()));
     assert_eq!(count(&shapes), wan::transformer_params(&real));
     let mut tiny = real.clone();
     tiny.num_attention_heads = 2;
@@ -235,9 +236,9 @@ fn dit() {
     tiny.freq_dim = 8;
     tiny.in_channels = 4;
     tiny.out_channels = 4;
-    let shapes = record(|vb| WanDit::new(&tiny, vb).map(|_| ()));
+    let shapes = record(|vb| WanDit::new(&tiny, vb, Attention::Eager).map(|_| ()));
     assert_eq!(count(&shapes), wan::transformer_params(&tiny));
-    let m = WanDit::new(&tiny, random(&shapes)).unwrap();
+    let m = WanDit::new(&tiny, random(&shapes), Attention::Eager).unwrap();
     let x = Tensor::randn(0f32, 1.0, (2, 4, 3, 4, 6), &Device::Cpu).unwrap();
     let t = Tensor::new(&[999f32, 500.0], &Device::Cpu).unwrap();
     let ctx = Tensor::randn(0f32, 1.0, (2, 7, 16), &Device::Cpu).unwrap();

@@ -298,14 +298,13 @@ impl Spec {
                     ));
                 }
                 if s.mode.contains(&Mode::Train) {
-                    if let Some(m) = sources.iter().find_map(|src| {
-                        src.strip_prefix("synthetic:")?
-                            .parse::<crate::vocab::GenModel>()
-                            .ok()
-                            .filter(|m| *m != crate::vocab::GenModel::Wan21T2v13b)
+                    if let Some(src) = sources.iter().find(|src| {
+                        src.strip_prefix("synthetic:")
+                            .and_then(|m| m.parse::<crate::vocab::GenModel>().ok())
+                            .is_some_and(|m| m != crate::vocab::GenModel::Wan21T2v13b)
                     }) {
                         return mode(format!(
-                            "[sweep] mode `train` on `{m}`: {}",
+                            "[sweep] mode `train` on the diffusion pipeline `{src}`: {}",
                             crate::workload::finetune::NO_LORA_REASON
                         ));
                     }

@@ -398,8 +398,14 @@ fn dit_flash() {
     let ye = eager.forward(&x, &t, &ctx).unwrap();
     let yf = flash.forward(&x, &t, &ctx).unwrap();
     let d = max_diff(&ye, &yf);
-    println!("dit flash vs eager: max diff {d:e} (max |y| {})", common::max_abs(&ye));
-    assert!(d <= 1e-4 * common::max_abs(&ye).max(1.0), "flash vs eager: {d}");
+    println!(
+        "dit flash vs eager: max diff {d:e} (max |y| {})",
+        common::max_abs(&ye)
+    );
+    assert!(
+        d <= 1e-4 * common::max_abs(&ye).max(1.0),
+        "flash vs eager: {d}"
+    );
 
     let mut meter = CpuMeter::new();
     let mut peak = |m: &WanDit| {
@@ -540,9 +546,8 @@ fn dit_lora() {
             "AdamW state {state} vs 2 × {lora_bytes}"
         );
         for ph in [Phase::Forward, Phase::Backward] {
-            let over = |s| {
-                (at(s, ph).peak_allocated - at(s, Phase::Forward).baseline_allocated) as f64
-            };
+            let over =
+                |s| (at(s, ph).peak_allocated - at(s, Phase::Forward).baseline_allocated) as f64;
             let (p1, p2) = (over(1), over(2));
             println!("  {ph:?} peak over the step's baseline: {p1} then {p2}");
             assert!((p2 - p1).abs() <= 1e-3 * p1, "{ph:?}: {p1} then {p2}");
@@ -619,13 +624,26 @@ fn lora_sweep_cli() {
             .collect();
         let phases: Vec<String> = pr
             .iter()
-            .map(|r| format!("{}{}", r.phase.unwrap().as_str(), r.step.map(|s| s.to_string()).unwrap_or_default()))
+            .map(|r| {
+                format!(
+                    "{}{}",
+                    r.phase.unwrap().as_str(),
+                    r.step.map(|s| s.to_string()).unwrap_or_default()
+                )
+            })
             .collect();
         assert_eq!(
             phases,
             [
-                "load", "forward1", "backward1", "optimizer1", "step_total1", "forward2",
-                "backward2", "optimizer2", "step_total2"
+                "load",
+                "forward1",
+                "backward1",
+                "optimizer1",
+                "step_total1",
+                "forward2",
+                "backward2",
+                "optimizer2",
+                "step_total2"
             ],
             "{attention}"
         );
@@ -641,7 +659,12 @@ fn lora_sweep_cli() {
             Some(wan::transformer_params(&c) * 4)
         );
         assert_eq!(pr[1].feature_optimizer_bytes, Some(2 * lora * 4));
-        let loss: f32 = pr[4].message.strip_prefix("loss=").unwrap().parse().unwrap();
+        let loss: f32 = pr[4]
+            .message
+            .strip_prefix("loss=")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(loss.is_finite() && loss > 0.0, "{}", pr[4].message);
     }
     println!("lora sweep: ok");

@@ -39,7 +39,10 @@ fn modulate(x: &Tensor, shift: &Tensor, scale: &Tensor) -> Result<Tensor> {
 /// LoRA adapter can be attached to it, and under training its frozen weight takes no
 /// gradient.
 fn dense(i: usize, o: usize, vb: VarBuilder) -> Result<Linear> {
-    Ok(Linear::new(vb.get((o, i), "weight")?, Some(vb.get(o, "bias")?)))
+    Ok(Linear::new(
+        vb.get((o, i), "weight")?,
+        Some(vb.get(o, "bias")?),
+    ))
 }
 
 /// Self- or cross-attention of a block (diffusers' WanAttention).
@@ -252,9 +255,7 @@ impl WanDit {
     /// `flash`; anything else is an error).
     pub fn new(c: &WanTransformerConfig, vb: VarBuilder, attention: Attention) -> Result<Self> {
         if !matches!(attention, Attention::Eager | Attention::Flash) {
-            candle_core::bail!(
-                "attention `{attention}`: the Wan DiT runs `eager` or `flash`"
-            );
+            candle_core::bail!("attention `{attention}`: the Wan DiT runs `eager` or `flash`");
         }
         let d = c.dim();
         let [pt, ph, pw] = c.patch_size;

@@ -416,11 +416,7 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
             format!("[sweep] precision `{p}`: a denoiser's LoRA points run f32, f16 or bf16 (base weights and adapters in that dtype)"),
         ));
     }
-    if let Some(t) = s
-        .trainable
-        .iter()
-        .find(|t| t.kind() != TrainableKind::Lora)
-    {
+    if let Some(t) = s.trainable.iter().find(|t| t.kind() != TrainableKind::Lora) {
         return Err((
             "trainable",
             format!("[sweep] trainable `{t}`: a denoiser is fine-tuned with LoRA only (`lora-rN`)"),
@@ -446,7 +442,10 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
     }
     for &b in &s.batch {
         if !(1..=MAX_BATCH).contains(&b) {
-            return Err(("batch", format!("[sweep] `batch` must be from 1 to {MAX_BATCH}, got {b}")));
+            return Err((
+                "batch",
+                format!("[sweep] `batch` must be from 1 to {MAX_BATCH}, got {b}"),
+            ));
         }
         if let Some(n) = s.grad_accum.iter().find(|&&n| n <= 0 || b % n != 0) {
             return Err((
@@ -456,7 +455,10 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
         }
     }
     if s.repeats == 0 || s.repeats as i64 > MAX_REPEATS {
-        return Err(("repeats", format!("[sweep] `repeats` must be from 1 to {MAX_REPEATS}")));
+        return Err((
+            "repeats",
+            format!("[sweep] `repeats` must be from 1 to {MAX_REPEATS}"),
+        ));
     }
     Ok(())
 }
@@ -520,7 +522,9 @@ fn validate_generate(
             == Some(crate::vocab::GenModel::Wan21T2v13b)
     });
     if let Some(a) = s.attention.iter().find(|a| {
-        !matches!(a, Attention::Eager | Attention::Sliced) && !(wan_only && **a == Attention::Flash)
+        let runs = matches!(a, Attention::Eager | Attention::Sliced)
+            || (wan_only && **a == Attention::Flash);
+        !runs
     }) {
         return Err((
             "attention",

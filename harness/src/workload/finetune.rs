@@ -350,13 +350,20 @@ fn measure_point(
     load.message = format!("lora_params={lora_params}");
     let mut rows = vec![load];
     let inputs = Inputs::new(cfg, p, dtype, dev)?;
-    run(&dit, &vars, &inputs, &p.train_spec(), meter, &mut |r, loss| {
-        let mut rec = row(r.phase, &r.mem, r.elapsed_ms);
-        rec.step = r.step;
-        rec.message = format!("loss={loss:.6}");
-        rows.push(rec);
-        Ok(())
-    })?;
+    run(
+        &dit,
+        &vars,
+        &inputs,
+        &p.train_spec(),
+        meter,
+        &mut |r, loss| {
+            let mut rec = row(r.phase, &r.mem, r.elapsed_ms);
+            rec.step = r.step;
+            rec.message = format!("loss={loss:.6}");
+            rows.push(rec);
+            Ok(())
+        },
+    )?;
     Ok(rows)
 }
 

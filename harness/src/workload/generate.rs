@@ -397,11 +397,7 @@ impl GenRun {
             workers_started: 0,
         };
         manifest.write()?;
-        eprintln!(
-            "sweep {}: {points} points -> {}",
-            spec.name,
-            out.display()
-        );
+        eprintln!("sweep {}: {points} points -> {}", spec.name, out.display());
         Ok(GenRun {
             dev,
             meter,

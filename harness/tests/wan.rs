@@ -564,6 +564,40 @@ fn dit_lora() {
             "{first_losses:?}"
         );
     }
+    // Exact across ranks: the bookkeeping per tensor does not depend on its size, so between
+    // r = 8 and r = 4 (the same 40 adapter tensors) the gradients differ by exactly the
+    // adapters' bytes and AdamW's state by twice that.
+    let mut figures = |rank: u32| {
+        let mut m = WanDit::new(&c, vb.clone(), Attention::Eager).unwrap();
+        let vars = attach_lora(&mut m, rank, DType::F32, &dev).unwrap();
+        let spec = TrainSpec {
+            batch: 2,
+            seq: 7,
+            optimizer: Optimizer::Adamw,
+            checkpointing: Checkpointing::None,
+            grad_accum: 1,
+            steps: 1,
+            lr: 1e-3,
+        };
+        let mut rows = Vec::new();
+        run(&m, &vars, &inputs, &spec, &mut meter, &mut |r, _| {
+            rows.push(r);
+            Ok(())
+        })
+        .unwrap();
+        let at = |ph: Phase| rows.iter().find(|r| r.phase == ph).unwrap().mem;
+        let before = at(Phase::Forward).baseline_allocated as i64;
+        (
+            at(Phase::Backward).end_allocated as i64 - before,
+            at(Phase::Optimizer).end_allocated as i64 - before,
+        )
+    };
+    let (g4, s4) = figures(4);
+    let (g8, s8) = figures(8);
+    let delta = ((lora_params(&c, 8) - lora_params(&c, 4)) * 4) as i64;
+    println!("r8 − r4: gradients {} B, state {} B, adapters {delta} B", g8 - g4, s8 - s4);
+    assert_eq!(g8 - g4, delta, "r8 − r4 gradient bytes");
+    assert_eq!(s8 - s4, 2 * delta, "r8 − r4 AdamW state bytes");
     println!("dit lora: ok");
 }
 

@@ -430,14 +430,24 @@ impl Inputs {
         let t: Vec<f32> = (0..latents.0)
             .map(|_| rng.random_range(0.001f32..0.999))
             .collect();
-        let randn = |s: &[usize]| -> Result<Tensor> {
-            Ok(Tensor::randn(0f32, 1.0, s, dev)?.to_dtype(dtype)?)
+        let t = Tensor::from_vec(t, latents.0, dev)?;
+        // Standard normal values from the seeded generator (Box–Muller): candle's CPU `randn`
+        // draws from an unseeded thread generator, so the loss would change from run to run.
+        let mut randn = |s: &[usize]| -> Result<Tensor> {
+            let n = s.iter().product::<usize>();
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    let (u1, u2) = (1.0 - rng.random::<f32>(), rng.random::<f32>());
+                    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+                })
+                .collect();
+            Ok(Tensor::from_vec(v, s, dev)?.to_dtype(dtype)?)
         };
         let (b, c, f, h, w) = latents;
         Ok(Inputs {
             x0: randn(&[b, c, f, h, w])?,
             noise: randn(&[b, c, f, h, w])?,
-            t: Tensor::from_vec(t, latents.0, dev)?,
+            t,
             text: randn(&[text.0, text.1, text.2])?,
         })
     }

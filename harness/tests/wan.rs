@@ -595,7 +595,11 @@ fn dit_lora() {
     let (g4, s4) = figures(4);
     let (g8, s8) = figures(8);
     let delta = ((lora_params(&c, 8) - lora_params(&c, 4)) * 4) as i64;
-    println!("r8 − r4: gradients {} B, state {} B, adapters {delta} B", g8 - g4, s8 - s4);
+    println!(
+        "r8 − r4: gradients {} B, state {} B, adapters {delta} B",
+        g8 - g4,
+        s8 - s4
+    );
     assert_eq!(g8 - g4, delta, "r8 − r4 gradient bytes");
     assert_eq!(s8 - s4, 2 * delta, "r8 − r4 AdamW state bytes");
     println!("dit lora: ok");

@@ -305,7 +305,7 @@ impl Spec {
                     }) {
                         return mode(format!(
                             "[sweep] mode `train` on the diffusion pipeline `{src}`: {}",
-                            crate::workload::finetune::NO_LORA_REASON
+                            NO_LORA_REASON
                         ));
                     }
                     if let Some(src) = sources.iter().find(|src| !is_pipeline(src)) {
@@ -334,6 +334,9 @@ impl Spec {
         Ok(())
     }
 }
+
+/// Why a denoiser other than Wan's cannot be fine-tuned (the scenario's error line).
+pub const NO_LORA_REASON: &str = "its denoiser is candle-transformers' module (SD's UNet, FLUX's transformer), which has no LoRA injection point; mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory)";
 
 /// Whether a model source is a diffusion pipeline (`diffusers:DIR`, or `synthetic:` with a
 /// generation preset's name).

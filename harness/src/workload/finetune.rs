@@ -26,7 +26,7 @@ use crate::model::pipeline::{self, record};
 use crate::model::wan::{self, WanConfig, WanTransformerConfig};
 use crate::model::wan_dit::{Cond, WanDit};
 use crate::record::{Phase, Record, Status};
-use crate::scenario::spec::{is_pipeline_source, key_line};
+use crate::scenario::spec::{is_pipeline_source, key_line, NO_LORA_REASON};
 use crate::scenario::Spec;
 use crate::vocab::{
     Attention, Checkpointing, Component, GenModel, Mode, Optimizer, Precision, Resolution,
@@ -37,9 +37,6 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-
-/// Why a denoiser other than Wan's cannot be fine-tuned (the scenario's error line).
-pub const NO_LORA_REASON: &str = "its denoiser is candle-transformers' module (SD's UNet, FLUX's transformer), which has no LoRA injection point; mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory)";
 
 /// One fine-tuning point.
 #[derive(Clone, Debug, PartialEq)]

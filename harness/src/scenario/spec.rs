@@ -842,4 +842,36 @@ context = [64]
             .to_string();
         assert!(e.contains("cannot hold"), "{e}");
     }
+
+    /// Wan2.1 fine-tunes (mode train, no `context`) and generates with flash attention; SD
+    /// does neither, each refused on the key's line.
+    #[test]
+    fn wan_trains_and_runs_flash_sd_does_not() {
+        let wan = "name = \"w\"\n[model]\nsource = \"synthetic:wan2.1-t2v-1.3b\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\nresolution = [\"128x128\"]\nframes = [5]\ntrainable = [\"lora-r16\"]\nattention = [\"flash\"]\n";
+        let s = Spec::parse(Path::new("w.toml"), wan).unwrap();
+        assert_eq!(s.sweep.0[0].frames, vec![5]);
+        let gen = wan
+            .replace("[\"train\"]", "[\"generate\"]")
+            .replace("trainable = [\"lora-r16\"]\n", "");
+        Spec::parse(Path::new("w.toml"), &gen).unwrap();
+        let sd = wan.replace("wan2.1-t2v-1.3b", "sd15");
+        let e = Spec::parse(Path::new("s.toml"), &sd)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 5: [sweep] mode `train` on the diffusion pipeline `synthetic:sd15`"),
+            "{e}"
+        );
+        let e = Spec::parse(Path::new("s.toml"), &gen.replace("wan2.1-t2v-1.3b", "sd15"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 10: [sweep] attention `flash` is not available"),
+            "{e}"
+        );
+        let e = Spec::parse(Path::new("w.toml"), &wan.replace("lora-r16", "full"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 10: [sweep] trainable `full`"), "{e}");
+    }
 }

@@ -175,6 +175,8 @@ def id_tail(attention, repeats, repeat):
 def expand_one(spec: dict, s: dict) -> list[dict]:
     if "generate" in s.get("mode", []):
         return expand_generate(spec, s)
+    if is_finetune(spec, s):
+        return expand_finetune(spec, s)
     decode_steps = s.get("decode_steps", 16)
     decode_every = s.get("decode_every", 8)
     repeats = s.get("repeats", 1)
@@ -278,6 +280,41 @@ def expand_generate(spec: dict, s: dict) -> list[dict]:
                                             batch=batch, cfg=cfg, vae_decode=dec, tile=tile,
                                             overlap=overlap, steps=s.get("denoise_steps", 2),
                                             repeat=repeat))
+    return points
+
+
+def is_finetune(spec: dict, s: dict) -> bool:
+    """A `mode = ["train"]` table on diffusion pipelines (spec.rs is_pipeline_source:
+    `diffusers:` or a `synthetic:` generation preset): workload/finetune.rs's LoRA of a
+    denoiser."""
+    gen = {"sd15", "sd21", "sdxl", "flux-dev", "flux-schnell", "wan2.1-t2v-1.3b"}
+    sources = as_list(s.get("source", spec["model"]["source"]))
+    return "train" in s.get("mode", []) and all(
+        src.startswith("diffusers:") or (src.startswith("synthetic:") and src[10:] in gen)
+        for src in sources)
+
+
+def expand_finetune(spec: dict, s: dict) -> list[dict]:
+    """workload/finetune.rs expand (ids only: the probe does not run a denoiser's LoRA)."""
+    points = []
+    repeats = s.get("repeats", 1)
+    for source in as_list(s.get("source", spec["model"]["source"])):
+        mid = gen_model_id(source)
+        for precision in s["precision"]:
+            for attention in s.get("attention", ["eager"]):
+                for res in s.get("resolution", []):
+                    w, h = parse_resolution(res)
+                    for frames in s.get("frames", []):
+                        for batch in s["batch"]:
+                            for opt in s.get("optimizer", ["adamw"]):
+                                for tr in s.get("trainable", ["full"]):
+                                    for ck in s.get("checkpointing", ["none"]):
+                                        for ga in s.get("grad_accum", [1]):
+                                            for repeat in range(repeats):
+                                                pid = (f"{mid}/train/{precision}/{w}x{h}/f{frames}/"
+                                                       f"b{batch}/{opt}/{ck}/ga{ga}/{tr}")
+                                                pid += id_tail(attention, repeats, repeat)
+                                                points.append(dict(id=pid, mode="finetune"))
     return points
 
 
@@ -537,6 +574,9 @@ def check_runnable(path: Path, spec: dict):
         if "generate" in s.get("mode", []):
             check_generate(path, spec, s)
             continue
+        if is_finetune(spec, s):
+            raise InputError(f"{path}: the torch probe cannot run `mode = [\"train\"]` on a diffusion "
+                             "pipeline (the denoiser's LoRA is measured by vramlab only)")
         for k, v in s.items():
             if k not in SWEEP_KEYS:
                 raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(v)}`")

@@ -217,9 +217,24 @@ fn generation_scenarios() {
         "line 9: [sweep] attention `flash` is not available",
     );
     scenario("gen-cfg-not-bool.toml", "line 9");
+    // Fine-tuning (mode = "train") runs Wan2.1's DiT only: SD's and FLUX's denoisers are
+    // candle-transformers' modules.
+    for (file, src) in [
+        ("gen-train.toml", "synthetic:sd15"),
+        ("gen-train-flux.toml", "synthetic:flux-dev"),
+    ] {
+        scenario(
+            file,
+            &format!("line 6: [sweep] mode `train` on the diffusion pipeline `{src}`: its denoiser is candle-transformers' module"),
+        );
+    }
     scenario(
-        "gen-train.toml",
-        "line 6: [sweep] mode `train` on the diffusion pipeline `synthetic:sd15`",
+        "gen-train-wan-frames.toml",
+        "line 9: [sweep] frames 6 is not 4k + 1",
+    );
+    scenario(
+        "gen-train-wan-full.toml",
+        "line 11: [sweep] trainable `full`: a denoiser is fine-tuned with LoRA only",
     );
 }
 

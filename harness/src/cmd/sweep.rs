@@ -257,6 +257,44 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
+    if !crate::workload::finetune::expand(&spec).is_empty() {
+        if !expand(&spec).is_empty() {
+            return Err(bad_file(
+                &args.scenario,
+                "mode \"train\" on a diffusion pipeline cannot share a scenario with language-model tables yet",
+            ));
+        }
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
+        let scenario_hash = short_hash(text.as_bytes());
+        let _lock = (!args.dry_run).then(|| lock_output(&out)).transpose()?;
+        // A point is finished when its last step's step_total row (or a failure) is written.
+        let steps = |id: &str| {
+            crate::workload::finetune::expand(&spec)
+                .iter()
+                .find(|p| p.id == id)
+                .map_or(0, |p| p.steps as u64)
+        };
+        let open = |ids: &HashSet<String>| {
+            resume_or_create(&out, &args, None, &scenario_hash, ids.len(), |rows| {
+                rows.iter()
+                    .filter(|r| ids.contains(&r.point_id))
+                    .filter(|r| {
+                        (r.phase == Some(Phase::StepTotal) && r.step == Some(steps(&r.point_id)))
+                            || matches!(r.status, Some(Status::Oom | Status::Error))
+                    })
+                    .map(|r| r.point_id.clone())
+                    .collect()
+            })
+        };
+        crate::workload::finetune::sweep(&args.scenario, &spec, &text, &out, args.dry_run, open)?;
+        if !args.quiet && !args.dry_run {
+            crate::cmd::summary::print(&out)?;
+        }
+        return Ok(());
+    }
     let mut points = expand(&spec);
     let shard = match &args.shard {
         Some(s) => Some(s.parse::<Shard>().map_err(InputError::arg)?),

@@ -45,31 +45,29 @@ pub fn to_vars(t: HashMap<String, Tensor>) -> anyhow::Result<Vec<(String, Var)>>
 /// equal to the base model).
 const LORA_SEED: u64 = 0x10_4a;
 
-/// Rank-`rank` LoRA adapters for the target modules among `vars` (sorted by name): A (r, in)
-/// uniform in ±1/√in (PEFT's Kaiming-uniform bound), B (out, r) zero, both in the variable's
-/// dtype and on its device, named by `nn::lora_names`.
-fn lora_adapters(
-    cfg: &Config,
-    vars: &[(String, Var)],
+/// Rank-`rank` LoRA adapters for `targets` (module name, in, out features), in that order: A
+/// (r, in) uniform in ±1/√in (PEFT's Kaiming-uniform bound), B (out, r) zero, both in `dtype`
+/// on `dev`, named by `nn::lora_names`.
+pub fn lora_adapters(
+    targets: &[(String, usize, usize)],
     rank: u32,
+    dtype: DType,
+    dev: &candle_core::Device,
 ) -> anyhow::Result<Vec<(String, Var)>> {
     use rand::{rngs::StdRng, Rng, SeedableRng};
     let mut rng = StdRng::seed_from_u64(LORA_SEED);
     let r = rank as usize;
-    let mut out = Vec::new();
-    for (n, v) in vars {
-        let Some((module, i, o)) = super::lora_target(cfg, n, v.dims()) else {
-            continue;
-        };
+    let mut out = Vec::with_capacity(2 * targets.len());
+    for (module, i, o) in targets {
+        let (i, o) = (*i, *o);
         let bound = 1.0 / (i as f32).sqrt();
         let a: Vec<f32> = (0..r * i)
             .map(|_| rng.random_range(-bound..bound))
             .collect();
-        let a = Tensor::from_vec(a, (r, i), v.device())?.to_dtype(v.dtype())?;
+        let a = Tensor::from_vec(a, (r, i), dev)?.to_dtype(dtype)?;
         let [a_name, b_name] = super::nn::lora_names(module);
         out.push((a_name, Var::from_tensor(&a)?));
-        let b = Var::zeros((o, r), v.dtype(), v.device())?;
-        out.push((b_name, b));
+        out.push((b_name, Var::zeros((o, r), dtype, dev)?));
     }
     Ok(out)
 }
@@ -84,8 +82,15 @@ pub fn trainable_model(
     compute: DType,
     ops: Ops,
 ) -> anyhow::Result<(Box<dyn Trainable>, Vec<Var>)> {
-    let adapters = match set {
-        TrainableSet::Lora(r) => lora_adapters(cfg, vars, r)?,
+    let adapters = match (set, vars.first()) {
+        (TrainableSet::Lora(r), Some((_, v0))) => {
+            let targets: Vec<(String, usize, usize)> = vars
+                .iter()
+                .filter_map(|(n, v)| super::lora_target(cfg, n, v.dims()))
+                .map(|(m, i, o)| (m.to_string(), i, o))
+                .collect();
+            lora_adapters(&targets, r, v0.dtype(), v0.device())?
+        }
         _ => Vec::new(),
     };
     let mut tensors = HashMap::with_capacity(vars.len() + adapters.len());

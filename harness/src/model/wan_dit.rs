@@ -5,11 +5,19 @@
 //! timestep (shift, scale, gate), and the modulated output projection, unpatchified.
 //!
 //! Tensor names are diffusers' (the checkpoint's: the output modulation is the stored
-//! `scale_shift_table` of (1, 2, dim)). Attention materializes its scores in the activations'
-//! dtype (candle has no SDPA kernel on the CPU).
+//! `scale_shift_table` of (1, 2, dim)). [`Attention::Eager`] materializes the scores in the
+//! activations' dtype (candle has no SDPA kernel on the CPU); [`Attention::Flash`] runs
+//! vramlab-kernels' tiled attention, which never holds them.
+//!
+//! Training (LoRA, `workload/finetune.rs`): the blocks' dense layers are [`super::nn::Linear`]
+//! (adapters attach with [`WanDit::linears_mut`]), every op on the blocks' path records a
+//! backward, and the forward is split into [`WanDit::embed`], [`WanDit::condition`],
+//! [`WanDit::block`] and [`WanDit::head`] so that checkpointing can re-run one block.
+use super::nn::Linear;
 use super::wan::{QkNorm, WanTransformerConfig};
+use crate::vocab::Attention;
 use candle_core::{DType, Module, Result, Tensor, D};
-use candle_nn::{linear, Linear, VarBuilder};
+use candle_nn::{linear, VarBuilder};
 
 /// LayerNorm over the last dimension, without affine parameters (Wan's `norm1`, `norm3`,
 /// `norm_out`), in f32 as diffusers' FP32LayerNorm.
@@ -27,7 +35,18 @@ fn modulate(x: &Tensor, shift: &Tensor, scale: &Tensor) -> Result<Tensor> {
     x.broadcast_mul(&(scale + 1.0)?)?.broadcast_add(shift)
 }
 
-struct Attention {
+/// A block's dense layer (diffusers' `nn.Linear` with a bias), as [`super::nn::Linear`]: a
+/// LoRA adapter can be attached to it, and under training its frozen weight takes no
+/// gradient.
+fn dense(i: usize, o: usize, vb: VarBuilder) -> Result<Linear> {
+    Ok(Linear::new(
+        vb.get((o, i), "weight")?,
+        Some(vb.get(o, "bias")?),
+    ))
+}
+
+/// Self- or cross-attention of a block (diffusers' WanAttention).
+struct Attn {
     q: Linear,
     k: Linear,
     v: Linear,
@@ -36,10 +55,11 @@ struct Attention {
     norm_k: Option<Tensor>,
     heads: usize,
     eps: f64,
+    kind: Attention,
 }
 
-impl Attention {
-    fn new(c: &WanTransformerConfig, vb: VarBuilder) -> Result<Self> {
+impl Attn {
+    fn new(c: &WanTransformerConfig, kind: Attention, vb: VarBuilder) -> Result<Self> {
         let d = c.dim();
         let norm = |n: &str| -> Result<Option<Tensor>> {
             match c.qk_norm {
@@ -49,16 +69,27 @@ impl Attention {
                 None => Ok(None),
             }
         };
-        Ok(Attention {
-            q: linear(d, d, vb.pp("to_q"))?,
-            k: linear(d, d, vb.pp("to_k"))?,
-            v: linear(d, d, vb.pp("to_v"))?,
-            out: linear(d, d, vb.pp("to_out.0"))?,
+        Ok(Attn {
+            q: dense(d, d, vb.pp("to_q"))?,
+            k: dense(d, d, vb.pp("to_k"))?,
+            v: dense(d, d, vb.pp("to_v"))?,
+            out: dense(d, d, vb.pp("to_out.0"))?,
             norm_q: norm("norm_q")?,
             norm_k: norm("norm_k")?,
             heads: c.num_attention_heads,
             eps: c.eps,
+            kind,
         })
+    }
+
+    /// The dense layers and their module names under the block's `prefix`.
+    fn linears_mut(&mut self, prefix: &str) -> Vec<(String, &mut Linear)> {
+        vec![
+            (format!("{prefix}.to_q"), &mut self.q),
+            (format!("{prefix}.to_k"), &mut self.k),
+            (format!("{prefix}.to_v"), &mut self.v),
+            (format!("{prefix}.to_out.0"), &mut self.out),
+        ]
     }
 
     /// Attention of `x` (b, n, dim) over `ctx` (b, m, dim) (itself when None), RoPE (cos, sin)
@@ -73,9 +104,10 @@ impl Attention {
         let ctx = ctx.unwrap_or(x);
         let m = ctx.dim(1)?;
         let hd = d / self.heads;
+        // vramlab-kernels' RMSNorm: fused like candle-nn's, but with a backward.
         let norm = |t: Tensor, w: &Option<Tensor>| -> Result<Tensor> {
             match w {
-                Some(w) => candle_nn::ops::rms_norm(&t, w, self.eps as f32),
+                Some(w) => vramlab_kernels::rms_norm(&t, w, self.eps),
                 None => Ok(t),
             }
         };
@@ -88,21 +120,44 @@ impl Attention {
         let mut k = heads(norm(self.k.forward(ctx)?, &self.norm_k)?, m)?;
         let v = heads(self.v.forward(ctx)?, m)?;
         if let Some((cos, sin)) = rope {
-            q = candle_nn::rotary_emb::rope_i(&q, cos, sin)?;
-            k = candle_nn::rotary_emb::rope_i(&k, cos, sin)?;
+            // candle-nn's fused `rope_i` records no backward: under training (q tracks a
+            // LoRA adapter) its composition from differentiable ops runs instead.
+            let rope_i = |t: &Tensor| {
+                if t.track_op() {
+                    candle_nn::rotary_emb::rope_i_slow(t, cos, sin)
+                } else {
+                    candle_nn::rotary_emb::rope_i(t, cos, sin)
+                }
+            };
+            q = rope_i(&q)?;
+            k = rope_i(&k)?;
         }
-        let scores = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
-        drop((q, k));
-        let p = candle_nn::ops::softmax_last_dim(&scores)?;
-        drop(scores);
-        let y = p.matmul(&v)?.transpose(1, 2)?.reshape((b, n, d))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let y = match self.kind {
+            // Tiled, with an online softmax: no (n, m) scores; (b, n, heads, hd) out.
+            Attention::Flash => vramlab_kernels::flash_attention(
+                &q,
+                &k,
+                &v,
+                scale as f32,
+                vramlab_kernels::AttnMask::FULL,
+            )?
+            .reshape((b, n, d))?,
+            _ => {
+                let scores = (q.matmul(&k.t()?)? * scale)?;
+                drop((q, k));
+                let p = vramlab_kernels::softmax_last_dim(&scores)?;
+                drop(scores);
+                p.matmul(&v)?.transpose(1, 2)?.reshape((b, n, d))?
+            }
+        };
         self.out.forward(&y)
     }
 }
 
 struct Block {
-    attn1: Attention,
-    attn2: Attention,
+    attn1: Attn,
+    attn2: Attn,
     norm2: Option<(Tensor, Tensor)>,
     ff1: Linear,
     ff2: Linear,
@@ -111,21 +166,31 @@ struct Block {
 }
 
 impl Block {
-    fn new(c: &WanTransformerConfig, vb: VarBuilder) -> Result<Self> {
+    fn new(c: &WanTransformerConfig, attention: Attention, vb: VarBuilder) -> Result<Self> {
         let d = c.dim();
         Ok(Block {
-            attn1: Attention::new(c, vb.pp("attn1"))?,
-            attn2: Attention::new(c, vb.pp("attn2"))?,
+            attn1: Attn::new(c, attention, vb.pp("attn1"))?,
+            attn2: Attn::new(c, attention, vb.pp("attn2"))?,
             norm2: if c.cross_attn_norm {
                 Some((vb.get(d, "norm2.weight")?, vb.get(d, "norm2.bias")?))
             } else {
                 None
             },
-            ff1: linear(d, c.ffn_dim, vb.pp("ffn.net.0.proj"))?,
-            ff2: linear(c.ffn_dim, d, vb.pp("ffn.net.2"))?,
+            ff1: dense(d, c.ffn_dim, vb.pp("ffn.net.0.proj"))?,
+            ff2: dense(c.ffn_dim, d, vb.pp("ffn.net.2"))?,
             table: vb.get((1, 6, d), "scale_shift_table")?,
             eps: c.eps,
         })
+    }
+
+    /// Every dense layer of the block with its module name under `prefix` (musubi-tuner's Wan
+    /// LoRA targets: all `nn.Linear` of a WanAttentionBlock).
+    fn linears_mut(&mut self, prefix: &str) -> Vec<(String, &mut Linear)> {
+        let mut v = self.attn1.linears_mut(&format!("{prefix}.attn1"));
+        v.extend(self.attn2.linears_mut(&format!("{prefix}.attn2")));
+        v.push((format!("{prefix}.ffn.net.0.proj"), &mut self.ff1));
+        v.push((format!("{prefix}.ffn.net.2"), &mut self.ff2));
+        v
     }
 
     /// `x` (b, n, dim), `temb` (b, 6, dim), `ctx` (b, m, dim).
@@ -158,23 +223,40 @@ impl Block {
     }
 }
 
+/// What every block and the output head read besides the hidden states: the timestep's
+/// modulation, the projected text, the RoPE tables and the latents' shape. None of it depends
+/// on a trainable (LoRA) tensor.
+pub struct Cond {
+    temb: Tensor,
+    tproj: Tensor,
+    ctx: Tensor,
+    rope: (Tensor, Tensor),
+    /// The latents' (b, c, f, h, w).
+    shape: (usize, usize, usize, usize, usize),
+}
+
 /// WanTransformer3DModel.
 pub struct WanDit {
     cfg: WanTransformerConfig,
     patch: Tensor,
     patch_bias: Tensor,
-    time1: Linear,
-    time2: Linear,
-    time_proj: Linear,
-    text1: Linear,
-    text2: Linear,
+    time1: candle_nn::Linear,
+    time2: candle_nn::Linear,
+    time_proj: candle_nn::Linear,
+    text1: candle_nn::Linear,
+    text2: candle_nn::Linear,
     blocks: Vec<Block>,
     table: Tensor,
-    proj_out: Linear,
+    proj_out: candle_nn::Linear,
 }
 
 impl WanDit {
-    pub fn new(c: &WanTransformerConfig, vb: VarBuilder) -> Result<Self> {
+    /// The transformer over `vb`'s tensors, its attention run as `attention` (`eager` or
+    /// `flash`; anything else is an error).
+    pub fn new(c: &WanTransformerConfig, vb: VarBuilder, attention: Attention) -> Result<Self> {
+        if !matches!(attention, Attention::Eager | Attention::Flash) {
+            candle_core::bail!("attention `{attention}`: the Wan DiT runs `eager` or `flash`");
+        }
         let d = c.dim();
         let [pt, ph, pw] = c.patch_size;
         let pe = vb.pp("patch_embedding");
@@ -192,7 +274,7 @@ impl WanDit {
             text1: linear(c.text_dim, d, ce.pp("text_embedder.linear_1"))?,
             text2: linear(d, d, ce.pp("text_embedder.linear_2"))?,
             blocks: (0..c.num_layers)
-                .map(|i| Block::new(c, vb.pp(format!("blocks.{i}"))))
+                .map(|i| Block::new(c, attention, vb.pp(format!("blocks.{i}"))))
                 .collect::<Result<_>>()?,
             table: vb.get((1, 2, d), "scale_shift_table")?,
             proj_out: linear(d, c.out_channels * pt * ph * pw, vb.pp("proj_out"))?,
@@ -244,23 +326,43 @@ impl WanDit {
         ))
     }
 
-    /// The prediction for latents `x` (b, c, f, h, w) at timesteps `t` (b) with the text
-    /// context `ctx` (b, m, text_dim).
-    pub fn forward(&self, x: &Tensor, t: &Tensor, ctx: &Tensor) -> Result<Tensor> {
+    /// Every block's dense layer with its module name (`blocks.{i}.attn1.to_q`, ...,
+    /// `blocks.{i}.ffn.net.2`): the LoRA targets.
+    pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        self.blocks
+            .iter_mut()
+            .enumerate()
+            .flat_map(|(i, b)| b.linears_mut(&format!("blocks.{i}")))
+            .collect()
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The patch embedding of latents `x` (b, c, f, h, w): each patch's pixels (c, pt, ph, pw)
+    /// through one linear → hidden states (b, tokens, dim).
+    pub fn embed(&self, x: &Tensor) -> Result<Tensor> {
         let (b, c, f, h, w) = x.dims5()?;
         let [pt, ph, pw] = self.cfg.patch_size;
         let (nf, nh, nw) = (f / pt, h / ph, w / pw);
-        let dt = x.dtype();
-        // The patch embedding: each patch's pixels (c, pt, ph, pw) through one linear.
         let patches = x
             .reshape(vec![b, c, nf, pt, nh, ph, nw, pw])?
             .permute(vec![0, 2, 4, 6, 1, 3, 5, 7])?
             .contiguous()?
             .reshape((b, nf * nh * nw, c * pt * ph * pw))?;
-        let mut hs = patches
+        patches
             .broadcast_matmul(&self.patch.t()?)?
-            .broadcast_add(&self.patch_bias)?;
-        drop(patches);
+            .broadcast_add(&self.patch_bias)
+    }
+
+    /// The conditioning of latents `x` at timesteps `t` (b) with the text context `ctx`
+    /// (b, m, text_dim): time embedding and its projection, projected text, RoPE tables.
+    pub fn condition(&self, x: &Tensor, t: &Tensor, ctx: &Tensor) -> Result<Cond> {
+        let shape = x.dims5()?;
+        let (b, _, f, h, w) = shape;
+        let [pt, ph, pw] = self.cfg.patch_size;
+        let dt = x.dtype();
         let temb = self.time2.forward(
             &self
                 .time1
@@ -269,19 +371,46 @@ impl WanDit {
         )?;
         let tproj = self.time_proj.forward(&temb.silu()?)?.reshape((b, 6, ()))?;
         let ctx = self.text2.forward(&self.text1.forward(ctx)?.gelu()?)?;
-        let rope = self.rope(nf, nh, nw, x.device())?;
+        let rope = self.rope(f / pt, h / ph, w / pw, x.device())?;
         let rope = (rope.0.to_dtype(dt)?, rope.1.to_dtype(dt)?);
-        for blk in &self.blocks {
-            hs = blk.forward(&hs, &tproj, &ctx, &rope)?;
-        }
-        let mods = self.table.broadcast_add(&temb.unsqueeze(1)?)?;
+        Ok(Cond {
+            temb,
+            tproj,
+            ctx,
+            rope,
+            shape,
+        })
+    }
+
+    /// Block `i` on hidden states `hs` (b, tokens, dim).
+    pub fn block(&self, i: usize, hs: &Tensor, c: &Cond) -> Result<Tensor> {
+        self.blocks[i].forward(hs, &c.tproj, &c.ctx, &c.rope)
+    }
+
+    /// The modulated output projection, unpatchified: the prediction (b, c_out, f, h, w).
+    pub fn head(&self, hs: &Tensor, c: &Cond) -> Result<Tensor> {
+        let (b, _, f, h, w) = c.shape;
+        let [pt, ph, pw] = self.cfg.patch_size;
+        let (nf, nh, nw) = (f / pt, h / ph, w / pw);
+        let mods = self.table.broadcast_add(&c.temb.unsqueeze(1)?)?;
         let (shift, scale) = (mods.narrow(1, 0, 1)?, mods.narrow(1, 1, 1)?);
-        let hs = modulate(&layer_norm(&hs, self.cfg.eps)?, &shift, &scale)?;
+        let hs = modulate(&layer_norm(hs, self.cfg.eps)?, &shift, &scale)?;
         let out = self.proj_out.forward(&hs)?;
         let co = self.cfg.out_channels;
         out.reshape(vec![b, nf, nh, nw, pt, ph, pw, co])?
             .permute(vec![0, 7, 1, 4, 2, 5, 3, 6])?
             .contiguous()?
             .reshape((b, co, f, h, w))
+    }
+
+    /// The prediction for latents `x` (b, c, f, h, w) at timesteps `t` (b) with the text
+    /// context `ctx` (b, m, text_dim).
+    pub fn forward(&self, x: &Tensor, t: &Tensor, ctx: &Tensor) -> Result<Tensor> {
+        let mut hs = self.embed(x)?;
+        let c = self.condition(x, t, ctx)?;
+        for i in 0..self.blocks.len() {
+            hs = self.block(i, &hs, &c)?;
+        }
+        self.head(&hs, &c)
     }
 }

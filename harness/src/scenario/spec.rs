@@ -175,6 +175,10 @@ pub struct SweepSpec {
     /// Denoising steps per generation point (a row each).
     #[serde(default = "default_denoise_steps")]
     pub denoise_steps: usize,
+    /// Output frames of a video model (4k + 1 for Wan): the latents of a fine-tuning point
+    /// (mode = "train" on Wan) have (frames − 1)/4 + 1 frames.
+    #[serde(default)]
+    pub frames: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -278,24 +282,42 @@ impl Spec {
         }
         for (i, s) in self.sweep.0.iter().enumerate() {
             let sources = s.source.as_ref().unwrap_or(&self.model.source).to_vec();
-            // A diffusion pipeline only generates: training its denoiser (LoRA) is not
-            // measured yet, and the LLM modes' axes mean nothing to it.
-            let pipeline = sources.iter().find(|src| {
-                src.starts_with("diffusers:")
-                    || src
-                        .strip_prefix("synthetic:")
-                        .is_some_and(|m| m.parse::<crate::vocab::GenModel>().is_ok())
-            });
-            if let (Some(src), Some(m)) = (pipeline, s.mode.iter().find(|m| **m != Mode::Generate))
-            {
-                return Err((
-                    Some((i, "mode")),
-                    format!(
-                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: only mode = [\"generate\"] is measured (LoRA training of the denoiser is not implemented yet)"
-                    ),
-                ));
+            // A diffusion pipeline generates, or (Wan) fine-tunes its denoiser with LoRA; the
+            // LLM modes mean nothing to it.
+            let is_pipeline = |src: &String| is_pipeline_source(src);
+            let pipeline = sources.iter().find(|src| is_pipeline(src));
+            if let Some(src) = pipeline {
+                let mode = |msg: String| Err((Some((i, "mode")), msg));
+                if let Some(m) = s
+                    .mode
+                    .iter()
+                    .find(|m| !matches!(m, Mode::Generate | Mode::Train))
+                {
+                    return mode(format!(
+                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: a pipeline runs mode = [\"generate\"] or (Wan2.1's LoRA) [\"train\"]"
+                    ));
+                }
+                if s.mode.contains(&Mode::Train) {
+                    if let Some(src) = sources.iter().find(|src| {
+                        src.strip_prefix("synthetic:")
+                            .and_then(|m| m.parse::<crate::vocab::GenModel>().ok())
+                            .is_some_and(|m| m != crate::vocab::GenModel::Wan21T2v13b)
+                    }) {
+                        return mode(format!(
+                            "[sweep] mode `train` on the diffusion pipeline `{src}`: {}",
+                            NO_LORA_REASON
+                        ));
+                    }
+                    if let Some(src) = sources.iter().find(|src| !is_pipeline(src)) {
+                        return mode(format!(
+                            "[sweep] mode `train` on a diffusion pipeline runs alone in its [sweep] table (`{src}` is a language model)"
+                        ));
+                    }
+                    validate_finetune(s).map_err(|(k, e)| (Some((i, k)), e))?;
+                    continue;
+                }
             }
-            validate_sweep(s).map_err(|(k, e)| (Some((i, k)), e))?;
+            validate_sweep(s, &sources).map_err(|(k, e)| (Some((i, k)), e))?;
             if let (Some(p), Some(src)) = (
                 s.precision.iter().find(|p| p.is_quantized()),
                 sources.iter().find(|s| !s.starts_with("gguf:")),
@@ -311,6 +333,18 @@ impl Spec {
         }
         Ok(())
     }
+}
+
+/// Why a denoiser other than Wan's cannot be fine-tuned (the scenario's error line).
+pub const NO_LORA_REASON: &str = "its denoiser is candle-transformers' module (SD's UNet, FLUX's transformer), which has no LoRA injection point; mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory)";
+
+/// Whether a model source is a diffusion pipeline (`diffusers:DIR`, or `synthetic:` with a
+/// generation preset's name).
+pub fn is_pipeline_source(src: &str) -> bool {
+    src.starts_with("diffusers:")
+        || src
+            .strip_prefix("synthetic:")
+            .is_some_and(|m| m.parse::<crate::vocab::GenModel>().is_ok())
 }
 
 /// A validation failure: where (sweep table index and key), and the message.
@@ -338,8 +372,105 @@ pub fn key_line(text: &str, table: usize, key: &str) -> Option<usize> {
     None
 }
 
+/// The axes of a fine-tuning table (mode = "train" on a diffusion pipeline): one line naming
+/// the key for each mistake (the model itself is checked when the sweep reads it).
+fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
+    if s.mode.len() > 1 {
+        return Err((
+            "mode",
+            "[sweep] mode \"train\" on a diffusion pipeline runs alone in its [sweep] table".into(),
+        ));
+    }
+    for (key, n) in [
+        ("precision", s.precision.len()),
+        ("batch", s.batch.len()),
+        ("resolution", s.resolution.len()),
+        ("frames", s.frames.len()),
+        ("attention", s.attention.len()),
+        ("optimizer", s.optimizer.len()),
+        ("trainable", s.trainable.len()),
+        ("checkpointing", s.checkpointing.len()),
+        ("grad_accum", s.grad_accum.len()),
+    ] {
+        if n == 0 {
+            return Err((
+                key,
+                format!("[sweep] `{key}` is an empty list (or missing): a denoiser's fine-tuning needs it"),
+            ));
+        }
+    }
+    if let Some(a) = s
+        .attention
+        .iter()
+        .find(|a| !matches!(a, Attention::Eager | Attention::Flash))
+    {
+        return Err((
+            "attention",
+            format!("[sweep] attention `{a}`: the Wan DiT trains with `eager` or `flash`"),
+        ));
+    }
+    if let Some(p) = s
+        .precision
+        .iter()
+        .find(|p| p.is_mixed() || p.is_quantized())
+    {
+        return Err((
+            "precision",
+            format!("[sweep] precision `{p}`: a denoiser's LoRA points run f32, f16 or bf16 (base weights and adapters in that dtype)"),
+        ));
+    }
+    if let Some(t) = s.trainable.iter().find(|t| t.kind() != TrainableKind::Lora) {
+        return Err((
+            "trainable",
+            format!("[sweep] trainable `{t}`: a denoiser is fine-tuned with LoRA only (`lora-rN`)"),
+        ));
+    }
+    if let Some(o) = s.optimizer.iter().find(|o| !o.is_scenario_choice()) {
+        return Err((
+            "optimizer",
+            format!("[sweep] optimizer `{o}` is not a scenario choice: use `sgd`, `adamw` or `adamw-fused`"),
+        ));
+    }
+    if s.train_steps == 0 || s.train_steps as i64 > MAX_STEPS {
+        return Err((
+            "train_steps",
+            format!("[sweep] `train_steps` must be from 1 to {MAX_STEPS}"),
+        ));
+    }
+    if !(s.lr.is_finite() && s.lr > 0.0) {
+        return Err((
+            "lr",
+            format!("[sweep] `lr` must be a positive number, got {}", s.lr),
+        ));
+    }
+    for &b in &s.batch {
+        if !(1..=MAX_BATCH).contains(&b) {
+            return Err((
+                "batch",
+                format!("[sweep] `batch` must be from 1 to {MAX_BATCH}, got {b}"),
+            ));
+        }
+        if let Some(n) = s.grad_accum.iter().find(|&&n| n <= 0 || b % n != 0) {
+            return Err((
+                "grad_accum",
+                format!("[sweep] grad_accum {n} must be positive and divide batch {b}"),
+            ));
+        }
+    }
+    if s.repeats == 0 || s.repeats as i64 > MAX_REPEATS {
+        return Err((
+            "repeats",
+            format!("[sweep] `repeats` must be from 1 to {MAX_REPEATS}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The generation axes: one line naming the key for each mistake.
-fn validate_generate(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
+fn validate_generate(
+    s: &SweepSpec,
+    sources: &[String],
+) -> std::result::Result<(), (&'static str, String)> {
     if s.mode.len() > 1 {
         return Err((
             "mode",
@@ -386,14 +517,21 @@ fn validate_generate(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
             ));
         }
     }
-    if let Some(a) = s
-        .attention
-        .iter()
-        .find(|a| !matches!(a, Attention::Eager | Attention::Sliced))
-    {
+    // Wan's DiT is vramlab's own and runs vramlab-kernels' flash attention; SD's UNet and
+    // FLUX's transformer are candle-transformers'.
+    let wan_only = sources.iter().all(|src| {
+        src.strip_prefix("synthetic:")
+            .and_then(|m| m.parse::<crate::vocab::GenModel>().ok())
+            == Some(crate::vocab::GenModel::Wan21T2v13b)
+    });
+    if let Some(a) = s.attention.iter().find(|a| {
+        let runs = matches!(a, Attention::Eager | Attention::Sliced)
+            || (wan_only && **a == Attention::Flash);
+        !runs
+    }) {
         return Err((
             "attention",
-            format!("[sweep] attention `{a}` is not available for generation: the UNet's attention is candle-transformers' (vramlab-kernels' flash attention runs in the llama family); use `eager` or `sliced`"),
+            format!("[sweep] attention `{a}` is not available for this generation model: SD's UNet and FLUX's transformer attend through candle-transformers (vramlab-kernels' flash attention runs in the llama family and Wan2.1's DiT); use `eager` or `sliced`"),
         ));
     }
     if let Some(p) = s
@@ -421,7 +559,10 @@ const MAX_CONTEXT: i64 = 1 << 27;
 const MAX_REPEATS: i64 = 10_000;
 const MAX_STEPS: i64 = 1 << 20;
 
-fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
+fn validate_sweep(
+    s: &SweepSpec,
+    sources: &[String],
+) -> std::result::Result<(), (&'static str, String)> {
     {
         let nonempty = |key: &'static str, n: usize| {
             if n == 0 {
@@ -445,7 +586,7 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
             }
         }
         if s.mode.contains(&Mode::Generate) {
-            validate_generate(s)?;
+            validate_generate(s, sources)?;
         } else if s.attention.contains(&Attention::Sliced) {
             return Err((
                 "attention",
@@ -700,5 +841,37 @@ context = [64]
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot hold"), "{e}");
+    }
+
+    /// Wan2.1 fine-tunes (mode train, no `context`) and generates with flash attention; SD
+    /// does neither, each refused on the key's line.
+    #[test]
+    fn wan_trains_and_runs_flash_sd_does_not() {
+        let wan = "name = \"w\"\n[model]\nsource = \"synthetic:wan2.1-t2v-1.3b\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\nresolution = [\"128x128\"]\nframes = [5]\ntrainable = [\"lora-r16\"]\nattention = [\"flash\"]\n";
+        let s = Spec::parse(Path::new("w.toml"), wan).unwrap();
+        assert_eq!(s.sweep.0[0].frames, vec![5]);
+        let gen = wan
+            .replace("[\"train\"]", "[\"generate\"]")
+            .replace("trainable = [\"lora-r16\"]\n", "");
+        Spec::parse(Path::new("w.toml"), &gen).unwrap();
+        let sd = wan.replace("wan2.1-t2v-1.3b", "sd15");
+        let e = Spec::parse(Path::new("s.toml"), &sd)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 5: [sweep] mode `train` on the diffusion pipeline `synthetic:sd15`"),
+            "{e}"
+        );
+        let e = Spec::parse(Path::new("s.toml"), &gen.replace("wan2.1-t2v-1.3b", "sd15"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 10: [sweep] attention `flash` is not available"),
+            "{e}"
+        );
+        let e = Spec::parse(Path::new("w.toml"), &wan.replace("lora-r16", "full"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 10: [sweep] trainable `full`"), "{e}");
     }
 }

@@ -285,9 +285,6 @@ pub fn sweep(
     dry_run: bool,
     open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
 ) -> Result<()> {
-    use crate::export::csv::CsvExporter;
-    use crate::export::manifest::{Host, Manifest, Versions};
-    use crate::export::Exporter;
     let points = expand(spec);
     if dry_run {
         for p in &points {
@@ -297,56 +294,7 @@ pub fn sweep(
     }
     check(scenario, text, &points)?;
     let done = open(&points.iter().map(|p| p.id.clone()).collect())?;
-    if spec.device != "cpu" {
-        crate::device::probe(&spec.device)?;
-    }
-    let (dev, mut meter) = crate::device::open(&spec.device)?;
-    let scenario_hash = short_hash(text.as_bytes());
-    let started_at = now();
-    let run_id = format!(
-        "{}-{:08x}",
-        started_at.replace([':', '-'], ""),
-        std::process::id()
-    );
-    let device_name = crate::device::name(&dev);
-    let backend = if dev.is_cpu() {
-        Backend::Cpu
-    } else {
-        Backend::Cuda
-    };
-    let mut exporter = CsvExporter::append(out)?;
-    let mut manifest = Manifest {
-        schema_version: SCHEMA_VERSION,
-        run_id: run_id.clone(),
-        started_at,
-        finished_at: None,
-        csv: out.to_path_buf(),
-        scenario_path: scenario.to_path_buf(),
-        scenario_hash: scenario_hash.clone(),
-        scenario_text: text.to_string(),
-        backend,
-        device: spec.device.clone(),
-        device_name: device_name.clone(),
-        gpu: None,
-        pool: serde_json::json!(null),
-        runtime: format!("candle-{}", env!("VRAMLAB_CANDLE")),
-        versions: Versions::current(),
-        host: Host::current(),
-        weights: Vec::new(),
-        points: points.len(),
-        shard: None,
-        shards: Vec::new(),
-        capacity_bytes: None,
-        status_counts: Default::default(),
-        workers_started: 0,
-    };
-    manifest.write()?;
-    eprintln!(
-        "sweep {}: {} generation points -> {}",
-        spec.name,
-        points.len(),
-        out.display()
-    );
+    let mut run = GenRun::start(scenario, spec, text, out, points.len())?;
     for (i, p) in points.iter().enumerate() {
         if done.contains(&p.id) {
             continue;
@@ -356,34 +304,10 @@ pub fn sweep(
         // A fresh (unloaded) pipeline per point: its weights go when the point ends.
         let mut pipe = src.pipeline(p.precision.dtype(), p.vae_precision.map(|v| v.dtype()))?;
         let dir = src.prepare(pipe.as_ref())?;
-        if !manifest.weights.iter().any(|w| w.source == p.source) {
-            let files = pipeline::all_weights_files(pipe.as_ref(), &dir)?;
-            // Cached by (path, size, mtime), as the LLM sweep does: SD's weights are GBs.
-            let (sha256, bytes, sha256_cached) = crate::export::hash_cache::hash_files_cached(
-                &files,
-                crate::export::hash_cache::default_path().as_deref(),
-            )?;
-            manifest.weights.push(crate::export::manifest::WeightInfo {
-                model_id: p.model_id.clone(),
-                source: p.source.clone(),
-                files,
-                bytes,
-                sha256,
-                sha256_cached,
-            });
-            manifest.write()?;
-        }
+        run.weights(&p.model_id, &p.source, || {
+            pipeline::all_weights_files(pipe.as_ref(), &dir)
+        })?;
         let base = Record {
-            schema_version: SCHEMA_VERSION,
-            run_id: run_id.clone(),
-            point_id: p.id.clone(),
-            started_at: now(),
-            vramlab_version: env!("CARGO_PKG_VERSION").into(),
-            git_rev: env!("VRAMLAB_GIT_REV").into(),
-            backend,
-            device_name: device_name.clone(),
-            candle_version: env!("VRAMLAB_CANDLE").into(),
-            model_id: p.model_id.clone(),
             architecture: pipe.architecture().into(),
             param_count: pipe.components().iter().map(|&c| pipe.params(c)).sum(),
             weight_source: src.kind().into(),
@@ -397,12 +321,146 @@ pub fn sweep(
             cfg: Some(p.shape.cfg),
             vae_decode: Some(p.shape.vae_decode),
             vae_precision: Some(Precision::of_dense(pipe.dtype(Component::Vae))),
-            scenario_hash: scenario_hash.clone(),
-            meter: meter.kind(),
-            ..Default::default()
+            ..run.base(&p.id, &p.model_id)
         };
-        meter.trim()?;
-        let rows = measure_point(pipe.as_mut(), &dir, p, &dev, meter.as_mut(), &base);
+        run.meter.trim()?;
+        let rows = measure_point(pipe.as_mut(), &dir, p, &run.dev, run.meter.as_mut(), &base);
+        run.write_point(&base, rows)?;
+    }
+    run.finish()
+}
+
+/// The output of a sweep run in this process (generation, or a denoiser's fine-tuning): the
+/// device and meter, the CSV and its manifest, and the fields every row shares.
+pub struct GenRun {
+    pub dev: Device,
+    pub meter: Box<dyn Meter>,
+    exporter: crate::export::csv::CsvExporter,
+    manifest: crate::export::manifest::Manifest,
+    scenario_hash: String,
+    backend: Backend,
+    device_name: String,
+}
+
+impl GenRun {
+    /// Opens the device, appends to the CSV `out` and writes the manifest of a run of
+    /// `points` points.
+    pub fn start(
+        scenario: &Path,
+        spec: &Spec,
+        text: &str,
+        out: &Path,
+        points: usize,
+    ) -> Result<GenRun> {
+        use crate::export::manifest::{Host, Manifest, Versions};
+        if spec.device != "cpu" {
+            crate::device::probe(&spec.device)?;
+        }
+        let (dev, meter) = crate::device::open(&spec.device)?;
+        let scenario_hash = short_hash(text.as_bytes());
+        let started_at = now();
+        let run_id = format!(
+            "{}-{:08x}",
+            started_at.replace([':', '-'], ""),
+            std::process::id()
+        );
+        let device_name = crate::device::name(&dev);
+        let backend = if dev.is_cpu() {
+            Backend::Cpu
+        } else {
+            Backend::Cuda
+        };
+        let exporter = crate::export::csv::CsvExporter::append(out)?;
+        let manifest = Manifest {
+            schema_version: SCHEMA_VERSION,
+            run_id,
+            started_at,
+            finished_at: None,
+            csv: out.to_path_buf(),
+            scenario_path: scenario.to_path_buf(),
+            scenario_hash: scenario_hash.clone(),
+            scenario_text: text.to_string(),
+            backend,
+            device: spec.device.clone(),
+            device_name: device_name.clone(),
+            gpu: None,
+            pool: serde_json::json!(null),
+            runtime: format!("candle-{}", env!("VRAMLAB_CANDLE")),
+            versions: Versions::current(),
+            host: Host::current(),
+            weights: Vec::new(),
+            points,
+            shard: None,
+            shards: Vec::new(),
+            capacity_bytes: None,
+            status_counts: Default::default(),
+            workers_started: 0,
+        };
+        manifest.write()?;
+        eprintln!("sweep {}: {points} points -> {}", spec.name, out.display());
+        Ok(GenRun {
+            dev,
+            meter,
+            exporter,
+            manifest,
+            scenario_hash,
+            backend,
+            device_name,
+        })
+    }
+
+    /// Records the weight files of `source` (once per source) with their hash.
+    pub fn weights(
+        &mut self,
+        model_id: &str,
+        source: &str,
+        files: impl FnOnce() -> Result<Vec<PathBuf>>,
+    ) -> Result<()> {
+        if self.manifest.weights.iter().any(|w| w.source == source) {
+            return Ok(());
+        }
+        let files = files()?;
+        // Cached by (path, size, mtime), as the LLM sweep does: SD's weights are GBs.
+        let (sha256, bytes, sha256_cached) = crate::export::hash_cache::hash_files_cached(
+            &files,
+            crate::export::hash_cache::default_path().as_deref(),
+        )?;
+        self.manifest
+            .weights
+            .push(crate::export::manifest::WeightInfo {
+                model_id: model_id.to_string(),
+                source: source.to_string(),
+                files,
+                bytes,
+                sha256,
+                sha256_cached,
+            });
+        self.manifest.write()
+    }
+
+    /// The fields of a point's rows that do not depend on the model or the mode.
+    pub fn base(&self, point_id: &str, model_id: &str) -> Record {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            run_id: self.manifest.run_id.clone(),
+            point_id: point_id.to_string(),
+            started_at: now(),
+            vramlab_version: env!("CARGO_PKG_VERSION").into(),
+            git_rev: env!("VRAMLAB_GIT_REV").into(),
+            backend: self.backend,
+            device_name: self.device_name.clone(),
+            candle_version: env!("VRAMLAB_CANDLE").into(),
+            model_id: model_id.to_string(),
+            scenario_hash: self.scenario_hash.clone(),
+            meter: self.meter.kind(),
+            ..Default::default()
+        }
+    }
+
+    /// Writes a point's rows (a point that failed: one `error` row naming the running phase)
+    /// and counts its status in the manifest.
+    pub fn write_point(&mut self, base: &Record, rows: Result<Vec<Record>>) -> Result<()> {
+        use crate::export::Exporter;
         let rows = match rows {
             Ok(rows) => rows,
             Err(e) => {
@@ -416,18 +474,21 @@ pub fn sweep(
             }
         };
         for r in &rows {
-            exporter.write(r)?;
+            self.exporter.write(r)?;
         }
         let st = rows.last().and_then(|r| r.status).unwrap_or(Status::Error);
-        *manifest
+        *self
+            .manifest
             .status_counts
             .entry(st.as_str().to_string())
             .or_default() += 1;
-        manifest.write()?;
+        self.manifest.write()
     }
-    manifest.finished_at = Some(now());
-    manifest.write()?;
-    Ok(())
+
+    pub fn finish(mut self) -> Result<()> {
+        self.manifest.finished_at = Some(now());
+        self.manifest.write()
+    }
 }
 
 /// Loads the pipeline and runs one point: its rows (loads, text encode, steps, decode, total).

@@ -1,4 +1,5 @@
 //! Workloads: what runs inside measured phases.
+pub mod finetune;
 pub mod generate;
 pub mod inference;
 pub mod training;

@@ -9,6 +9,10 @@
 //!   live bytes are weights plus optimizer state.
 //! - `checkpointing = layer` keeps only each layer's input in forward and recomputes each
 //!   layer in backward with the vector-Jacobian trick: backward of `(layer(x) · g).sum()`.
+//!
+//! The step sees a micro-batch as a [`MicroBatch`] (input stage, re-runnable layers, loss): a
+//! language model's token batch ([`run`]) or a diffusion denoiser's flow-matching batch
+//! (`workload/finetune.rs`), both through [`run_steps`].
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::Trainable;
 use crate::record::Phase;
@@ -106,6 +110,49 @@ fn accumulate(acc: &mut GradStore, g: &GradStore, vars: &[Var]) -> Result<()> {
     Ok(())
 }
 
+/// One micro-batch bound to its model: the input stage, a stack of layers that can be run
+/// (and re-run, for checkpointing) one at a time, and the head with its scalar f32 loss.
+pub trait MicroBatch {
+    fn num_layers(&self) -> usize;
+    /// The first layer's input.
+    fn embed(&self) -> Result<Tensor>;
+    fn layer(&self, i: usize, x: &Tensor) -> Result<Tensor>;
+    fn loss(&self, x: &Tensor) -> Result<Tensor>;
+    /// The whole forward pass and its loss.
+    fn forward_loss(&self) -> Result<Tensor> {
+        let mut x = self.embed()?;
+        for i in 0..self.num_layers() {
+            x = self.layer(i, &x)?;
+        }
+        self.loss(&x)
+    }
+}
+
+/// A language model's token micro-batch (inputs and next-token targets).
+struct Tokens<'a> {
+    m: &'a dyn Trainable,
+    ids: Tensor,
+    targets: Tensor,
+}
+
+impl MicroBatch for Tokens<'_> {
+    fn num_layers(&self) -> usize {
+        self.m.num_layers()
+    }
+    fn embed(&self) -> Result<Tensor> {
+        Ok(self.m.embed(&self.ids)?)
+    }
+    fn layer(&self, i: usize, x: &Tensor) -> Result<Tensor> {
+        Ok(self.m.layer(i, x)?)
+    }
+    fn loss(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.m.loss(x, &self.targets)?)
+    }
+    fn forward_loss(&self) -> Result<Tensor> {
+        Ok(self.m.forward_loss(&self.ids, &self.targets)?)
+    }
+}
+
 /// What the forward phase leaves for the backward phase.
 enum Saved {
     /// The loss with its whole graph.
@@ -119,18 +166,12 @@ enum Saved {
     },
 }
 
-fn forward(
-    m: &dyn Trainable,
-    ids: &Tensor,
-    targets: &Tensor,
-    ckpt: Checkpointing,
-    scale: f64,
-) -> Result<Saved> {
+fn forward(m: &dyn MicroBatch, ckpt: Checkpointing, scale: f64) -> Result<Saved> {
     Ok(match ckpt {
-        Checkpointing::None => Saved::Full((m.forward_loss(ids, targets)? * scale)?),
+        Checkpointing::None => Saved::Full((m.forward_loss()? * scale)?),
         Checkpointing::Layer => {
             let mut inputs = Vec::with_capacity(m.num_layers());
-            let mut x = m.embed(ids)?.detach();
+            let mut x = m.embed()?.detach();
             for i in 0..m.num_layers() {
                 let y = m.layer(i, &x)?.detach();
                 inputs.push(x);
@@ -138,20 +179,14 @@ fn forward(
             }
             let top = Var::from_tensor(&x)?;
             drop(x);
-            let loss = (m.loss(top.as_tensor(), targets)? * scale)?;
+            let loss = (m.loss(top.as_tensor())? * scale)?;
             Saved::Layers { inputs, top, loss }
         }
     })
 }
 
 /// Runs backward and adds the trainable variables' gradients into `acc`. Returns the loss.
-fn backward(
-    m: &dyn Trainable,
-    saved: Saved,
-    ids: &Tensor,
-    vars: &[Var],
-    acc: &mut GradStore,
-) -> Result<f32> {
+fn backward(m: &dyn MicroBatch, saved: Saved, vars: &[Var], acc: &mut GradStore) -> Result<f32> {
     match saved {
         Saved::Full(loss) => {
             let value = loss.to_dtype(DType::F32)?.to_scalar::<f32>()?;
@@ -184,7 +219,7 @@ fn backward(
                     .ok_or_else(|| anyhow!("no gradient reached layer {i}'s input"))?;
                 accumulate(acc, &g, vars)?;
             }
-            let s = (m.embed(ids)? * &up)?.sum_all()?;
+            let s = (m.embed()? * &up)?.sum_all()?;
             if s.track_op() {
                 accumulate(acc, &s.backward()?, vars)?;
             }
@@ -207,9 +242,13 @@ pub fn gradients(
     let mut acc = GradStore::default();
     let mut loss = 0.0;
     for k in 0..n {
-        let (i, t) = (ids.narrow(0, k * mb, mb)?, targets.narrow(0, k * mb, mb)?);
-        let saved = forward(model, &i, &t, ckpt, 1.0 / n as f64)?;
-        loss += backward(model, saved, &i, vars, &mut acc)?;
+        let m = Tokens {
+            m: model,
+            ids: ids.narrow(0, k * mb, mb)?,
+            targets: targets.narrow(0, k * mb, mb)?,
+        };
+        let saved = forward(&m, ckpt, 1.0 / n as f64)?;
+        loss += backward(&m, saved, vars, &mut acc)?;
     }
     Ok((loss, acc))
 }
@@ -249,9 +288,31 @@ pub fn run(
         .first()
         .map(|v| v.device().clone())
         .unwrap_or(candle_core::Device::Cpu);
-    let n = spec.grad_accum.max(1);
-    let mb = spec.batch / n;
+    let mb = spec.batch / spec.grad_accum.max(1);
     let (ids, targets) = batch_ids(model.config().vocab_size, spec.batch, spec.seq, 7, &dev)?;
+    run_steps(vars, spec, meter, emit, &|k| {
+        Ok(Box::new(Tokens {
+            m: model,
+            ids: ids.narrow(0, k * mb, mb)?,
+            targets: targets.narrow(0, k * mb, mb)?,
+        }))
+    })
+}
+
+/// A step's micro-batch `k` (of `spec.grad_accum`), built inside the forward phase.
+pub type MicroBatches<'a> = dyn Fn(usize) -> Result<Box<dyn MicroBatch + 'a>> + 'a;
+
+/// Runs `spec.steps` optimizer steps over the micro-batches `micro` builds (each built in its
+/// forward phase, kept through its backward), handing each phase to `emit` with the step's
+/// loss. `vars` are the trainable variables.
+pub fn run_steps(
+    vars: &[Var],
+    spec: &TrainSpec,
+    meter: &mut dyn Meter,
+    emit: &mut dyn FnMut(PhaseResult, f32) -> Result<()>,
+    micro: &MicroBatches<'_>,
+) -> Result<Vec<f32>> {
+    let n = spec.grad_accum.max(1);
     let mut opt: Option<AnyOpt> = None;
     let mut losses = Vec::with_capacity(spec.steps);
     for step in 1..=spec.steps as u64 {
@@ -260,12 +321,15 @@ pub fn run(
         let mut loss = 0.0f32;
         let t_step = Instant::now();
         for k in 0..n {
-            let (i, t) = (ids.narrow(0, k * mb, mb)?, targets.narrow(0, k * mb, mb)?);
-            let saved = fwd.measure(meter, Phase::Forward, || {
-                forward(model, &i, &t, spec.checkpointing, 1.0 / n as f64)
+            let (m, saved) = fwd.measure(meter, Phase::Forward, || {
+                let m = micro(k)?;
+                let saved = forward(m.as_ref(), spec.checkpointing, 1.0 / n as f64)?;
+                Ok((m, saved))
             })?;
             loss += bwd.measure(meter, Phase::Backward, || {
-                backward(model, saved, &i, vars, &mut acc)
+                let l = backward(m.as_ref(), saved, vars, &mut acc)?;
+                drop(m);
+                Ok(l)
             })?;
         }
         opt_span.measure(meter, Phase::Optimizer, || {

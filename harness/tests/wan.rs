@@ -550,7 +550,11 @@ fn dit_lora() {
                 |s| (at(s, ph).peak_allocated - at(s, Phase::Forward).baseline_allocated) as f64;
             let (p1, p2) = (over(1), over(2));
             println!("  {ph:?} peak over the step's baseline: {p1} then {p2}");
-            assert!((p2 - p1).abs() <= 1e-3 * p1, "{ph:?}: {p1} then {p2}");
+            // ±0.1 %, plus one page: gemm allocates a packing buffer the first time a rayon
+            // worker packs a given shape, and which worker runs which product depends on the
+            // scheduler (seen once under load: 2,176 B at step 1 of a 1.2 MB tiny backward;
+            // at the 1.3B's size the two steps agree to the byte, results/cpu/cpu-wan-lora.csv).
+            assert!((p2 - p1).abs() <= 1e-3 * p1 + 4096.0, "{ph:?}: {p1} then {p2}");
         }
         for b in vars.iter().skip(1).step_by(2) {
             assert!(common::max_abs(b.as_tensor()) > 0.0, "B still zero");

@@ -158,6 +158,9 @@ pub struct SweepSpec {
     /// Output images `WxH`, multiples of 8.
     #[serde(default)]
     pub resolution: Vec<Resolution>,
+    /// Output frames per video (video models: `4k+1` for Wan); absent: 1 (image models).
+    #[serde(default)]
+    pub frames: Option<Vec<usize>>,
     /// Classifier-free guidance on and/or off (on doubles the denoiser's batch).
     #[serde(default = "default_cfg")]
     pub cfg: Vec<bool>,
@@ -360,6 +363,12 @@ fn validate_generate(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
         return Err((
             "resolution",
             format!("[sweep] resolution `{r}` is not a multiple of 8 (the VAE's factor)"),
+        ));
+    }
+    if s.frames.as_ref().is_some_and(|f| f.is_empty()) {
+        return Err((
+            "frames",
+            "[sweep] `frames` is an empty list: nothing to run".into(),
         ));
     }
     if s.vae_decode.contains(&VaeDecode::Tiled) {

@@ -200,7 +200,7 @@ fn missing_required_key() {
     scenario("missing-context.toml", "missing field `context`");
 }
 
-/// Generation scenarios (issue 17): resolution, tile, model, attention, cfg.
+/// Generation scenarios (issue 17): resolution, tile, model, attention, cfg, frames.
 #[test]
 fn generation_scenarios() {
     scenario(
@@ -217,6 +217,14 @@ fn generation_scenarios() {
         "line 9: [sweep] attention `flash` is not available",
     );
     scenario("gen-cfg-not-bool.toml", "line 9");
+    scenario(
+        "gen-wan-frames-not-4k1.toml",
+        "line 9: [sweep] frames = 6: wan2.1-t2v-1.3b decodes 4k+1 frames",
+    );
+    scenario(
+        "gen-frames-image.toml",
+        "line 9: [sweep] frames = 5: sd15 is an image model",
+    );
     scenario(
         "gen-train.toml",
         "line 6: [sweep] mode `train` on the diffusion pipeline `synthetic:sd15`",

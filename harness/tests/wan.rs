@@ -706,6 +706,7 @@ fn cli_sweep(l: &Lab) {
                 Some(cfg.params_analytic(c) * 4),
                 "{c}"
             );
+            assert_eq!(r.message, "dtype=f32", "{c}: the component's dtype");
         }
         let decode = &point[6];
         assert_eq!(

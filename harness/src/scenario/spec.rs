@@ -455,6 +455,11 @@ fn validate_sweep(s: &SweepSpec) -> std::result::Result<(), (&'static str, Strin
         }
         if s.mode.contains(&Mode::Generate) {
             validate_generate(s)?;
+        } else if s.frames.is_some() {
+            return Err((
+                "frames",
+                "[sweep] `frames` is for mode = \"generate\" (video models)".into(),
+            ));
         } else if s.attention.contains(&Attention::Sliced) {
             return Err((
                 "attention",

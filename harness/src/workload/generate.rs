@@ -486,6 +486,8 @@ fn measure_point(
     for (c, mem, ms) in &loads {
         let mut r = row(Phase::Load, mem, *ms);
         r.component = Some(*c);
+        // The component's own dtype (the point's `precision` and `vae_precision` name two).
+        r.message = format!("dtype={}", pipe.dtype(*c).as_str());
         r.feature_weight_bytes = Some(bytes(*c));
         rows.push(r);
     }

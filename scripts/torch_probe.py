@@ -261,25 +261,38 @@ def expand_generate(spec: dict, s: dict) -> list[dict]:
             for attention in s.get("attention", ["eager"]):
                 for res in s.get("resolution", []):
                     w, h = parse_resolution(res)
-                    for batch in s["batch"]:
-                        for cfg in s.get("cfg", [True]):
-                            for dec in s.get("vae_decode", ["full"]):
-                                for vp in vae_p:
-                                    for repeat in range(repeats):
-                                        pid = (f"{mid}/generate/{precision}/{w}x{h}/b{batch}/"
-                                               f"{'cfg' if cfg else 'nocfg'}/{dec}")
-                                        if dec == "tiled":
-                                            pid += f"-t{tile}o{overlap}"
-                                        if vp is not None:
-                                            pid += f"/vae-{vp}"
-                                        pid += id_tail(attention, repeats, repeat)
-                                        points.append(dict(
-                                            id=pid, source=source, model_id=mid, mode="generate",
-                                            precision=precision, vae_precision=vp,
-                                            gen_attention=attention, width=w, height=h,
-                                            batch=batch, cfg=cfg, vae_decode=dec, tile=tile,
-                                            overlap=overlap, steps=s.get("denoise_steps", 2),
-                                            repeat=repeat))
+                    # A table that sets `frames` (a video model) names them in its ids.
+                    for frames in s.get("frames", [1]):
+                        ftag = f"/f{frames}" if "frames" in s else ""
+                        points += [dict(p, frames=frames, id=p["id"].replace(
+                            f"/{w}x{h}/", f"/{w}x{h}{ftag}/", 1))
+                            for p in gen_points(mid, source, precision, attention, w, h, s,
+                                                tile, overlap, vae_p, repeats)]
+    return points
+
+
+def gen_points(mid, source, precision, attention, w, h, s, tile, overlap, vae_p, repeats):
+    """The points of one model, precision, attention and size (expand_generate's inner axes)."""
+    points = []
+    for batch in s["batch"]:
+        for cfg in s.get("cfg", [True]):
+            for dec in s.get("vae_decode", ["full"]):
+                for vp in vae_p:
+                    for repeat in range(repeats):
+                        pid = (f"{mid}/generate/{precision}/{w}x{h}/b{batch}/"
+                               f"{'cfg' if cfg else 'nocfg'}/{dec}")
+                        if dec == "tiled":
+                            pid += f"-t{tile}o{overlap}"
+                        if vp is not None:
+                            pid += f"/vae-{vp}"
+                        pid += id_tail(attention, repeats, repeat)
+                        points.append(dict(
+                            id=pid, source=source, model_id=mid, mode="generate",
+                            precision=precision, vae_precision=vp,
+                            gen_attention=attention, width=w, height=h,
+                            batch=batch, cfg=cfg, vae_decode=dec, tile=tile,
+                            overlap=overlap, steps=s.get("denoise_steps", 2),
+                            repeat=repeat))
     return points
 
 

@@ -72,7 +72,7 @@ pub struct Record {
     pub pool_release: Option<PoolRelease>,
     /// Generation rows only (`WxH` of the output image). Absent before version 5.
     pub resolution: Option<Resolution>,
-    /// Video generation rows only (none yet).
+    /// Generation rows: output frames per video (1 for an image model).
     pub frames: Option<u64>,
     /// Generation rows: classifier-free guidance (the denoiser runs on a doubled batch).
     pub cfg: Option<bool>,

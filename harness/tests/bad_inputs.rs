@@ -200,7 +200,7 @@ fn missing_required_key() {
     scenario("missing-context.toml", "missing field `context`");
 }
 
-/// Generation scenarios (issue 17): resolution, tile, model, attention, cfg.
+/// Generation scenarios (issue 17): resolution, tile, model, attention, cfg, frames.
 #[test]
 fn generation_scenarios() {
     scenario(
@@ -235,6 +235,14 @@ fn generation_scenarios() {
     scenario(
         "gen-train-wan-full.toml",
         "line 11: [sweep] trainable `full`: a denoiser is fine-tuned with LoRA only",
+    );
+    scenario(
+        "gen-wan-frames-not-4k1.toml",
+        "line 9: [sweep] frames = 6: wan2.1-t2v-1.3b decodes 4k+1 frames",
+    );
+    scenario(
+        "gen-frames-image.toml",
+        "line 9: [sweep] frames = 5: sd15 is an image model",
     );
 }
 

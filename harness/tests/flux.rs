@@ -73,6 +73,7 @@ fn shape(w: usize, h: usize, batch: usize, decode: VaeDecode) -> GenShape {
             width: w,
             height: h,
         },
+        frames: 1,
         cfg: false,
         steps: 2,
         vae_decode: decode,
@@ -397,7 +398,7 @@ fn diffusers_names_load(l: &mut Lab) {
     )
     .unwrap();
     let cond =
-        l.p.encode_text(&l.p.prompt_ids(1, &Device::Cpu).unwrap())
+        l.p.encode_text(&l.p.prompt_ids(1, &Device::Cpu).unwrap(), false)
             .unwrap();
     let a = l.p.denoise_step(&lat, 0, 2, &cond, false).unwrap();
     let b = p.denoise_step(&lat, 0, 2, &cond, false).unwrap();

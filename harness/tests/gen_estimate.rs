@@ -69,6 +69,7 @@ fn heldout_within_margin() {
     let shape = |q: &GenQuery| GenShape {
         batch: q.batch as usize,
         resolution: q.resolution,
+        frames: q.frames as usize,
         cfg: q.cfg,
         steps: 2,
         vae_decode: q.vae_decode,

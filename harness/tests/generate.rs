@@ -21,6 +21,7 @@ fn shape(w: usize, h: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenS
             width: w,
             height: h,
         },
+        frames: 1,
         cfg,
         steps: 2,
         vae_decode: decode,

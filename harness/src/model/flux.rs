@@ -716,7 +716,7 @@ impl Pipeline for Flux {
 
     /// T5's token states (b, text_len, d_model) and CLIP's pooled vector (b, hidden): the last
     /// token's final hidden state (CLIP runs first, as in FluxPipeline).
-    fn encode_text(&self, ids: &[Tensor]) -> Result<Vec<Tensor>> {
+    fn encode_text(&self, ids: &[Tensor], _cfg: bool) -> Result<Vec<Tensor>> {
         let clip = self.clip.as_ref().context("text_encoder not loaded")?;
         let states = clip.forward(&ids[0])?;
         let s = states.dim(1)?;

@@ -23,6 +23,7 @@ pub mod trainable;
 pub mod umt5;
 pub mod wan;
 pub mod wan_dit;
+pub mod wan_pipe;
 pub mod wan_vae;
 pub mod weights;
 

@@ -26,6 +26,8 @@ pub type Shapes = Vec<(String, Vec<usize>)>;
 pub struct GenShape {
     pub batch: usize,
     pub resolution: Resolution,
+    /// Output frames per video (1 for an image model).
+    pub frames: usize,
     pub cfg: bool,
     pub steps: usize,
     pub vae_decode: VaeDecode,
@@ -70,7 +72,8 @@ pub trait Pipeline {
     /// Text tokens per prompt the denoiser attends to (the CSV's `context`).
     fn text_len(&self) -> usize;
     /// Runs the text encoders on [`Self::prompt_ids`]: the conditioning the denoiser reads.
-    fn encode_text(&self, ids: &[Tensor]) -> Result<Vec<Tensor>>;
+    /// With `cfg` the ids hold the prompts, then as many negative prompts.
+    fn encode_text(&self, ids: &[Tensor], cfg: bool) -> Result<Vec<Tensor>>;
 
     /// Resolutions must be a multiple of this (8 for SD, 16 for FLUX and Wan).
     fn spatial_factor(&self) -> usize;
@@ -80,6 +83,15 @@ pub trait Pipeline {
     fn image_channels(&self) -> usize;
     /// Whether the model runs classifier-free guidance (a negative prompt batch).
     fn has_cfg(&self) -> bool;
+    /// A video model: output frames per latent frame after the first (its frames are
+    /// `k·t + 1`). None: an image model (1 frame).
+    fn temporal_factor(&self) -> Option<usize> {
+        None
+    }
+    /// Whether the denoiser runs attention `a`: on error, the problem (one line).
+    fn check_attention(&self, _a: Attention) -> std::result::Result<(), BadPoint> {
+        Ok(())
+    }
     /// The latents the denoising loop holds for `batch` images (video: `frames`).
     fn latent_shape(&self, resolution: Resolution, batch: usize, frames: usize) -> Vec<usize>;
     /// One denoising step `step` of `steps` on `latents` (the loop's shape), conditioned on
@@ -111,28 +123,59 @@ pub trait Pipeline {
 
     /// Whether point `g` can run on this model: on error, which input and the problem.
     fn check(&self, g: &GenShape) -> std::result::Result<(), BadPoint> {
-        let f = self.spatial_factor();
-        let r = g.resolution;
-        if !r.width.is_multiple_of(f) || !r.height.is_multiple_of(f) {
-            return Err(BadPoint {
-                input: PointInput::Resolution,
-                problem: format!(
-                    "resolution `{r}` is not a multiple of {f} ({}'s factor)",
-                    self.name()
-                ),
-            });
-        }
-        if g.cfg && !self.has_cfg() {
-            return Err(BadPoint {
-                input: PointInput::Cfg,
-                problem: format!(
-                    "cfg = true: {} runs without classifier-free guidance (guidance-distilled)",
-                    self.name()
-                ),
-            });
-        }
-        Ok(())
+        check_point(self, g)
     }
+}
+
+/// The checks every model makes of a point: the resolution's factor, the frames (1 for an
+/// image model, `k·t + 1` for a video model), CFG.
+pub fn check_point<P: Pipeline + ?Sized>(p: &P, g: &GenShape) -> std::result::Result<(), BadPoint> {
+    let f = p.spatial_factor();
+    let r = g.resolution;
+    if !r.width.is_multiple_of(f) || !r.height.is_multiple_of(f) {
+        return Err(BadPoint {
+            input: PointInput::Resolution,
+            problem: format!(
+                "resolution `{r}` is not a multiple of {f} ({}'s factor)",
+                p.name()
+            ),
+        });
+    }
+    match p.temporal_factor() {
+            None if g.frames != 1 => {
+                return Err(BadPoint {
+                    input: PointInput::Frames,
+                    problem: format!(
+                        "frames = {}: {} is an image model (1 frame; `frames` is for video models)",
+                        g.frames,
+                        p.name()
+                    ),
+                })
+            }
+            Some(t) if g.frames == 0 || !(g.frames - 1).is_multiple_of(t) => {
+                return Err(BadPoint {
+                    input: PointInput::Frames,
+                    problem: format!(
+                        "frames = {}: {} decodes {t}k+1 frames (1, {}, {}, ...; the VAE's temporal factor {t})",
+                        g.frames,
+                        p.name(),
+                        t + 1,
+                        2 * t + 1
+                    ),
+                })
+            }
+            _ => {}
+        }
+    if g.cfg && !p.has_cfg() {
+        return Err(BadPoint {
+            input: PointInput::Cfg,
+            problem: format!(
+                "cfg = true: {} runs without classifier-free guidance (guidance-distilled)",
+                p.name()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The input of a point a model refuses.
@@ -140,6 +183,9 @@ pub trait Pipeline {
 pub enum PointInput {
     Resolution,
     Cfg,
+    Frames,
+    VaeDecode,
+    Attention,
 }
 
 impl PointInput {
@@ -148,6 +194,9 @@ impl PointInput {
         match self {
             PointInput::Resolution => "resolution",
             PointInput::Cfg => "cfg",
+            PointInput::Frames => "frames",
+            PointInput::VaeDecode => "vae_decode",
+            PointInput::Attention => "attention",
         }
     }
 
@@ -156,6 +205,9 @@ impl PointInput {
         match self {
             PointInput::Resolution => "--resolution",
             PointInput::Cfg => "--cfg",
+            PointInput::Frames => "--frames",
+            PointInput::VaeDecode => "--vae-decode",
+            PointInput::Attention => "--attention",
         }
     }
 }
@@ -185,17 +237,13 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box
             dtype,
             vae_dtype.unwrap_or(dtype),
         ))),
-        GenModel::Wan21T2v13b => Err(not_runnable(m.as_str())),
+        // diffusers' Wan docs load the VAE in f32, the rest in the pipeline's dtype.
+        GenModel::Wan21T2v13b => Ok(Box::new(super::wan_pipe::Wan::new(
+            super::wan::WanConfig::t2v_1_3b(),
+            dtype,
+            vae_dtype.unwrap_or(DType::F32),
+        ))),
     }
-}
-
-/// A generation model vramlab estimates but cannot sweep yet (Wan: its modules exist, but no
-/// `Pipeline`, and a sweep point has no `frames`).
-fn not_runnable(name: &str) -> anyhow::Error {
-    crate::error::InputError::arg(format!(
-        "{name}: only `vramlab estimate` models it so far (no generation pipeline to sweep)"
-    ))
-    .into()
 }
 
 /// diffusers' pipeline classes vramlab reads (`model_index.json`'s `_class_name`).
@@ -243,11 +291,11 @@ pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Bo
             let cfg = FluxConfig::from_dir(dir)?;
             Ok(Box::new(Flux::new(cfg, dtype, vae_dtype.unwrap_or(dtype))))
         }
-        PipelineClass::WanPipeline => {
-            // Read (and so checked) even though it cannot run yet.
-            let cfg = super::wan::WanConfig::from_dir(dir)?;
-            Err(not_runnable(&cfg.name))
-        }
+        PipelineClass::WanPipeline => Ok(Box::new(super::wan_pipe::Wan::new(
+            super::wan::WanConfig::from_dir(dir)?,
+            dtype,
+            vae_dtype.unwrap_or(DType::F32),
+        ))),
     }
 }
 

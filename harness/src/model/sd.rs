@@ -917,7 +917,7 @@ impl Pipeline for Sd {
 
     /// Every text encoder's last hidden state, concatenated on the feature axis (SDXL): the
     /// UNet's context (b, s, context_dim).
-    fn encode_text(&self, ids: &[Tensor]) -> Result<Vec<Tensor>> {
+    fn encode_text(&self, ids: &[Tensor], _cfg: bool) -> Result<Vec<Tensor>> {
         let outs = self
             .text
             .iter()

@@ -148,8 +148,14 @@ impl WanConfig {
                 num_res_blocks: 2,
                 attn_scales: vec![],
                 temperal_downsample: vec![false, true, true],
-                latents_mean: vec![],
-                latents_std: vec![],
+                latents_mean: vec![
+                    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508, 0.4134,
+                    -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+                ],
+                latents_std: vec![
+                    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743, 3.2687, 2.1526,
+                    2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.916,
+                ],
             },
             text_encoder: UmT5Config {
                 d_model: 4096,

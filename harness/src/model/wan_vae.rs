@@ -256,3 +256,76 @@ impl WanDecoder {
         self.decode_chunks(z, &vec![1; z.dim(2)?])
     }
 }
+
+/// AutoencoderKLWan's `encoder` and `quant_conv`, as stored: loaded with the VAE (the
+/// checkpoint holds them, and diffusers' `from_pretrained` keeps them resident) but never run
+/// by text-to-video. Held as plain tensors under diffusers' names; their count is
+/// [`super::wan::vae_encoder_params`].
+pub struct WanEncoderWeights(pub Vec<Tensor>);
+
+/// Reads a conv's `weight` (o, i, kernel...) and `bias` (o) into `v`.
+fn get_conv(v: &mut Vec<Tensor>, vb: &VarBuilder, o: usize, i: usize, k: &[usize]) -> Result<()> {
+    let mut s = vec![o, i];
+    s.extend_from_slice(k);
+    v.push(vb.get(s, "weight")?);
+    v.push(vb.get(o, "bias")?);
+    Ok(())
+}
+
+/// Reads a residual block's tensors (the ones [`ResBlock::new`] reads) into `v`.
+fn get_res(v: &mut Vec<Tensor>, vb: &VarBuilder, i: usize, o: usize) -> Result<()> {
+    v.push(vb.get((i, 1, 1, 1), "norm1.gamma")?);
+    get_conv(v, &vb.pp("conv1"), o, i, &[3, 3, 3])?;
+    v.push(vb.get((o, 1, 1, 1), "norm2.gamma")?);
+    get_conv(v, &vb.pp("conv2"), o, o, &[3, 3, 3])?;
+    if i != o {
+        get_conv(v, &vb.pp("conv_shortcut"), o, i, &[1, 1, 1])?;
+    }
+    Ok(())
+}
+
+impl WanEncoderWeights {
+    /// Reads the encoder of `c` under the VAE's root `vb`.
+    pub fn new(c: &WanVaeConfig, vb: VarBuilder) -> Result<Self> {
+        let mut v = Vec::new();
+        let e = vb.pp("encoder");
+        let dims: Vec<usize> = std::iter::once(1)
+            .chain(c.dim_mult.iter().copied())
+            .map(|m| c.base_dim * m)
+            .collect();
+        let n = c.dim_mult.len();
+        get_conv(&mut v, &e.pp("conv_in"), dims[0], 3, &[3, 3, 3])?;
+        // diffusers' `down_blocks` is one flat list: each level's residual blocks, then its
+        // resampler (a stride-2 3×3 conv, and for downsample3d a (3, 1, 1) time conv).
+        let mut k = 0;
+        for i in 0..n {
+            let mut cin = dims[i];
+            for _ in 0..c.num_res_blocks {
+                get_res(&mut v, &e.pp(format!("down_blocks.{k}")), cin, dims[i + 1])?;
+                cin = dims[i + 1];
+                k += 1;
+            }
+            if i + 1 < n {
+                let r = e.pp(format!("down_blocks.{k}"));
+                get_conv(&mut v, &r.pp("resample.1"), cin, cin, &[3, 3])?;
+                if c.temperal_downsample[i] {
+                    get_conv(&mut v, &r.pp("time_conv"), cin, cin, &[3, 1, 1])?;
+                }
+                k += 1;
+            }
+        }
+        let d = dims[n];
+        let m = e.pp("mid_block");
+        get_res(&mut v, &m.pp("resnets.0"), d, d)?;
+        let a = m.pp("attentions.0");
+        v.push(a.get((d, 1, 1), "norm.gamma")?);
+        get_conv(&mut v, &a.pp("to_qkv"), 3 * d, d, &[1, 1])?;
+        get_conv(&mut v, &a.pp("proj"), d, d, &[1, 1])?;
+        get_res(&mut v, &m.pp("resnets.1"), d, d)?;
+        v.push(e.get((d, 1, 1, 1), "norm_out.gamma")?);
+        let z2 = 2 * c.z_dim;
+        get_conv(&mut v, &e.pp("conv_out"), z2, d, &[3, 3, 3])?;
+        get_conv(&mut v, &vb.pp("quant_conv"), z2, z2, &[1, 1, 1])?;
+        Ok(WanEncoderWeights(v))
+    }
+}

@@ -158,6 +158,10 @@ pub struct SweepSpec {
     /// Output images `WxH`, multiples of 8.
     #[serde(default)]
     pub resolution: Vec<Resolution>,
+    /// Output frames per video (video models: `4k+1` for Wan); absent: 1 (image models). A
+    /// fine-tuning point (mode = "train" on Wan) caches latents of (frames − 1)/4 + 1 frames.
+    #[serde(default)]
+    pub frames: Option<Vec<usize>>,
     /// Classifier-free guidance on and/or off (on doubles the denoiser's batch).
     #[serde(default = "default_cfg")]
     pub cfg: Vec<bool>,
@@ -175,10 +179,6 @@ pub struct SweepSpec {
     /// Denoising steps per generation point (a row each).
     #[serde(default = "default_denoise_steps")]
     pub denoise_steps: usize,
-    /// Output frames of a video model (4k + 1 for Wan): the latents of a fine-tuning point
-    /// (mode = "train" on Wan) have (frames − 1)/4 + 1 frames.
-    #[serde(default)]
-    pub frames: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -385,7 +385,7 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
         ("precision", s.precision.len()),
         ("batch", s.batch.len()),
         ("resolution", s.resolution.len()),
-        ("frames", s.frames.len()),
+        ("frames", s.frames.as_ref().map_or(0, Vec::len)),
         ("attention", s.attention.len()),
         ("optimizer", s.optimizer.len()),
         ("trainable", s.trainable.len()),
@@ -493,6 +493,12 @@ fn validate_generate(
             format!("[sweep] resolution `{r}` is not a multiple of 8 (the VAE's factor)"),
         ));
     }
+    if s.frames.as_ref().is_some_and(|f| f.is_empty()) {
+        return Err((
+            "frames",
+            "[sweep] `frames` is an empty list: nothing to run".into(),
+        ));
+    }
     if s.vae_decode.contains(&VaeDecode::Tiled) {
         if s.tile == 0
             || !s.tile.is_multiple_of(8)
@@ -587,6 +593,11 @@ fn validate_sweep(
         }
         if s.mode.contains(&Mode::Generate) {
             validate_generate(s, sources)?;
+        } else if s.frames.is_some() {
+            return Err((
+                "frames",
+                "[sweep] `frames` is for mode = \"generate\" (video models)".into(),
+            ));
         } else if s.attention.contains(&Attention::Sliced) {
             return Err((
                 "attention",
@@ -849,7 +860,7 @@ context = [64]
     fn wan_trains_and_runs_flash_sd_does_not() {
         let wan = "name = \"w\"\n[model]\nsource = \"synthetic:wan2.1-t2v-1.3b\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\nresolution = [\"128x128\"]\nframes = [5]\ntrainable = [\"lora-r16\"]\nattention = [\"flash\"]\n";
         let s = Spec::parse(Path::new("w.toml"), wan).unwrap();
-        assert_eq!(s.sweep.0[0].frames, vec![5]);
+        assert_eq!(s.sweep.0[0].frames, Some(vec![5]));
         let gen = wan
             .replace("[\"train\"]", "[\"generate\"]")
             .replace("trainable = [\"lora-r16\"]\n", "");

@@ -90,7 +90,7 @@ pub fn expand(spec: &Spec) -> Vec<FtPoint> {
             for &precision in &s.precision {
                 for &attention in &s.attention {
                     for &resolution in &s.resolution {
-                        for &frames in &s.frames {
+                        for &frames in s.frames.as_deref().unwrap_or_default() {
                             for &batch in &s.batch {
                                 axes.push((src, precision, attention, resolution, frames, batch));
                             }

@@ -28,7 +28,8 @@ pub struct Measured {
     pub text_encode: (PhaseMemory, f64),
     pub denoise: Vec<(PhaseMemory, f64)>,
     pub vae_decode: (PhaseMemory, f64),
-    /// Bytes of the decoded images (b, 3, H, W) in the VAE's dtype.
+    /// Bytes of the decoded images (b, 3, H, W), or videos (b, 3, frames, H, W), in the VAE's
+    /// dtype.
     pub output_bytes: u64,
 }
 
@@ -57,11 +58,11 @@ pub fn run(
 ) -> Result<Measured> {
     let mut out = Measured::default();
     let ids = p.prompt_ids(g.denoise_batch(), dev)?;
-    let (cond, mem, ms) = super::phase(meter, Phase::TextEncode, || p.encode_text(&ids))?;
+    let (cond, mem, ms) = super::phase(meter, Phase::TextEncode, || p.encode_text(&ids, g.cfg))?;
     drop(ids);
     out.text_encode = (mem, ms);
 
-    let shape = p.latent_shape(g.resolution, g.batch, 1);
+    let shape = p.latent_shape(g.resolution, g.batch, g.frames);
     let latents =
         RefCell::new(Tensor::randn(0f32, 1f32, shape, dev)?.to_dtype(p.dtype(p.denoiser()))?);
     for i in 0..g.steps {
@@ -177,7 +178,8 @@ pub struct GenPoint {
 }
 
 /// The generation points of a scenario, in table order (model, precision, attention,
-/// resolution, batch, cfg, decode, VAE precision).
+/// resolution, frames, batch, cfg, decode, VAE precision). Ids name the frames (`/f9`) when
+/// the table sets `frames`.
 pub fn expand(spec: &Spec) -> Vec<GenPoint> {
     let mut v = Vec::new();
     for (table, s) in spec
@@ -198,46 +200,53 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
             for &precision in &s.precision {
                 for &attention in &s.attention {
                     for &resolution in &s.resolution {
-                        for &batch in &s.batch {
-                            for &cfg in &s.cfg {
-                                for &vae_decode in &s.vae_decode {
-                                    for &vp in &vae_p {
-                                        for repeat in 0..s.repeats {
-                                            let mut id = format!(
-                                                "{model_id}/generate/{precision}/{resolution}/b{batch}/{}/{vae_decode}",
+                        for &frames in s.frames.as_deref().unwrap_or(&[1]) {
+                            for &batch in &s.batch {
+                                for &cfg in &s.cfg {
+                                    for &vae_decode in &s.vae_decode {
+                                        for &vp in &vae_p {
+                                            for repeat in 0..s.repeats {
+                                                let f = match s.frames {
+                                                    Some(_) => format!("/f{frames}"),
+                                                    None => String::new(),
+                                                };
+                                                let mut id = format!(
+                                                "{model_id}/generate/{precision}/{resolution}{f}/b{batch}/{}/{vae_decode}",
                                                 if cfg { "cfg" } else { "nocfg" }
                                             );
-                                            if vae_decode == VaeDecode::Tiled {
-                                                id += &format!("-t{}o{}", s.tile, s.overlap);
+                                                if vae_decode == VaeDecode::Tiled {
+                                                    id += &format!("-t{}o{}", s.tile, s.overlap);
+                                                }
+                                                if let Some(p) = vp {
+                                                    id += &format!("/vae-{p}");
+                                                }
+                                                if attention != Attention::Eager {
+                                                    id += &format!("/{attention}");
+                                                }
+                                                if s.repeats > 1 {
+                                                    id += &format!("/r{repeat}");
+                                                }
+                                                v.push(GenPoint {
+                                                    id,
+                                                    source: src.clone(),
+                                                    model_id: model_id.clone(),
+                                                    precision,
+                                                    vae_precision: vp,
+                                                    attention,
+                                                    shape: GenShape {
+                                                        batch: batch as usize,
+                                                        resolution,
+                                                        frames,
+                                                        cfg,
+                                                        steps: s.denoise_steps,
+                                                        vae_decode,
+                                                        tile: s.tile,
+                                                        overlap: s.overlap,
+                                                    },
+                                                    repeat,
+                                                    table,
+                                                });
                                             }
-                                            if let Some(p) = vp {
-                                                id += &format!("/vae-{p}");
-                                            }
-                                            if attention != Attention::Eager {
-                                                id += &format!("/{attention}");
-                                            }
-                                            if s.repeats > 1 {
-                                                id += &format!("/r{repeat}");
-                                            }
-                                            v.push(GenPoint {
-                                                id,
-                                                source: src.clone(),
-                                                model_id: model_id.clone(),
-                                                precision,
-                                                vae_precision: vp,
-                                                attention,
-                                                shape: GenShape {
-                                                    batch: batch as usize,
-                                                    resolution,
-                                                    cfg,
-                                                    steps: s.denoise_steps,
-                                                    vae_decode,
-                                                    tile: s.tile,
-                                                    overlap: s.overlap,
-                                                },
-                                                repeat,
-                                                table,
-                                            });
                                         }
                                     }
                                 }
@@ -251,14 +260,32 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
     v
 }
 
-/// Checks every point against its model before measuring (the resolution's factor, CFG): one
-/// line naming the file, the line and the key, exit 2.
-fn check(path: &Path, text: &str, points: &[GenPoint]) -> Result<()> {
+/// Checks every point against its model before measuring (the resolution's factor, frames,
+/// CFG, the decode, the attention; a video model needs `frames`): one line naming the file,
+/// the line and the key, exit 2.
+fn check(path: &Path, text: &str, spec: &Spec, points: &[GenPoint]) -> Result<()> {
+    use crate::model::pipeline::{BadPoint, PointInput};
     for p in points {
         let src = GenSource::parse(&p.source)
             .map_err(|e| bad_file(path, format!("[model] source: {e}")))?;
         let pipe = src.pipeline(p.precision.dtype(), p.vae_precision.map(|v| v.dtype()))?;
-        if let Err(e) = pipe.check(&p.shape) {
+        let frames_set = spec.sweep.0[p.table].frames.is_some();
+        let missing_frames = match pipe.temporal_factor() {
+            Some(t) if !frames_set => Err(BadPoint {
+                input: PointInput::Frames,
+                problem: format!(
+                    "`frames` is missing: {} is a video model (frames {t}k+1, e.g. [{}, {}])",
+                    pipe.name(),
+                    t + 1,
+                    2 * t + 1
+                ),
+            }),
+            _ => Ok(()),
+        };
+        let checked = missing_frames
+            .and_then(|()| pipe.check(&p.shape))
+            .and_then(|()| pipe.check_attention(p.attention));
+        if let Err(e) = checked {
             let msg = format!("[sweep] {}", e.problem);
             return Err(
                 match crate::scenario::spec::key_line(text, p.table, e.input.key()) {
@@ -292,7 +319,7 @@ pub fn sweep(
         }
         return Ok(());
     }
-    check(scenario, text, &points)?;
+    check(scenario, text, spec, &points)?;
     let done = open(&points.iter().map(|p| p.id.clone()).collect())?;
     let mut run = GenRun::start(scenario, spec, text, out, points.len())?;
     for (i, p) in points.iter().enumerate() {
@@ -318,6 +345,7 @@ pub fn sweep(
             optimizer: Optimizer::None,
             attention: p.attention,
             resolution: Some(p.shape.resolution),
+            frames: Some(p.shape.frames as u64),
             cfg: Some(p.shape.cfg),
             vae_decode: Some(p.shape.vae_decode),
             vae_precision: Some(Precision::of_dense(pipe.dtype(Component::Vae))),
@@ -519,6 +547,8 @@ fn measure_point(
     for (c, mem, ms) in &loads {
         let mut r = row(Phase::Load, mem, *ms);
         r.component = Some(*c);
+        // The component's own dtype (the point's `precision` and `vae_precision` name two).
+        r.message = format!("dtype={}", pipe.dtype(*c).as_str());
         r.feature_weight_bytes = Some(bytes(*c));
         rows.push(r);
     }

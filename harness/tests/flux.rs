@@ -7,7 +7,7 @@
 //! The counter is process-global: this binary has no libtest harness (`harness = false`),
 //! `main` runs each check in turn on the main thread.
 mod common;
-use common::{act, one_line_exit_2};
+use common::{act, one_line_exit_2, Lab};
 use vramlab::meter::PhaseMemory;
 
 use candle_core::{DType, Device};
@@ -15,7 +15,7 @@ use vramlab::model::flux::{
     diffusers_names, params_analytic, Flux, FluxConfig, FluxVaeConfig, T5Arch, T5Config,
     T5FeedForward, TransformerConfig,
 };
-use vramlab::model::pipeline::{self, Pipeline};
+use vramlab::model::pipeline;
 use vramlab::model::sd::VaeConfig;
 use vramlab::vocab::{Attention, Component, GenModel, Resolution, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
@@ -213,34 +213,12 @@ fn estimate() {
 
 /// The tiny pipeline with synthetic weights in a diffusers directory, read back by
 /// `pipeline::from_dir` and loaded under a fresh counting meter.
-struct Lab {
-    p: Box<dyn Pipeline>,
-    loads: Vec<(Component, PhaseMemory, f64)>,
-    meter: vramlab::meter::cpu::CpuMeter,
-    dir: tempfile::TempDir,
-}
-
 fn load_tiny() -> Lab {
-    let dir = tempfile::tempdir().unwrap();
-    generate::write_synthetic(&Flux::new(tiny(), DType::F32, DType::F32), dir.path()).unwrap();
-    let mut p = pipeline::from_dir(dir.path(), DType::F32, None).unwrap();
-    assert_eq!(p.architecture(), "flux");
-    assert_eq!(p.dtype(Component::Vae), DType::F32);
-    let mut meter = vramlab::meter::cpu::CpuMeter::new();
-    let loads = generate::load(
-        p.as_mut(),
-        dir.path(),
-        Attention::Eager,
-        &Device::Cpu,
-        &mut meter,
+    common::load_lab(
+        &Flux::new(tiny(), DType::F32, DType::F32),
+        DType::F32,
+        "flux",
     )
-    .unwrap();
-    Lab {
-        p,
-        loads,
-        meter,
-        dir,
-    }
 }
 
 /// Each load row keeps the component's weight bytes (params × 4, exact from the config; the

@@ -12,6 +12,7 @@
 //! The counter is process-global: this binary has no libtest harness (`harness = false`),
 //! `main` runs each check in turn on the main thread.
 mod common;
+use common::Lab;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -793,37 +794,9 @@ fn pipeline_counts() {
     println!("pipeline counts: ok");
 }
 
-struct Lab {
-    p: Box<dyn Pipeline>,
-    loads: Vec<(Component, vramlab::meter::PhaseMemory, f64)>,
-    meter: CpuMeter,
-    dir: tempfile::TempDir,
-}
-
-/// The tiny pipeline written as a synthetic diffusers directory (transformer and text encoder
-/// in `dtype`, the VAE in f32), read back through `model_index.json` and loaded under a fresh
-/// meter.
+/// The tiny Wan pipeline (`common::load_lab`) in `dtype`, its VAE in f32.
 fn load_tiny(dtype: DType) -> Lab {
-    let dir = tempfile::tempdir().unwrap();
-    generate::write_synthetic(&Wan::new(tiny_wan(), dtype, DType::F32), dir.path()).unwrap();
-    let mut p = pipeline::from_dir(dir.path(), dtype, None).unwrap();
-    assert_eq!(p.architecture(), "wan");
-    assert_eq!(p.dtype(Component::Vae), DType::F32);
-    let mut meter = CpuMeter::new();
-    let loads = generate::load(
-        p.as_mut(),
-        dir.path(),
-        Attention::Eager,
-        &Device::Cpu,
-        &mut meter,
-    )
-    .unwrap();
-    Lab {
-        p,
-        loads,
-        meter,
-        dir,
-    }
+    common::load_lab(&Wan::new(tiny_wan(), dtype, DType::F32), dtype, "wan")
 }
 
 /// Each load row keeps the component's parameters (analytic, from the config) × its dtype's

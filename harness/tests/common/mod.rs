@@ -213,6 +213,48 @@ pub fn load_tiny_sd() -> TinySd {
     }
 }
 
+/// A generation pipeline written as a synthetic diffusers directory, read back through the real
+/// loader (`pipeline::from_dir`: `model_index.json` → the family) in `dtype`, and loaded under a
+/// fresh counting meter: the load rows per component, and the meter to measure the phases with.
+pub struct Lab {
+    pub p: Box<dyn vramlab::model::pipeline::Pipeline>,
+    pub loads: Vec<(vramlab::vocab::Component, vramlab::meter::PhaseMemory, f64)>,
+    pub meter: vramlab::meter::cpu::CpuMeter,
+    pub dir: tempfile::TempDir,
+}
+
+/// [`Lab`] of `written` (a pipeline whose VAE is f32), which must read back as `architecture`.
+pub fn load_lab(
+    written: &dyn vramlab::model::pipeline::Pipeline,
+    dtype: candle_core::DType,
+    architecture: &str,
+) -> Lab {
+    use candle_core::{DType, Device};
+    use vramlab::model::pipeline;
+    use vramlab::vocab::Component;
+    use vramlab::workload::generate;
+    let dir = tempfile::tempdir().unwrap();
+    generate::write_synthetic(written, dir.path()).unwrap();
+    let mut p = pipeline::from_dir(dir.path(), dtype, None).unwrap();
+    assert_eq!(p.architecture(), architecture);
+    assert_eq!(p.dtype(Component::Vae), DType::F32);
+    let mut meter = vramlab::meter::cpu::CpuMeter::new();
+    let loads = generate::load(
+        p.as_mut(),
+        dir.path(),
+        vramlab::vocab::Attention::Eager,
+        &Device::Cpu,
+        &mut meter,
+    )
+    .unwrap();
+    Lab {
+        p,
+        loads,
+        meter,
+        dir,
+    }
+}
+
 /// A command's stdout, after asserting that it succeeded (its stderr in the failure message).
 pub fn ok_stdout(out: std::process::Output) -> Vec<u8> {
     assert!(

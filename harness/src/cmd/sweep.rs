@@ -213,6 +213,40 @@ pub fn resume_or_create(
     Ok(done)
 }
 
+/// A sweep measured in this process (generation, or a denoiser's fine-tuning): its output
+/// (`--out`, else `results/<name>.csv`) and the output's lock; the resume, where a point is
+/// finished once a `done` row or a failure of it is written; then the summary. `sweep` runs the
+/// points into the output and calls `open` once the scenario is checked, so that a bad
+/// scenario loses nothing (`--fresh` included).
+fn in_process(
+    args: &Args,
+    spec: &Spec,
+    text: &str,
+    done: impl Fn(&Record) -> bool,
+    sweep: impl FnOnce(&Path, &dyn Fn(&HashSet<String>) -> Result<HashSet<String>>) -> Result<()>,
+) -> Result<()> {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
+    let scenario_hash = short_hash(text.as_bytes());
+    let _lock = (!args.dry_run).then(|| lock_output(&out)).transpose()?;
+    let open = |ids: &HashSet<String>| {
+        resume_or_create(&out, args, None, &scenario_hash, ids.len(), |rows| {
+            rows.iter()
+                .filter(|r| ids.contains(&r.point_id))
+                .filter(|r| done(r) || matches!(r.status, Some(Status::Oom | Status::Error)))
+                .map(|r| r.point_id.clone())
+                .collect()
+        })
+    };
+    sweep(&out, &open)?;
+    if !args.quiet && !args.dry_run {
+        crate::cmd::summary::print(&out)?;
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> Result<()> {
     let (spec, text) = Spec::load(&args.scenario)?;
     if spec
@@ -232,30 +266,22 @@ pub fn run(args: Args) -> Result<()> {
                 "mode \"generate\" tables cannot share a scenario with other modes yet",
             ));
         }
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
-        let scenario_hash = short_hash(text.as_bytes());
-        let _lock = (!args.dry_run).then(|| lock_output(&out)).transpose()?;
-        // After the scenario's checks, so a bad scenario loses nothing (--fresh included).
-        let open = |ids: &HashSet<String>| {
-            resume_or_create(&out, &args, None, &scenario_hash, ids.len(), |rows| {
-                rows.iter()
-                    .filter(|r| ids.contains(&r.point_id))
-                    .filter(|r| {
-                        r.phase == Some(Phase::Total)
-                            || matches!(r.status, Some(Status::Oom | Status::Error))
-                    })
-                    .map(|r| r.point_id.clone())
-                    .collect()
-            })
-        };
-        crate::workload::generate::sweep(&args.scenario, &spec, &text, &out, args.dry_run, open)?;
-        if !args.quiet && !args.dry_run {
-            crate::cmd::summary::print(&out)?;
-        }
-        return Ok(());
+        return in_process(
+            &args,
+            &spec,
+            &text,
+            |r| r.phase == Some(Phase::Total),
+            |out, open| {
+                crate::workload::generate::sweep(
+                    &args.scenario,
+                    &spec,
+                    &text,
+                    out,
+                    args.dry_run,
+                    open,
+                )
+            },
+        );
     }
     if !crate::workload::finetune::expand(&spec).is_empty() {
         if !expand(&spec).is_empty() {
@@ -264,12 +290,6 @@ pub fn run(args: Args) -> Result<()> {
                 "mode \"train\" on a diffusion pipeline cannot share a scenario with language-model tables yet",
             ));
         }
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("results").join(format!("{}.csv", spec.name)));
-        let scenario_hash = short_hash(text.as_bytes());
-        let _lock = (!args.dry_run).then(|| lock_output(&out)).transpose()?;
         // A point is finished when its last step's step_total row (or a failure) is written.
         let steps = |id: &str| {
             crate::workload::finetune::expand(&spec)
@@ -277,23 +297,22 @@ pub fn run(args: Args) -> Result<()> {
                 .find(|p| p.id == id)
                 .map_or(0, |p| p.steps as u64)
         };
-        let open = |ids: &HashSet<String>| {
-            resume_or_create(&out, &args, None, &scenario_hash, ids.len(), |rows| {
-                rows.iter()
-                    .filter(|r| ids.contains(&r.point_id))
-                    .filter(|r| {
-                        (r.phase == Some(Phase::StepTotal) && r.step == Some(steps(&r.point_id)))
-                            || matches!(r.status, Some(Status::Oom | Status::Error))
-                    })
-                    .map(|r| r.point_id.clone())
-                    .collect()
-            })
-        };
-        crate::workload::finetune::sweep(&args.scenario, &spec, &text, &out, args.dry_run, open)?;
-        if !args.quiet && !args.dry_run {
-            crate::cmd::summary::print(&out)?;
-        }
-        return Ok(());
+        return in_process(
+            &args,
+            &spec,
+            &text,
+            |r| r.phase == Some(Phase::StepTotal) && r.step == Some(steps(&r.point_id)),
+            |out, open| {
+                crate::workload::finetune::sweep(
+                    &args.scenario,
+                    &spec,
+                    &text,
+                    out,
+                    args.dry_run,
+                    open,
+                )
+            },
+        );
     }
     let mut points = expand(&spec);
     let shard = match &args.shard {

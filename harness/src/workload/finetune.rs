@@ -17,7 +17,7 @@
 //!
 //! SD and FLUX are refused: their denoisers are candle-transformers' modules, which have no
 //! LoRA injection point.
-use super::generate::{GenRun, GenSource};
+use super::generate::{run_points, GenSource};
 use super::training::{self, MicroBatch, TrainSpec};
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
@@ -257,49 +257,48 @@ pub fn sweep(
     open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
 ) -> Result<()> {
     let points = expand(spec);
-    if dry_run {
-        for p in &points {
-            println!("{}", p.id);
-        }
-        return Ok(());
-    }
-    check(scenario, text, &points)?;
-    let done = open(&points.iter().map(|p| p.id.clone()).collect())?;
-    let mut run = GenRun::start(scenario, spec, text, out, points.len())?;
-    for (i, p) in points.iter().enumerate() {
-        if done.contains(&p.id) {
-            continue;
-        }
-        eprintln!("[{}/{}] {}", i + 1, points.len(), p.id);
-        let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
-        let cfg = config_of(&src)?;
-        let dtype = p.precision.dtype();
-        let dir = prepare(&src, &cfg, dtype)?;
-        run.weights(&p.model_id, &p.source, || {
-            pipeline::weights_files(&dir, Component::Transformer)
-        })?;
-        let base = Record {
-            architecture: "wan".into(),
-            param_count: wan::transformer_params(&cfg),
-            weight_source: src.kind().into(),
-            mode: Mode::Train,
-            precision: p.precision,
-            batch: p.batch as u64,
-            context: wan::TEXT_LEN as u64,
-            optimizer: p.optimizer,
-            checkpointing: Some(p.checkpointing),
-            grad_accum: Some(p.grad_accum as u64),
-            trainable: Some(p.trainable),
-            attention: p.attention,
-            resolution: Some(p.resolution),
-            frames: Some(p.frames as u64),
-            ..run.base(&p.id, &p.model_id)
-        };
-        run.meter.trim()?;
-        let rows = measure_point(&cfg, &dir, p, &run.dev, run.meter.as_mut(), &base);
-        run.write_point(&base, rows)?;
-    }
-    run.finish()
+    let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
+    let checked = || check(scenario, text, &points);
+    run_points(
+        scenario,
+        spec,
+        text,
+        out,
+        dry_run,
+        &ids,
+        checked,
+        open,
+        |i, run| {
+            let p = &points[i];
+            let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
+            let cfg = config_of(&src)?;
+            let dtype = p.precision.dtype();
+            let dir = prepare(&src, &cfg, dtype)?;
+            run.weights(&p.model_id, &p.source, || {
+                pipeline::weights_files(&dir, Component::Transformer)
+            })?;
+            let base = Record {
+                architecture: "wan".into(),
+                param_count: wan::transformer_params(&cfg),
+                weight_source: src.kind().into(),
+                mode: Mode::Train,
+                precision: p.precision,
+                batch: p.batch as u64,
+                context: wan::TEXT_LEN as u64,
+                optimizer: p.optimizer,
+                checkpointing: Some(p.checkpointing),
+                grad_accum: Some(p.grad_accum as u64),
+                trainable: Some(p.trainable),
+                attention: p.attention,
+                resolution: Some(p.resolution),
+                frames: Some(p.frames as u64),
+                ..run.base(&p.id, &p.model_id)
+            };
+            run.meter.trim()?;
+            let rows = measure_point(&cfg, &dir, p, &run.dev, run.meter.as_mut(), &base);
+            run.write_point(&base, rows)
+        },
+    )
 }
 
 /// Loads the transformer (a `load` row), attaches the adapters and runs the steps.

@@ -313,47 +313,81 @@ pub fn sweep(
     open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
 ) -> Result<()> {
     let points = expand(spec);
+    let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
+    let checked = || check(scenario, text, spec, &points);
+    run_points(
+        scenario,
+        spec,
+        text,
+        out,
+        dry_run,
+        &ids,
+        checked,
+        open,
+        |i, run| {
+            let p = &points[i];
+            let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
+            // A fresh (unloaded) pipeline per point: its weights go when the point ends.
+            let mut pipe = src.pipeline(p.precision.dtype(), p.vae_precision.map(|v| v.dtype()))?;
+            let dir = src.prepare(pipe.as_ref())?;
+            run.weights(&p.model_id, &p.source, || {
+                pipeline::all_weights_files(pipe.as_ref(), &dir)
+            })?;
+            let base = Record {
+                architecture: pipe.architecture().into(),
+                param_count: pipe.components().iter().map(|&c| pipe.params(c)).sum(),
+                weight_source: src.kind().into(),
+                mode: Mode::Generate,
+                precision: p.precision,
+                batch: p.shape.batch as u64,
+                context: pipe.text_len() as u64,
+                optimizer: Optimizer::None,
+                attention: p.attention,
+                resolution: Some(p.shape.resolution),
+                frames: Some(p.shape.frames as u64),
+                cfg: Some(p.shape.cfg),
+                vae_decode: Some(p.shape.vae_decode),
+                vae_precision: Some(Precision::of_dense(pipe.dtype(Component::Vae))),
+                ..run.base(&p.id, &p.model_id)
+            };
+            run.meter.trim()?;
+            let rows = measure_point(pipe.as_mut(), &dir, p, &run.dev, run.meter.as_mut(), &base);
+            run.write_point(&base, rows)
+        },
+    )
+}
+
+/// The loop of a sweep run in this process (generation, or a denoiser's fine-tuning) over the
+/// points `ids`: `dry_run` prints them; else `check` checks the scenario, `open` opens the
+/// output (creating or resuming it) and returns the finished ids, and `measure` runs each other
+/// point `i` into the run, with its progress on stderr.
+#[allow(clippy::too_many_arguments)]
+pub fn run_points(
+    scenario: &Path,
+    spec: &Spec,
+    text: &str,
+    out: &Path,
+    dry_run: bool,
+    ids: &[String],
+    check: impl FnOnce() -> Result<()>,
+    open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
+    mut measure: impl FnMut(usize, &mut GenRun) -> Result<()>,
+) -> Result<()> {
     if dry_run {
-        for p in &points {
-            println!("{}", p.id);
+        for id in ids {
+            println!("{id}");
         }
         return Ok(());
     }
-    check(scenario, text, spec, &points)?;
-    let done = open(&points.iter().map(|p| p.id.clone()).collect())?;
-    let mut run = GenRun::start(scenario, spec, text, out, points.len())?;
-    for (i, p) in points.iter().enumerate() {
-        if done.contains(&p.id) {
+    check()?;
+    let done = open(&ids.iter().cloned().collect())?;
+    let mut run = GenRun::start(scenario, spec, text, out, ids.len())?;
+    for (i, id) in ids.iter().enumerate() {
+        if done.contains(id) {
             continue;
         }
-        eprintln!("[{}/{}] {}", i + 1, points.len(), p.id);
-        let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
-        // A fresh (unloaded) pipeline per point: its weights go when the point ends.
-        let mut pipe = src.pipeline(p.precision.dtype(), p.vae_precision.map(|v| v.dtype()))?;
-        let dir = src.prepare(pipe.as_ref())?;
-        run.weights(&p.model_id, &p.source, || {
-            pipeline::all_weights_files(pipe.as_ref(), &dir)
-        })?;
-        let base = Record {
-            architecture: pipe.architecture().into(),
-            param_count: pipe.components().iter().map(|&c| pipe.params(c)).sum(),
-            weight_source: src.kind().into(),
-            mode: Mode::Generate,
-            precision: p.precision,
-            batch: p.shape.batch as u64,
-            context: pipe.text_len() as u64,
-            optimizer: Optimizer::None,
-            attention: p.attention,
-            resolution: Some(p.shape.resolution),
-            frames: Some(p.shape.frames as u64),
-            cfg: Some(p.shape.cfg),
-            vae_decode: Some(p.shape.vae_decode),
-            vae_precision: Some(Precision::of_dense(pipe.dtype(Component::Vae))),
-            ..run.base(&p.id, &p.model_id)
-        };
-        run.meter.trim()?;
-        let rows = measure_point(pipe.as_mut(), &dir, p, &run.dev, run.meter.as_mut(), &base);
-        run.write_point(&base, rows)?;
+        eprintln!("[{}/{}] {id}", i + 1, ids.len());
+        measure(i, &mut run)?;
     }
     run.finish()
 }

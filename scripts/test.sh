@@ -7,6 +7,13 @@
 # VRAMLAB_SKIP_CUDA_CHECK=1 skips that last step on a workstation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build per run: incremental state only costs disk here (3.6 GB of it at stop 25, when CI's
+# disk filled while linking). The free disk is printed first and last, so a CI log says how close
+# a run came.
+export CARGO_INCREMENTAL=0
+disk_free() { df -h . | awk -v when="$1" 'NR==2 {print "test.sh: disk free at " when ": " $4 " of " $2}' >&2; }
+disk_free start
+trap 'disk_free end' EXIT
 scripts/fetch-test-models.sh
 export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 cargo fmt --all -- --check

@@ -390,32 +390,10 @@ fn diffusers_names_load(l: &mut Lab) {
 /// scenario's line and key, exit 2, before anything runs.
 fn cli_sweep(l: &Lab) {
     let tmp = tempfile::tempdir().unwrap();
-    let run = |sweep: &str| {
-        let scenario = tmp.path().join("s.toml");
-        std::fs::write(
-            &scenario,
-            format!(
-                "name = \"f\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n[sweep]\n\
-                 mode = [\"generate\"]\nprecision = [\"f32\"]\nbatch = [1]\n{sweep}",
-                l.dir.path().display()
-            ),
-        )
-        .unwrap();
-        let out = tmp.path().join("o.csv");
-        vramlab(&[
-            "sweep",
-            "--out",
-            out.to_str().unwrap(),
-            scenario.to_str().unwrap(),
-        ])
-    };
+    let run = |sweep: &str| l.sweep_cli(tmp.path(), sweep);
     let out = run("resolution = [\"64x32\"]\ncfg = [false]\ndenoise_steps = 2\n");
     common::ok_stdout(out);
-    let rows: Vec<vramlab::record::Record> = csv::Reader::from_path(tmp.path().join("o.csv"))
-        .unwrap()
-        .deserialize()
-        .map(|r| r.unwrap())
-        .collect();
+    let rows = common::read_rows(&tmp.path().join("o.csv"));
     use vramlab::vocab::{Phase, Status};
     let phases: Vec<Phase> = rows.iter().map(|r| r.phase.unwrap()).collect();
     assert_eq!(

@@ -966,36 +966,11 @@ fn sixteen_bit() {
 /// 4k+1, a missing `frames`, `tiled` and `sliced` attention are one line naming the key, exit 2.
 fn cli_sweep(l: &Lab) {
     let tmp = tempfile::tempdir().unwrap();
-    let run = |sweep: &str| {
-        let scenario = tmp.path().join("s.toml");
-        std::fs::write(
-            &scenario,
-            format!(
-                "name = \"w\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n[sweep]\n\
-                 mode = [\"generate\"]\nprecision = [\"f32\"]\nbatch = [1]\n{sweep}",
-                l.dir.path().display()
-            ),
-        )
-        .unwrap();
-        let out = tmp.path().join("o.csv");
-        common::vramlab()
-            .args([
-                "sweep",
-                "--out",
-                out.to_str().unwrap(),
-                scenario.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap()
-    };
+    let run = |sweep: &str| l.sweep_cli(tmp.path(), sweep);
     common::ok_stdout(run(
         "resolution = [\"32x32\"]\nframes = [5, 9]\ndenoise_steps = 2\n",
     ));
-    let rows: Vec<vramlab::record::Record> = csv::Reader::from_path(tmp.path().join("o.csv"))
-        .unwrap()
-        .deserialize()
-        .map(|r| r.unwrap())
-        .collect();
+    let rows = common::read_rows(&tmp.path().join("o.csv"));
     use vramlab::vocab::{Phase, Status};
     let cfg = tiny_wan();
     for (frames, point) in [5u64, 9].iter().zip(rows.chunks(8)) {

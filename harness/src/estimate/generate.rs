@@ -10,8 +10,9 @@
 //! - `text_act`: prompts × text tokens × the widest encoder's hidden size (encoder tensors);
 //! - `denoise_act`: denoiser images (× 2 with CFG) × latent pixels × the denoiser's width at
 //!   full latent resolution (full-resolution feature maps live at the step's peak);
-//! - `denoise_scores`: denoiser images × heads × tokens² of the first attention level, in f32:
-//!   candle's UNet attention upcasts q, k, v and materializes the scores and their softmax;
+//! - `denoise_scores`: denoiser images × heads × tokens × keys of the first attention level
+//!   (keys: the image tokens, or the text tokens of cross-attention where those are more), in
+//!   f32: candle's UNet attention upcasts q, k, v and materializes the scores and their softmax;
 //!   diffusers' SDPA never materializes them (0 in the torch profile);
 //! - `vae_act`: images decoded at once × decoded pixels × the decoder's width at output
 //!   resolution (the whole batch for `full`, one image for `sliced`, one tile of the batch for

@@ -446,7 +446,8 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
     let f = a.vae_factor;
     let nb = a.pass_batch(q) as f64;
     let lf = a.latent_frames(q.frames) as f64;
-    let scores = |images: f64, tokens: f64, heads: f64, attention: Attention, f32: bool, flash| {
+    // images × heads × queries × keys score elements, in the bytes the runtime holds them in.
+    let scores = |images: f64, queries: f64, keys: f64, heads: f64, attention, f32: bool, flash| {
         let b = match (q.runtime, attention) {
             // candle materializes the scores: in f32 where it upcasts q, k, v (SD's UNet and
             // VAE), else in the pipeline's dtype (FLUX's transformer).
@@ -458,7 +459,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             // SDPA never materializes them.
             (Runtime::Torch, _) => 0.0,
         };
-        images * heads * tokens * tokens * b
+        images * heads * queries * keys * b
     };
     let exact = match phase {
         Phase::Load => live(&[]),
@@ -472,8 +473,16 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             let px = lp + a.joint_tokens as f64 * ppt;
             x[DENOISE_ACT] = nb * px * a.denoise_width as f64 * bytes(q.dtype) as f64;
             let tokens = px / ppt;
+            // A block's self- and cross-attention run one after the other: the larger scores
+            // set the peak. Cross-attention's keys are the text tokens (77 for SD, 512 for
+            // Wan), which outnumber the image tokens of a small latent; FLUX attends jointly.
+            let keys = if a.joint_tokens == 0 {
+                tokens.max(a.text_len as f64)
+            } else {
+                tokens
+            };
             let (heads, f32) = (a.attn_heads as f64, a.denoise_scores_f32);
-            x[DENOISE_SCORES] = scores(nb, tokens, heads, q.attention, f32, a.denoise_flash);
+            x[DENOISE_SCORES] = scores(nb, tokens, keys, heads, q.attention, f32, a.denoise_flash);
             live(&["text context", "latents"])
         }
         _ => {
@@ -488,14 +497,8 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             x[VAE_ACT] = chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
             if a.vae_attention {
                 // diffusers' VAE keeps SDPA when the denoiser's attention is set to eager.
-                x[VAE_SCORES] = scores(
-                    images,
-                    px / (f * f) as f64,
-                    1.0,
-                    Attention::Sdpa,
-                    true,
-                    false,
-                );
+                let latent = px / (f * f) as f64;
+                x[VAE_SCORES] = scores(images, latent, latent, 1.0, Attention::Sdpa, true, false);
             }
             live(&["latents", "decoded images", "tile strip", "feature cache"])
         }
@@ -531,4 +534,56 @@ pub fn prior(a: &GenArch, term: usize, runtime: Runtime) -> f64 {
 
 pub fn priors(a: &GenArch, runtime: Runtime) -> GenTerms {
     std::array::from_fn(|j| prior(a, j, runtime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(w: usize, h: usize, frames: u64, runtime: Runtime, attention: Attention) -> GenQuery {
+        GenQuery {
+            batch: 1,
+            resolution: Resolution {
+                width: w,
+                height: h,
+            },
+            frames,
+            cfg: true,
+            vae_decode: VaeDecode::Full,
+            tile: 0,
+            overlap: 0,
+            dtype: DType::BF16,
+            vae_dtype: DType::F32,
+            runtime,
+            backend: Backend::Cpu,
+            attention,
+        }
+    }
+
+    /// The denoiser's scores: Wan's DiT at 128×128 × 5 frames has (5−1)/4 + 1 = 2 latent frames
+    /// of 16×16 latents in 2×2 patches, 2·8·8 = 128 image tokens, fewer than the 512 text
+    /// tokens its cross-attention reads: the cross-attention scores (128 × 512 per head) set
+    /// the peak. At 832×480 × 81 frames, 21·30·52 image tokens outnumber the text:
+    /// tokens². One pass (Wan's CFG runs the two passes one after the other), 12 heads, bf16.
+    #[test]
+    fn denoise_scores_take_the_larger_of_self_and_cross_attention() {
+        let a = GenArch::preset(GenModel::Wan21T2v13b);
+        let x = |w, h, f| {
+            phase_terms(
+                &a,
+                &query(w, h, f, Runtime::Torch, Attention::Eager),
+                Phase::Denoise,
+            )
+            .x[DENOISE_SCORES]
+        };
+        assert_eq!(x(128, 128, 5), (12 * 128 * 512 * 2) as f64);
+        let t: u64 = 21 * 30 * 52;
+        assert_eq!(x(832, 480, 81), (12 * t * t * 2) as f64);
+        // vramlab's candle DiT under flash attention materializes none.
+        let flash = query(128, 128, 5, Runtime::Candle, Attention::Flash);
+        assert_eq!(
+            phase_terms(&a, &flash, Phase::Denoise).x[DENOISE_SCORES],
+            0.0
+        );
+    }
 }

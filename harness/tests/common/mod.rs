@@ -255,6 +255,36 @@ pub fn load_lab(
     }
 }
 
+impl Lab {
+    /// `vramlab sweep` on a scenario over this lab's diffusers directory: `mode = ["generate"]`,
+    /// f32, batch 1, then `sweep`'s own lines (from line 9 on). The
+    /// scenario and its output `o.csv` live in `tmp`.
+    pub fn sweep_cli(&self, tmp: &std::path::Path, sweep: &str) -> std::process::Output {
+        let scenario = tmp.join("s.toml");
+        std::fs::write(
+            &scenario,
+            format!(
+                "name = \"lab\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n[sweep]\n\
+                 mode = [\"generate\"]\nprecision = [\"f32\"]\nbatch = [1]\n{sweep}",
+                self.dir.path().display()
+            ),
+        )
+        .unwrap();
+        let out = tmp.join("o.csv");
+        vramlab()
+            .args(["sweep", "--out"])
+            .arg(&out)
+            .arg(&scenario)
+            .output()
+            .unwrap()
+    }
+}
+
+/// The records of a vramlab CSV, read back through the crate's own reader.
+pub fn read_rows(path: &std::path::Path) -> Vec<vramlab::record::Record> {
+    vramlab::export::csv::read(path).unwrap()
+}
+
 /// A command's stdout, after asserting that it succeeded (its stderr in the failure message).
 pub fn ok_stdout(out: std::process::Output) -> Vec<u8> {
     assert!(

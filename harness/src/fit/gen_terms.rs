@@ -330,11 +330,6 @@ pub fn check(a: &GenArch, q: &GenQuery) -> Result<(), InputError> {
             )
         }));
     }
-    if t > 1 && q.vae_decode == VaeDecode::Tiled {
-        return Err(InputError::arg(
-            "--vae-decode tiled: spatial tiles of a video decode are not modelled (full or sliced)",
-        ));
-    }
     if q.batch == 0 {
         return Err(InputError::arg("--batch must be at least 1"));
     }
@@ -409,20 +404,26 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
         q.batch * q.frames * (a.out_channels * r.pixels()) as u64 * bytes(q.vae_dtype),
     ));
     if a.vae_cache_per_latent_pixel > 0 {
-        let videos = match q.vae_decode {
-            VaeDecode::Sliced => 1,
-            _ => q.batch,
+        // The causal convolutions' cache of what one decode call holds: the batch, one video
+        // (`sliced`), or one tile of the batch (`tiled`).
+        let (videos, pixels) = match q.vae_decode {
+            VaeDecode::Full => (q.batch, lp),
+            VaeDecode::Sliced => (1, lp),
+            VaeDecode::Tiled => {
+                let t = |side: usize| (q.tile.min(side) / a.vae_factor) as u64;
+                (q.batch, t(r.height) * t(r.width))
+            }
         };
         v.push((
             "feature cache".into(),
-            videos * a.vae_cache_per_latent_pixel * lp * bytes(q.vae_dtype),
+            videos * a.vae_cache_per_latent_pixel * pixels * bytes(q.vae_dtype),
         ));
     }
     if q.vae_decode == VaeDecode::Tiled {
         let th = q.tile.min(r.height);
         v.push((
             "tile strip".into(),
-            q.batch * (a.out_channels * th * r.width) as u64 * bytes(q.vae_dtype),
+            q.batch * q.frames * (a.out_channels * th * r.width) as u64 * bytes(q.vae_dtype),
         ));
     }
     v

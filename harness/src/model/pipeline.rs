@@ -110,10 +110,16 @@ pub trait Pipeline {
     fn vae_latents(&self, latents: &Tensor) -> Result<Tensor>;
     /// Decodes VAE latents in one call.
     fn vae_decode(&self, z: &Tensor) -> Result<Tensor>;
-    /// Decodes VAE latents as `g.vae_decode` says (full, sliced, tiled). The default tiles
-    /// spatially over [`Self::vae_decode`]; a video VAE overrides it.
+    /// The shape [`Self::vae_decode`] returns for VAE latents of shape `z` (b, c, h, w):
+    /// (b, [`Self::image_channels`], h·s, w·s). A video VAE adds its frames.
+    fn decoded_shape(&self, z: &[usize]) -> Vec<usize> {
+        let s = self.vae_scale();
+        vec![z[0], self.image_channels(), z[2] * s, z[3] * s]
+    }
+    /// Decodes VAE latents as `g.vae_decode` says (full, sliced, tiled), over
+    /// [`Self::vae_decode`] ([`decode_spatial`]).
     fn decode(&self, z: &Tensor, g: &GenShape) -> Result<Tensor> {
-        decode_2d(self, z, g)
+        decode_spatial(self, z, g)
     }
 
     /// Parameters of a component, from its stored shapes.
@@ -372,18 +378,21 @@ pub fn write_synthetic(p: &dyn Pipeline, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The spatial decode of `z` (b, c, h, w) → (b, ch, H, W): `full` (the batch at once),
-/// `sliced` (one image at a time into the preallocated output) or `tiled` (overlapping latent
-/// tiles decoded one at a time, each blended into a row strip with a linear ramp over the
-/// overlap, each strip blended into the preallocated output).
-pub fn decode_2d<P: Pipeline + ?Sized>(p: &P, z: &Tensor, g: &GenShape) -> Result<Tensor> {
-    let (b, _, h, w) = z.dims4()?;
+/// The spatial decode of `z` (b, c, h, w), or of a video's (b, c, t, h, w), into
+/// [`Pipeline::decoded_shape`]: `full` (the batch at once), `sliced` (one image or video at a
+/// time into the preallocated output) or `tiled` (overlapping latent tiles over the last two
+/// dims, each decoded whole, every frame of a video, one at a time and blended into a row strip
+/// with a linear ramp over the overlap, each strip blended into the preallocated output).
+pub fn decode_spatial<P: Pipeline + ?Sized>(p: &P, z: &Tensor, g: &GenShape) -> Result<Tensor> {
+    let dims = z.dims();
+    let (hd, wd) = (z.rank() - 2, z.rank() - 1);
+    let (b, h, w) = (dims[0], dims[hd], dims[wd]);
     let s = p.vae_scale();
-    let ch = p.image_channels();
+    let shape = p.decoded_shape(dims);
     match g.vae_decode {
         VaeDecode::Full => p.vae_decode(z),
         VaeDecode::Sliced => {
-            let out = Tensor::zeros((b, ch, h * s, w * s), z.dtype(), z.device())?;
+            let out = Tensor::zeros(shape, z.dtype(), z.device())?;
             for i in 0..b {
                 let img = p.vae_decode(&z.narrow(0, i, 1)?)?;
                 out.slice_set(&img, 0, i)?;
@@ -392,33 +401,35 @@ pub fn decode_2d<P: Pipeline + ?Sized>(p: &P, z: &Tensor, g: &GenShape) -> Resul
         }
         VaeDecode::Tiled => {
             let (tile, overlap) = (g.tile / s, g.overlap / s);
-            let out = Tensor::zeros((b, ch, h * s, w * s), z.dtype(), z.device())?;
+            let out = Tensor::zeros(shape.as_slice(), z.dtype(), z.device())?;
             let ys = tile_starts(h, tile, tile - overlap);
             let xs = tile_starts(w, tile, tile - overlap);
             let (th, tw) = (tile.min(h), tile.min(w));
+            let mut strip_shape = shape;
+            strip_shape[hd] = th * s;
             for (iy, &y) in ys.iter().enumerate() {
-                let strip = Tensor::zeros((b, ch, th * s, w * s), z.dtype(), z.device())?;
+                let strip = Tensor::zeros(strip_shape.as_slice(), z.dtype(), z.device())?;
                 for (ix, &x) in xs.iter().enumerate() {
-                    let part = z.narrow(2, y, th)?.narrow(3, x, tw)?.contiguous()?;
+                    let part = z.narrow(hd, y, th)?.narrow(wd, x, tw)?.contiguous()?;
                     let mut img = p.vae_decode(&part)?;
                     drop(part);
                     if ix > 0 {
                         let ov = (xs[ix - 1] + tw - x) * s;
-                        let old = strip.narrow(3, x * s, ov)?;
-                        let new = img.narrow(3, 0, ov)?;
-                        let blended = blend(&old, &new, 3)?;
-                        img = Tensor::cat(&[&blended, &img.narrow(3, ov, tw * s - ov)?], 3)?;
+                        let old = strip.narrow(wd, x * s, ov)?;
+                        let new = img.narrow(wd, 0, ov)?;
+                        let blended = blend(&old, &new, wd)?;
+                        img = Tensor::cat(&[&blended, &img.narrow(wd, ov, tw * s - ov)?], wd)?;
                     }
-                    strip.slice_set(&img, 3, x * s)?;
+                    strip.slice_set(&img, wd, x * s)?;
                 }
                 if iy > 0 {
                     let ov = (ys[iy - 1] + th - y) * s;
-                    let old = out.narrow(2, y * s, ov)?;
-                    let new = strip.narrow(2, 0, ov)?;
-                    let blended = blend(&old, &new, 2)?.contiguous()?;
-                    strip.slice_set(&blended, 2, 0)?;
+                    let old = out.narrow(hd, y * s, ov)?;
+                    let new = strip.narrow(hd, 0, ov)?;
+                    let blended = blend(&old, &new, hd)?.contiguous()?;
+                    strip.slice_set(&blended, hd, 0)?;
                 }
-                out.slice_set(&strip, 2, y * s)?;
+                out.slice_set(&strip, hd, y * s)?;
             }
             Ok(out)
         }

@@ -24,17 +24,17 @@
 //! - decode: `latents · std + mean` (the VAE config's `latents_mean`/`latents_std`), in the
 //!   VAE's dtype, then AutoencoderKLWan's chunked temporal decode: one latent frame per chunk
 //!   through the causal convolutions' feature cache, into a preallocated output (diffusers
-//!   concatenates the chunks instead). `sliced` decodes one video at a time; `tiled` (spatial
-//!   tiles of a video) is refused.
+//!   concatenates the chunks instead). `sliced` decodes one video at a time; `tiled` decodes
+//!   overlapping spatial tiles of every frame, each through its own chunked decode and feature
+//!   cache (as AutoencoderKLWan's `tiled_decode`), blended with a linear ramp.
 use super::pipeline::{
-    check_point, record, var_builder, write_config, write_model_index, BadPoint, GenShape,
-    Pipeline, PointInput, Shapes,
+    record, var_builder, write_config, write_model_index, BadPoint, Pipeline, PointInput, Shapes,
 };
 use super::umt5::UmT5Encoder;
 use super::wan::{WanConfig, WanTransformerConfig, TEXT_LEN};
 use super::wan_dit::WanDit;
 use super::wan_vae::{WanDecoder, WanEncoderWeights};
-use crate::vocab::{Attention, Component, Resolution, VaeDecode};
+use crate::vocab::{Attention, Component, Resolution};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -280,21 +280,6 @@ impl Pipeline for Wan {
         }
     }
 
-    /// The frames, resolution and CFG as [`check_point`]; `vae_decode = "tiled"` is refused.
-    fn check(&self, g: &GenShape) -> std::result::Result<(), BadPoint> {
-        check_point(self, g)?;
-        if g.vae_decode == VaeDecode::Tiled {
-            return Err(BadPoint {
-                input: PointInput::VaeDecode,
-                problem: format!(
-                    "vae_decode = \"tiled\": spatial tiles of a video decode are not implemented for {} (use \"full\" or \"sliced\")",
-                    self.name()
-                ),
-            });
-        }
-        Ok(())
-    }
-
     /// (b, z_dim, (frames − 1)/4 + 1, H/8, W/8).
     fn latent_shape(&self, r: Resolution, batch: usize, frames: usize) -> Vec<usize> {
         let (s, t) = (self.vae_scale(), self.config.vae.temporal_factor());
@@ -349,27 +334,10 @@ impl Pipeline for Wan {
         Ok(d.decode(z)?)
     }
 
-    /// `full`: the batch at once; `sliced`: one video at a time into the preallocated
-    /// (b, 3, F, H, W) output; `tiled`: refused.
-    fn decode(&self, z: &Tensor, g: &GenShape) -> Result<Tensor> {
-        match g.vae_decode {
-            VaeDecode::Full => self.vae_decode(z),
-            VaeDecode::Sliced => {
-                let (b, _, t, h, w) = z.dims5()?;
-                let (s, tf) = (self.vae_scale(), self.config.vae.temporal_factor());
-                let frames = (t - 1) * tf + 1;
-                let out = Tensor::zeros((b, 3, frames, h * s, w * s), z.dtype(), z.device())?;
-                for i in 0..b {
-                    let v = self.vae_decode(&z.narrow(0, i, 1)?.contiguous()?)?;
-                    out.slice_set(&v, 0, i)?;
-                }
-                Ok(out)
-            }
-            VaeDecode::Tiled => Err(crate::error::InputError::arg(format!(
-                "vae_decode = \"tiled\" is not implemented for {} (use \"full\" or \"sliced\")",
-                self.name()
-            ))
-            .into()),
-        }
+    /// (b, 3, (t − 1)·4 + 1, h·8, w·8): the causal VAE's first latent frame makes one frame,
+    /// each later one four.
+    fn decoded_shape(&self, z: &[usize]) -> Vec<usize> {
+        let (s, tf) = (self.vae_scale(), self.config.vae.temporal_factor());
+        vec![z[0], 3, (z[2] - 1) * tf + 1, z[3] * s, z[4] * s]
     }
 }

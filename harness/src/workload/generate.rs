@@ -10,7 +10,9 @@
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::pipeline::{self, Pipeline};
-pub use crate::model::pipeline::{decode_2d as decode, tile_starts, write_synthetic, GenShape};
+pub use crate::model::pipeline::{
+    decode_spatial as decode, tile_starts, write_synthetic, GenShape,
+};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::{short_hash, Spec};
 use crate::vocab::{

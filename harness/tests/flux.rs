@@ -163,16 +163,7 @@ fn estimate() {
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&common::ok_stdout(out)).unwrap();
-    let bytes = |name: &str| {
-        v["exact"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("no exact row `{name}`"))["bytes"]
-            .as_u64()
-            .unwrap()
-    };
+    let bytes = |name: &str| common::named_u64(&v, "exact", name, "bytes");
     let cfg = FluxConfig::preset(GenModel::FluxDev);
     let mut params = 0;
     for c in cfg.components() {

@@ -145,14 +145,7 @@ fn constants_keep_exact_rows() {
     assert_eq!(with["exact"], without["exact"]);
     assert_ne!(with["phases"], without["phases"]);
     let cfg = vramlab::model::sd::SdConfig::preset(GenModel::Sd15);
-    let unet = with["exact"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "unet")
-        .unwrap()["bytes"]
-        .as_u64()
-        .unwrap();
+    let unet = common::named_u64(&with, "exact", "unet", "bytes");
     assert_eq!(unet, cfg.params(vramlab::vocab::Component::Unet) * 4);
     let phases: Vec<&str> = with["phases"]
         .as_array()

@@ -235,16 +235,7 @@ fn estimate_weights() {
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let cfg = SdConfig::preset(m);
-        let bytes = |name: &str| {
-            v["exact"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["name"] == name)
-                .unwrap()["bytes"]
-                .as_u64()
-                .unwrap()
-        };
+        let bytes = |name: &str| common::named_u64(&v, "exact", name, "bytes");
         for c in cfg.components() {
             let per = if c == Component::Vae { vae_bytes } else { 2 };
             assert_eq!(bytes(c.as_str()), cfg.params(c) * per, "{m} {c}");

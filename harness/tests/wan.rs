@@ -288,33 +288,24 @@ fn umt5() {
 
 fn estimate_cli() {
     let cfg = WanConfig::t2v_1_3b();
-    let out = common::vramlab()
-        .args([
-            "estimate",
-            "--model",
-            "wan2.1-t2v-1.3b",
-            "--resolution",
-            "832x480",
-            "--frames",
-            "81",
-            "--precision",
-            "bf16",
-            "--cfg",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&common::ok_stdout(out)).unwrap();
-    let bytes = |name: &str| -> u64 {
-        v["exact"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("no `{name}` row"))["bytes"]
-            .as_u64()
-            .unwrap()
+    // `vramlab estimate` of Wan2.1 at 832×480, bf16, CFG, as JSON, plus `extra`.
+    let wan = |extra: &[&str]| -> serde_json::Value {
+        let out = common::vramlab()
+            .args([
+                "estimate",
+                "--model",
+                "wan2.1-t2v-1.3b",
+                "--resolution",
+                "832x480",
+            ])
+            .args(["--precision", "bf16", "--cfg", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&common::ok_stdout(out)).unwrap()
     };
+    let v = wan(&["--frames", "81"]);
+    let bytes = |name: &str| common::named_u64(&v, "exact", name, "bytes");
     use vramlab::vocab::Component;
     // bf16 components, the VAE in f32 (WanPipeline's VAE is loaded in f32).
     for c in cfg.components() {
@@ -335,39 +326,19 @@ fn estimate_cli() {
 
     // `--vae-decode tiled`: one 256² tile of every frame at a time, through its own feature
     // cache; the row strip holds every frame of one tile row, the image's width.
-    let decode_peak = |v: &serde_json::Value| {
-        v["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "vae_decode")
-            .unwrap()["peak_bytes"]
-            .as_u64()
-            .unwrap()
-    };
-    let out = common::vramlab()
-        .args([
-            "estimate",
-            "--model",
-            "wan2.1-t2v-1.3b",
-            "--resolution",
-            "832x480",
-        ])
-        .args(["--frames", "81", "--precision", "bf16", "--cfg", "--json"])
-        .args(["--vae-decode", "tiled", "--tile", "256", "--overlap", "64"])
-        .output()
-        .unwrap();
-    let t: serde_json::Value = serde_json::from_slice(&common::ok_stdout(out)).unwrap();
-    let tbytes = |name: &str| -> u64 {
-        t["exact"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap()["bytes"]
-            .as_u64()
-            .unwrap()
-    };
+    let decode_peak =
+        |v: &serde_json::Value| common::named_u64(v, "phases", "vae_decode", "peak_bytes");
+    let t = wan(&[
+        "--frames",
+        "81",
+        "--vae-decode",
+        "tiled",
+        "--tile",
+        "256",
+        "--overlap",
+        "64",
+    ]);
+    let tbytes = |name: &str| common::named_u64(&t, "exact", name, "bytes");
     assert_eq!(tbytes("tile strip"), 81 * 3 * 256 * 832 * 4);
     assert_eq!(
         tbytes("feature cache"),
@@ -378,20 +349,9 @@ fn estimate_cli() {
 
     // Each GPU's most frames fit its budget, and 4 more (the next chunk) do not.
     let total = |frames: u64| -> u64 {
-        let f = frames.to_string();
-        let out = common::vramlab()
-            .args([
-                "estimate",
-                "--model",
-                "wan2.1-t2v-1.3b",
-                "--resolution",
-                "832x480",
-            ])
-            .args(["--frames", &f, "--precision", "bf16", "--cfg", "--json"])
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&common::ok_stdout(out)).unwrap();
-        v["total_bytes"].as_u64().unwrap()
+        wan(&["--frames", &frames.to_string()])["total_bytes"]
+            .as_u64()
+            .unwrap()
     };
     for g in v["gpus"]
         .as_array()

@@ -285,6 +285,19 @@ pub fn read_rows(path: &std::path::Path) -> Vec<vramlab::record::Record> {
     vramlab::export::csv::read(path).unwrap()
 }
 
+/// `field` of the entry named `name` in the array `list` of an estimate's JSON: an exact row's
+/// `bytes` (`"exact"`) or a phase's `peak_bytes` (`"phases"`). Panics naming a missing entry.
+pub fn named_u64(v: &serde_json::Value, list: &str, name: &str, field: &str) -> u64 {
+    v[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no `{list}` array"))
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no `{name}` in `{list}`"))[field]
+        .as_u64()
+        .unwrap()
+}
+
 /// A command's stdout, after asserting that it succeeded (its stderr in the failure message).
 pub fn ok_stdout(out: std::process::Output) -> Vec<u8> {
     assert!(

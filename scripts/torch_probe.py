@@ -36,7 +36,8 @@ Meters:
   first time a shape runs); --no-onednn turns oneDNN off.
 
 Generation (`mode = "generate"`, issue 17): diffusers' UNet2DConditionModel / AutoencoderKL /
-FluxTransformer2DModel and transformers' CLIP / T5 encoders from the same diffusers directory
+FluxTransformer2DModel / WanTransformer3DModel / AutoencoderKLWan and transformers' CLIP / T5 /
+umT5 encoders from the same diffusers directory
 vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
 by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see the
 "generation" section below).

@@ -1114,8 +1114,8 @@ def gen_layout(p: dict) -> dict:
         root = Path(expand_env(rest))
     elif kind == "synthetic":
         models = Path(expand_env("${VRAMLAB_MODELS}"))
-        te2 = rest == "sdxl"
-        vae = p["vae_precision"] or ("f32" if te2 else prec)
+        # The presets whose VAE runs f32 by default (SDXL's force_upcast, Wan's f32 VAE).
+        vae = p["vae_precision"] or ("f32" if rest in ("sdxl", "wan2.1-t2v-1.3b") else prec)
         root = models / "synthetic-gen" / f"{rest}-{prec}-vae-{vae}"
         if not root.is_dir():
             raise InputError(f"{root}: no such directory (`vramlab sweep` writes the synthetic "
@@ -1221,10 +1221,30 @@ def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn:
             for t in list(model.parameters()) + list(model.buffers()):
                 t.data = t.data.clone()
     model.eval()
-    wrong = {str(q.dtype) for q in model.parameters() if q.dtype != dtype}
+    wrong = {n for n, q in model.named_parameters() if q.dtype != dtype and not kept_f32(model, n, q, dtype)}
     if wrong:
-        raise RuntimeError(f"{cdir}: parameters built as {sorted(wrong)}, not {dtype}")
+        raise RuntimeError(f"{cdir}: parameters {sorted(wrong)[:3]} not built as {dtype}")
     return model
+
+
+def kept_f32(model, name: str, q, dtype) -> bool:
+    """A parameter the class keeps in f32 in a 16-bit model (diffusers' and transformers'
+    `_keep_in_fp32_modules`: WanTransformer3DModel's time embedder, modulation tables and
+    norms), as from_pretrained does and vramlab does not."""
+    mods = getattr(model, "_keep_in_fp32_modules", None) or []
+    return q.dtype != dtype and q.dtype.itemsize == 4 and any(m in name.split(".") for m in mods)
+
+
+def load_row(c: str, model, dtype, mem: dict, ms: float) -> dict:
+    """A component's load row: its weights' bytes in the dtypes they were built in, and in the
+    message what stayed f32 (kept_f32)."""
+    params = list(model.named_parameters())
+    msg = "components loaded once per (model, precision, VAE precision); shared by the group"
+    kept = sum(q.numel() for n, q in params if kept_f32(model, n, q, dtype))
+    if kept:
+        msg += f"; {kept} parameters kept in f32 by {type(model).__name__}._keep_in_fp32_modules"
+    return dict(phase="load", component=c, elapsed_ms=ms, message=msg, **mem,
+                feature_weight_bytes=sum(q.numel() * q.element_size() for _, q in params))
 
 
 def set_gen_attention(pipe: dict, axis: str, flag: str):
@@ -1486,18 +1506,17 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
         meter.trim()
         for c in lay["components"]:
             started = meter.start()
-            pipe[c] = build_component(torch, lay["family"], c, lay["root"] / c,
-                                      vae_dtype if c == "vae" else dtype, text_attn)
+            cdtype = vae_dtype if c == "vae" else dtype
+            pipe[c] = build_component(torch, lay["family"], c, lay["root"] / c, cdtype, text_attn)
             mem, ms = meter.finish(started)
-            n = sum(q.numel() for q in pipe[c].parameters())
-            loads.append((c, n * (vae_dtype if c == "vae" else dtype).itemsize, mem, ms))
+            loads.append(load_row(c, pipe[c], cdtype, mem, ms))
         load_err = None
     except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - recorded per point, the sweep goes on
         load_err = " ".join(str(e).split())[:300]
     params = sum(sum(q.numel() for q in m.parameters()) for m in pipe.values())
-    weights = sum(x[1] for x in loads)
+    weights = sum(r["feature_weight_bytes"] for r in loads)
     base.update(param_count=params, context=text_len(lay["family"], pipe.get("text_encoder")))
     seen = set()
     for p in group:
@@ -1511,11 +1530,7 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
             writer.write(dict(cols, phase="load", status="error", message=load_err))
             counts["error"] = counts.get("error", 0) + 1
             continue
-        rows = []
-        for c, wb, mem, ms in loads:
-            rows.append(dict(phase="load", component=c, elapsed_ms=ms, feature_weight_bytes=wb,
-                             message="components loaded once per (model, precision, VAE precision); "
-                             "shared by the group", **mem))
+        rows = [dict(r) for r in loads]
         try:
             set_gen_attention(pipe, axis_attn, args.attention)
             key = (p["batch"], p["cfg"], p["width"], p["height"], p["frames"], p["vae_decode"])

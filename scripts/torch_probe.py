@@ -36,7 +36,8 @@ Meters:
   first time a shape runs); --no-onednn turns oneDNN off.
 
 Generation (`mode = "generate"`, issue 17): diffusers' UNet2DConditionModel / AutoencoderKL /
-FluxTransformer2DModel and transformers' CLIP / T5 encoders from the same diffusers directory
+FluxTransformer2DModel / WanTransformer3DModel / AutoencoderKLWan and transformers' CLIP / T5 /
+umT5 encoders from the same diffusers directory
 vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
 by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see the
 "generation" section below).
@@ -574,7 +575,8 @@ QUANTIZED = {"native", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4k", "q5k", "q6
 SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
               "prompt_len", "decode_every", "repeats", "optimizer", "checkpointing", "grad_accum",
               "trainable", "train_steps", "lr", "kernels", "attention",
-              "resolution", "cfg", "vae_decode", "tile", "overlap", "vae_precision", "denoise_steps"}
+              "resolution", "frames", "cfg", "vae_decode", "tile", "overlap", "vae_precision",
+              "denoise_steps"}
 # Our fused kernels and flash attention are candle ops; the probe's attention is --attention.
 RUNNABLE = {"mode": {"infer", "train", "generate"}, "precision": set(PRECISION_BYTES),
             "kernels": {"reference"}, "attention": {"eager"},
@@ -621,9 +623,12 @@ def check_generate(path: Path, spec: dict, s: dict):
         raise InputError(f"{path}: [sweep] mode \"generate\" runs alone in its [sweep] table")
     for p in expand_generate(spec, s):
         try:
-            gen_layout(p)
+            lay = gen_layout(p)
         except InputError as e:
             raise InputError(f"{path}: {e}") from None
+        if lay["family"] == "wan" and "frames" not in s:
+            raise InputError(f"{path}: `frames` is missing: {p['model_id']} is a video model "
+                             "(frames 4k+1, e.g. [5, 9])")
 
 
 def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device):
@@ -1071,13 +1076,23 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
 # a `denoise` row per step (CFG doubles the denoiser's batch), `vae_decode` (full, diffusers'
 # enable_slicing() or enable_tiling() with the scenario's tile and overlap), `total` with
 # peak_phase. Families: Stable Diffusion (unet/: UNet2DConditionModel, vae/: AutoencoderKL,
-# text_encoder/[_2]: CLIPTextModel[WithProjection]) and FLUX (transformer/:
-# FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when present).
+# text_encoder/[_2]: CLIPTextModel[WithProjection]), FLUX (transformer/:
+# FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when present) and
+# Wan2.1 T2V (model_index.json WanPipeline: transformer/ WanTransformer3DModel, vae/
+# AutoencoderKLWan, text_encoder/ UMT5EncoderModel), as harness/src/model/wan_pipe.rs runs it.
 
 GEN_DTYPE_NAMES = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
 # FLUX.1-dev's pipeline encodes prompts to 512 T5 tokens (max_sequence_length).
 FLUX_TEXT_LEN = 512
 GUIDANCE_SCALE = 7.5  # as generate.rs
+# wan_pipe.rs: WanPipeline's max_sequence_length, guidance_scale and the scheduler's flow_shift.
+WAN_TEXT_LEN = 512
+WAN_GUIDANCE_SCALE = 5.0
+WAN_FLOW_SHIFT = 3.0
+# The diffusers classes of each family's denoiser and VAE.
+GEN_CLASSES = {"sd": {"unet": "UNet2DConditionModel", "vae": "AutoencoderKL"},
+               "flux": {"transformer": "FluxTransformer2DModel", "vae": "AutoencoderKL"},
+               "wan": {"transformer": "WanTransformer3DModel", "vae": "AutoencoderKLWan"}}
 
 
 def read_json(path: Path) -> dict:
@@ -1089,7 +1104,7 @@ def read_json(path: Path) -> dict:
 
 def gen_layout(p: dict) -> dict:
     """The diffusers directory of a generation point and what is in it (no torch): family
-    (`sd` or `flux`), components in load order, the VAE dtype name."""
+    (`sd`, `flux` or `wan`), components in load order, the VAE dtype name."""
     src = p["source"]
     kind, _, rest = src.partition(":")
     prec = p["precision"]
@@ -1099,16 +1114,18 @@ def gen_layout(p: dict) -> dict:
         root = Path(expand_env(rest))
     elif kind == "synthetic":
         models = Path(expand_env("${VRAMLAB_MODELS}"))
-        te2 = rest == "sdxl"
-        vae = p["vae_precision"] or ("f32" if te2 else prec)
+        # The presets whose VAE runs f32 by default (SDXL's force_upcast, Wan's f32 VAE).
+        vae = p["vae_precision"] or ("f32" if rest in ("sdxl", "wan2.1-t2v-1.3b") else prec)
         root = models / "synthetic-gen" / f"{rest}-{prec}-vae-{vae}"
         if not root.is_dir():
             raise InputError(f"{root}: no such directory (`vramlab sweep` writes the synthetic "
                              f"weights of `{src}` there; run it first)")
     else:
         raise InputError(f"generation source `{src}` must be `synthetic:MODEL` or `diffusers:DIR`")
+    index = root / "model_index.json"
+    wan = index.is_file() and read_json(index).get("_class_name") == "WanPipeline"
     if (root / "transformer" / "config.json").is_file():
-        family, denoiser = "flux", "transformer"
+        family, denoiser = ("wan" if wan else "flux"), "transformer"
     elif (root / "unet" / "config.json").is_file():
         family, denoiser = "sd", "unet"
     else:
@@ -1125,14 +1142,33 @@ def gen_layout(p: dict) -> dict:
     if family == "flux" and p["cfg"]:
         raise InputError(f"[sweep] cfg = true: {p['model_id']} (FLUX) runs without classifier-free "
                          "guidance (its guidance is an embedding)")
+    if family == "wan":
+        check_wan(p)
+    elif p["frames"] != 1:
+        raise InputError(f"[sweep] frames = {p['frames']}: {p['model_id']} is an image model")
     vae = p["vae_precision"]
-    if vae is None:
+    if vae is None and family == "wan":
+        vae = "f32"  # wan_pipe.rs: diffusers' Wan docs load the VAE in f32
+    elif vae is None:
         # diffusers' SDXL pipeline decodes in f32 when the VAE config sets force_upcast; SD
         # 1.5/2.1 and FLUX decode in the pipeline's dtype (sd.rs default_vae_dtype).
         upcast = has_vae and read_json(root / "vae" / "config.json").get("force_upcast", True)
         vae = "f32" if family == "sd" and "text_encoder_2" in comps and upcast else prec
     return dict(root=root, family=family, components=comps, vae_precision=vae,
                 weight_source="safetensors" if kind == "diffusers" else "synthetic")
+
+
+def check_wan(p: dict):
+    """What vramlab's Wan pipeline refuses (wan_pipe.rs check, attention_problem): frames
+    4k+1, no tiled decode, no sliced attention."""
+    if (p["frames"] - 1) % 4:
+        raise InputError(f"[sweep] frames = {p['frames']}: {p['model_id']} decodes 4k+1 frames")
+    if p["vae_decode"] == "tiled":
+        raise InputError(f"[sweep] vae_decode = \"tiled\": spatial tiles of a video decode are not "
+                         f"implemented for {p['model_id']} (use \"full\" or \"sliced\")")
+    if p["gen_attention"] == "sliced":
+        raise InputError("[sweep] attention = \"sliced\": Wan's DiT has no sliced attention "
+                         "(that is the UNet's)")
 
 
 def weights_file(cdir: Path):
@@ -1142,7 +1178,7 @@ def weights_file(cdir: Path):
     return None
 
 
-def build_component(torch, name: str, cdir: Path, dtype, text_attn: str):
+def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn: str):
     """One component from its directory: the real class's from_pretrained when the weights are
     there, from_config (random values, the real shapes) when only config.json is. Weights
     loaded from a file are copied into the heap: torch's CPU from_pretrained leaves safetensors
@@ -1153,7 +1189,10 @@ def build_component(torch, name: str, cdir: Path, dtype, text_attn: str):
     wf = weights_file(cdir)
     if name.startswith("text_encoder"):
         arch = (cfg.get("architectures") or [""])[0]
-        if cfg.get("model_type") == "t5" or arch.startswith("T5"):
+        if family == "wan":
+            # vramlab writes umT5's keys without model_type; Wan's text encoder is umT5.
+            cls, ccls = transformers.UMT5EncoderModel, transformers.UMT5Config
+        elif cfg.get("model_type") == "t5" or arch.startswith("T5"):
             cls, ccls = transformers.T5EncoderModel, transformers.T5Config
         elif arch == "CLIPTextModelWithProjection":
             cls, ccls = transformers.CLIPTextModelWithProjection, transformers.CLIPTextConfig
@@ -1164,10 +1203,9 @@ def build_component(torch, name: str, cdir: Path, dtype, text_attn: str):
         else:
             model = cls._from_config(ccls.from_dict(cfg), attn_implementation=text_attn, dtype=dtype)
     else:
-        cls = {"unet": diffusers.UNet2DConditionModel, "vae": diffusers.AutoencoderKL,
-               "transformer": diffusers.FluxTransformer2DModel}[name]
+        cls = getattr(diffusers, GEN_CLASSES[family][name])
         over = {}
-        if name == "vae":
+        if cls is diffusers.AutoencoderKL:
             # vramlab writes the keys that shape memory; diffusers' defaults for the block types
             # are a one-block VAE, so they are spelled out (every SD/FLUX VAE block is these).
             n = len(cfg.get("block_out_channels", []))
@@ -1183,10 +1221,30 @@ def build_component(torch, name: str, cdir: Path, dtype, text_attn: str):
             for t in list(model.parameters()) + list(model.buffers()):
                 t.data = t.data.clone()
     model.eval()
-    wrong = {str(q.dtype) for q in model.parameters() if q.dtype != dtype}
+    wrong = {n for n, q in model.named_parameters() if q.dtype != dtype and not kept_f32(model, n, q, dtype)}
     if wrong:
-        raise RuntimeError(f"{cdir}: parameters built as {sorted(wrong)}, not {dtype}")
+        raise RuntimeError(f"{cdir}: parameters {sorted(wrong)[:3]} not built as {dtype}")
     return model
+
+
+def kept_f32(model, name: str, q, dtype) -> bool:
+    """A parameter the class keeps in f32 in a 16-bit model (diffusers' and transformers'
+    `_keep_in_fp32_modules`: WanTransformer3DModel's time embedder, modulation tables and
+    norms), as from_pretrained does and vramlab does not."""
+    mods = getattr(model, "_keep_in_fp32_modules", None) or []
+    return q.dtype != dtype and q.dtype.itemsize == 4 and any(m in name.split(".") for m in mods)
+
+
+def load_row(c: str, model, dtype, mem: dict, ms: float) -> dict:
+    """A component's load row: its weights' bytes in the dtypes they were built in, and in the
+    message what stayed f32 (kept_f32)."""
+    params = list(model.named_parameters())
+    msg = "components loaded once per (model, precision, VAE precision); shared by the group"
+    kept = sum(q.numel() for n, q in params if kept_f32(model, n, q, dtype))
+    if kept:
+        msg += f"; {kept} parameters kept in f32 by {type(model).__name__}._keep_in_fp32_modules"
+    return dict(phase="load", component=c, elapsed_ms=ms, message=msg, **mem,
+                feature_weight_bytes=sum(q.numel() * q.element_size() for _, q in params))
 
 
 def set_gen_attention(pipe: dict, axis: str, flag: str):
@@ -1194,19 +1252,33 @@ def set_gen_attention(pipe: dict, axis: str, flag: str):
     set_attention_slice("auto") on the UNet (half the heads at a time, as candle's Some(0));
     otherwise the probe's --attention: `sdpa` = diffusers' default processor
     (AttnProcessor2_0, scaled_dot_product_attention), `eager` = AttnProcessor (the scores
-    materialized). FLUX: `eager` = the `_native_math` attention backend."""
+    materialized). FLUX's and Wan's transformers: `eager` = the `_native_math` attention
+    backend. The Wan VAE's mid-block attention calls scaled_dot_product_attention itself, with
+    no processor: gen_attention_scope runs it on torch's math backend under `eager`."""
+    import diffusers
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
     unet, vae, tr = pipe.get("unet"), pipe.get("vae"), pipe.get("transformer")
     proc = AttnProcessor if flag == "eager" else AttnProcessor2_0
     for m in (unet, vae):
-        if m is not None:
+        if isinstance(m, (diffusers.UNet2DConditionModel, diffusers.AutoencoderKL)):
             m.set_attn_processor(proc())
     if unet is not None and axis == "sliced":
         unet.set_attention_slice("auto")
     if tr is not None:
         if axis == "sliced":
-            raise RuntimeError("FLUX has no sliced attention in diffusers")
+            raise RuntimeError(f"{type(tr).__name__} has no sliced attention in diffusers")
         tr.set_attention_backend("_native_math" if flag == "eager" else "native")
+
+
+def gen_attention_scope(torch, flag: str):
+    """Where a point runs: under `eager`, every scaled_dot_product_attention that no processor
+    setting reaches (the Wan VAE's mid block) takes torch's math backend (the scores
+    materialized, as candle's); under `sdpa`, torch's choice."""
+    import contextlib
+    if flag != "eager":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.MATH])
 
 
 def gen_group_len(points: list, i: int) -> int:
@@ -1226,14 +1298,73 @@ def flux_ids(torch, h: int, w: int, device):
     return ids.reshape(h * w, 3)
 
 
+def vae_spatial_scale(vae) -> int:
+    """Pixels per latent along a side: AutoencoderKLWan's spatial_compression_ratio, an
+    AutoencoderKL's 2^(blocks − 1); 8 without a VAE."""
+    if vae is None:
+        return 8
+    if hasattr(vae, "spatial_compression_ratio"):
+        return vae.spatial_compression_ratio
+    return 2 ** (len(vae.config.block_out_channels) - 1)
+
+
+def text_len(family: str, encoder) -> int:
+    """Tokens per prompt: CLIP's max_position_embeddings, FLUX's T5 and Wan's umT5 512."""
+    if encoder is not None and "CLIP" in type(encoder).__name__:
+        return encoder.config.max_position_embeddings
+    return WAN_TEXT_LEN if family == "wan" else FLUX_TEXT_LEN
+
+
+def wan_sigma(i: int, steps: int) -> float:
+    """wan_pipe.rs sigma: the shifted flow sigma at step i (1 at the start, 0 at the end)."""
+    u = 1.0 - i / steps
+    return WAN_FLOW_SHIFT * u / (1.0 + (WAN_FLOW_SHIFT - 1.0) * u)
+
+
+def wan_encode(torch, pipe: dict, ids: list, b: int, cfg: bool, dtype, device):
+    """wan_pipe.rs encode_text: the prompts' embeddings and, with CFG, the negative prompts'
+    from a second encoder call (as WanPipeline.encode_prompt), in the transformer's dtype.
+    Without a text encoder in the directory, embeddings of the shape the transformer reads."""
+    te = pipe.get("text_encoder")
+    calls = [slice(0, b), slice(b, 2 * b)] if cfg else [slice(0, b)]
+    if te is None:
+        d = pipe["transformer"].config.text_dim
+        return [torch.randn(b, WAN_TEXT_LEN, d, device=device, dtype=dtype) for _ in calls]
+    return [te(ids[0][s]).last_hidden_state.to(dtype) for s in calls]
+
+
+def wan_step(torch, tr, latents, i: int, steps: int, conds: list):
+    """wan_pipe.rs denoise_step: the transformer on the prompt (and, with CFG, a second call on
+    the negative prompt while the first prediction lives), guidance 5.0, then the flow's Euler
+    step x += (σ_next − σ)·v."""
+    sigma, nxt = wan_sigma(i, steps), wan_sigma(i + 1, steps)
+    ts = torch.full((latents.shape[0],), sigma * 1000.0, device=latents.device)
+    pred = tr(hidden_states=latents, timestep=ts, encoder_hidden_states=conds[0]).sample
+    if len(conds) > 1:
+        uncond = tr(hidden_states=latents, timestep=ts, encoder_hidden_states=conds[1]).sample
+        pred = uncond + (pred - uncond) * WAN_GUIDANCE_SCALE
+        del uncond
+    return latents + pred * (nxt - sigma)
+
+
+def wan_vae_latents(torch, vae, latents, vae_dtype):
+    """wan_pipe.rs vae_latents: latents · latents_std + latents_mean per channel, in the VAE's
+    dtype (WanPipeline divides by 1/std)."""
+    c = vae.config
+    shape = (1, c.z_dim, 1, 1, 1)
+    std = torch.tensor(c.latents_std, device=latents.device).view(shape).to(vae_dtype)
+    mean = torch.tensor(c.latents_mean, device=latents.device).view(shape).to(vae_dtype)
+    return latents.to(vae_dtype) * std + mean
+
+
 def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, meter, state: dict):
     """One generation point on a loaded pipeline: rows text_encode, denoise per step,
     vae_decode (their memory and milliseconds), and `output_bytes`."""
     rows = []
     b, nb = p["batch"], p["batch"] * (2 if p["cfg"] else 1)
-    flux = lay["family"] == "flux"
+    flux, wan = lay["family"] == "flux", lay["family"] == "wan"
     vae = pipe.get("vae")
-    scale = 2 ** (len(vae.config.block_out_channels) - 1) if vae is not None else 8
+    scale = vae_spatial_scale(vae)
     h, w = p["height"] // scale, p["width"] // scale
 
     def phase(name, fn, **extra):
@@ -1246,12 +1377,13 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
 
     with torch.no_grad():
         encoders = [pipe[c] for c in ("text_encoder", "text_encoder_2") if c in pipe]
-        lens = [e.config.max_position_embeddings if "CLIP" in type(e).__name__ else FLUX_TEXT_LEN
-                for e in encoders]
+        lens = [text_len(lay["family"], e) for e in encoders]
         ids = [torch.tensor([(i * 7 + 1) % e.config.vocab_size for i in range(nb * s)],
                             device=device).view(nb, s) for e, s in zip(encoders, lens)]
 
         def encode():
+            if wan:
+                return wan_encode(torch, pipe, ids, b, p["cfg"], dtype, device), None
             if not flux:
                 outs = [e(t).last_hidden_state for e, t in zip(encoders, ids)]
                 return (outs[0] if len(outs) == 1 else torch.cat(outs, -1)), None
@@ -1273,7 +1405,12 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
         context, pooled = phase("text_encode", encode)
         del ids
         g = torch.Generator(device="cpu").manual_seed(42)
-        if flux:
+        if wan:
+            tr = pipe["transformer"]
+            frames = (p["frames"] - 1) // vae.config.scale_factor_temporal + 1
+            # wan_pipe.rs keeps the latents in the transformer's dtype.
+            latents = torch.randn(b, tr.config.in_channels, frames, h, w, generator=g).to(device, dtype)
+        elif flux:
             tr = pipe["transformer"]
             lat_ch = tr.config.in_channels // 4
             latents = torch.randn(b, (h // 2) * (w // 2), lat_ch * 4, generator=g).to(device, dtype)
@@ -1291,6 +1428,9 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
             def step():
                 nonlocal latents
                 lat = latents
+                if wan:
+                    latents = wan_step(torch, tr, lat, i, p["steps"], context)
+                    return
                 inp = torch.cat([lat, lat]) if p["cfg"] else lat
                 if flux:
                     ts = torch.full((nb,), t / 1000.0, device=device, dtype=dtype)
@@ -1314,13 +1454,16 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
 
         def decode():
             lat = latents
-            if flux:
-                # FluxPipeline._unpack_latents, then the VAE's scaling and shift.
-                lat = lat.view(b, h // 2, w // 2, -1, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, -1, h, w)
-            z = (lat / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)).to(vae_dtype)
-            del lat
             vae.disable_slicing()
             vae.disable_tiling()
+            if wan:
+                z = wan_vae_latents(torch, vae, lat, vae_dtype)
+            else:
+                if flux:
+                    # FluxPipeline._unpack_latents, then the VAE's scaling and shift.
+                    lat = lat.view(b, h // 2, w // 2, -1, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, -1, h, w)
+                z = (lat / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)).to(vae_dtype)
+            del lat
             if p["vae_decode"] == "sliced":
                 vae.enable_slicing()
             elif p["vae_decode"] == "tiled":
@@ -1355,7 +1498,7 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
     vae_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[lay["vae_precision"]]
     text_attn = "sdpa" if args.attention == "sdpa" else "eager"
     base = dict(common, weight_source=lay["weight_source"], mode="generate",
-                architecture="flux" if lay["family"] == "flux" else "stable-diffusion",
+                architecture={"sd": "stable-diffusion"}.get(lay["family"], lay["family"]),
                 optimizer="none", vae_precision=lay["vae_precision"])
     pipe, loads = {}, []
     state = {"phase": "load"}
@@ -1363,26 +1506,23 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
         meter.trim()
         for c in lay["components"]:
             started = meter.start()
-            pipe[c] = build_component(torch, c, lay["root"] / c, vae_dtype if c == "vae" else dtype, text_attn)
+            cdtype = vae_dtype if c == "vae" else dtype
+            pipe[c] = build_component(torch, lay["family"], c, lay["root"] / c, cdtype, text_attn)
             mem, ms = meter.finish(started)
-            n = sum(q.numel() for q in pipe[c].parameters())
-            loads.append((c, n * (vae_dtype if c == "vae" else dtype).itemsize, mem, ms))
+            loads.append(load_row(c, pipe[c], cdtype, mem, ms))
         load_err = None
     except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - recorded per point, the sweep goes on
         load_err = " ".join(str(e).split())[:300]
     params = sum(sum(q.numel() for q in m.parameters()) for m in pipe.values())
-    weights = sum(x[1] for x in loads)
-    first = pipe.get("text_encoder")
-    text_len = (first.config.max_position_embeddings if first is not None and lay["family"] == "sd"
-                else FLUX_TEXT_LEN)
-    base.update(param_count=params, context=text_len)
+    weights = sum(r["feature_weight_bytes"] for r in loads)
+    base.update(param_count=params, context=text_len(lay["family"], pipe.get("text_encoder")))
     seen = set()
     for p in group:
         axis_attn = p["gen_attention"]
         cols = dict(base, point_id=p["id"], model_id=p["model_id"], precision=p["precision"],
-                    batch=p["batch"], resolution=f"{p['width']}x{p['height']}",
+                    batch=p["batch"], resolution=f"{p['width']}x{p['height']}", frames=p["frames"],
                     cfg="true" if p["cfg"] else "false", vae_decode=p["vae_decode"],
                     attention=axis_attn if axis_attn != "eager" else args.attention,
                     started_at=now_rfc3339())
@@ -1390,19 +1530,16 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
             writer.write(dict(cols, phase="load", status="error", message=load_err))
             counts["error"] = counts.get("error", 0) + 1
             continue
-        rows = []
-        for c, wb, mem, ms in loads:
-            rows.append(dict(phase="load", component=c, elapsed_ms=ms, feature_weight_bytes=wb,
-                             message="components loaded once per (model, precision, VAE precision); "
-                             "shared by the group", **mem))
+        rows = [dict(r) for r in loads]
         try:
             set_gen_attention(pipe, axis_attn, args.attention)
-            key = (p["batch"], p["cfg"], p["width"], p["height"], p["vae_decode"])
-            if key not in seen:
-                gen_point(torch, pipe, lay, dict(p, steps=1), dtype, vae_dtype, device, NullMeter(), state)
-                seen.add(key)
-            meter.trim()
-            measured, out_bytes = gen_point(torch, pipe, lay, p, dtype, vae_dtype, device, meter, state)
+            key = (p["batch"], p["cfg"], p["width"], p["height"], p["frames"], p["vae_decode"])
+            with gen_attention_scope(torch, args.attention):
+                if key not in seen:
+                    gen_point(torch, pipe, lay, dict(p, steps=1), dtype, vae_dtype, device, NullMeter(), state)
+                    seen.add(key)
+                meter.trim()
+                measured, out_bytes = gen_point(torch, pipe, lay, p, dtype, vae_dtype, device, meter, state)
             for r in measured:
                 r["feature_weight_bytes"] = weights
                 if r["phase"] == "vae_decode":

@@ -409,18 +409,63 @@ fn check_point<'a>(
     (denoise, decode[0])
 }
 
+/// `NAME.toml` in `dir`: a CPU generation scenario on the diffusers directory `model`, f32,
+/// with the further [sweep] lines `sweep`.
+fn gen_scenario(dir: &Path, name: &str, model: &Path, sweep: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{name}\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n\
+             [sweep]\nmode = [\"generate\"]\nprecision = [\"f32\"]\n{sweep}",
+            model.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// diffusers' and transformers' modules hold the parameters vramlab counts from the same
+/// configs (`params` of a component): every row's param_count is their sum, each component's
+/// load row has its weights × 4 bytes as feature_weight_bytes and keeps at least those.
+fn check_loads(
+    rows: &[Record],
+    components: &[vramlab::vocab::Component],
+    params: impl Fn(vramlab::vocab::Component) -> u64,
+) {
+    let total: u64 = components.iter().map(|&c| params(c)).sum();
+    assert!(rows.iter().all(|r| r.param_count == total));
+    for r in rows.iter().filter(|r| r.phase == Some(Phase::Load)) {
+        let c = r.component.unwrap();
+        let bytes = params(c) * 4;
+        assert_eq!(r.feature_weight_bytes, Some(bytes), "{c}");
+        let kept = r.end_allocated.unwrap() - r.baseline_allocated.unwrap();
+        assert!(
+            kept >= bytes,
+            "{c}: load kept {kept} B for {bytes} B of weights"
+        );
+    }
+}
+
 /// Two denoising steps peak at the same byte count above their start (± 0.1 %); the decoded
-/// images are b·3·H·W·4 bytes, and the decode phase keeps exactly what a fresh tensor of that
+/// images (videos of `frames`) are b·3·frames·H·W·4 bytes, and the decode phase keeps exactly what a fresh tensor of that
 /// shape holds in the same process (its data plus torch's tensor and storage objects, a few
 /// hundred bytes).
-fn check_steps_and_decode(denoise: &[&Record], decode: &Record, b: u64, w: u64, h: u64) {
+fn check_steps_and_decode(
+    denoise: &[&Record],
+    decode: &Record,
+    b: u64,
+    frames: u64,
+    w: u64,
+    h: u64,
+) {
     let point = &decode.point_id;
     let (a, c) = (act(denoise[0]), act(denoise[1]));
     assert!(
         a.abs_diff(c) as f64 <= 0.001 * a as f64,
         "{point}: denoise steps {a} vs {c}"
     );
-    let want = b * 3 * w * h * 4;
+    let want = b * 3 * frames * w * h * 4;
     assert_eq!(message_value(decode, "output_bytes"), want, "{point}");
     let fresh = message_value(decode, "fresh_tensor_bytes");
     assert!(
@@ -434,23 +479,16 @@ fn check_steps_and_decode(denoise: &[&Record], decode: &Record, b: u64, w: u64, 
 #[test]
 #[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
 fn tiny_sd_on_diffusers_rows_steps_and_decode_output() {
-    use vramlab::vocab::Component;
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny-sd");
     let cfg = tiny_sd(&model);
-    let scenario = dir.path().join("gen.toml");
-    std::fs::write(
-        &scenario,
-        format!(
-            "name = \"tiny-sd-torch\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n\
-             [sweep]\nmode = [\"generate\"]\nprecision = [\"f32\"]\n\
-             resolution = [\"128x128\", \"64x128\"]\nbatch = [1, 2]\ncfg = [true, false]\n\
-             vae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 64\noverlap = 16\n",
-            model.display()
-        ),
-    )
-    .unwrap();
-    let params: u64 = cfg.components().iter().map(|&c| cfg.params(c)).sum();
+    let scenario = gen_scenario(
+        dir.path(),
+        "tiny-sd-torch",
+        &model,
+        "resolution = [\"128x128\", \"64x128\"]\nbatch = [1, 2]\ncfg = [true, false]\n\
+         vae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 64\noverlap = 16\n",
+    );
     for attention in ["sdpa", "eager"] {
         let out = dir.path().join(format!("gen-{attention}.csv"));
         run_generate(&scenario, &out, attention);
@@ -463,25 +501,14 @@ fn tiny_sd_on_diffusers_rows_steps_and_decode_output() {
                         let point = format!("tiny-sd/generate/f32/{w}x{h}/b{b}/{guidance}/{dec}");
                         let (denoise, decode) =
                             check_point(&rows, &point, &["text_encoder", "unet", "vae"], 2);
-                        check_steps_and_decode(&denoise, decode, b, w, h);
+                        check_steps_and_decode(&denoise, decode, b, 1, w, h);
                         cfg_act.insert((w, h, b, guidance), act(denoise[1]));
                     }
                 }
             }
         }
-        // diffusers' modules hold the parameters candle's request (the same configs, the same
-        // file), each component's load row its weights × 4 bytes.
-        assert!(rows.iter().all(|r| r.param_count == params));
-        for r in rows.iter().filter(|r| r.phase == Some(Phase::Load)) {
-            let c: Component = r.component.unwrap();
-            assert_eq!(r.feature_weight_bytes, Some(cfg.params(c) * 4), "{c}");
-            let kept = r.end_allocated.unwrap() - r.baseline_allocated.unwrap();
-            assert!(
-                kept >= cfg.params(c) * 4,
-                "{c}: load kept {kept} B for {} B of weights",
-                cfg.params(c) * 4
-            );
-        }
+        // The same configs, the same file as candle's.
+        check_loads(&rows, &cfg.components(), |c| cfg.params(c));
         // CFG doubles the denoiser's batch: CFG at batch 1 is batch 2 without it (± 1 %).
         for (w, h) in [(128u64, 128u64), (64, 128)] {
             let (c1, n2) = (cfg_act[&(w, h, 1, "cfg")], cfg_act[&(w, h, 2, "nocfg")]);
@@ -500,18 +527,13 @@ fn tiny_flux_on_diffusers_rows_steps_and_decode_output() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny-flux");
     tiny_flux(&model);
-    let scenario = dir.path().join("flux.toml");
-    std::fs::write(
-        &scenario,
-        format!(
-            "name = \"tiny-flux-torch\"\ndevice = \"cpu\"\n[model]\nsource = \"diffusers:{}\"\n\
-             [sweep]\nmode = [\"generate\"]\nprecision = [\"f32\"]\n\
-             resolution = [\"128x128\", \"128x64\"]\nbatch = [1, 2]\ncfg = [false]\n\
-             vae_decode = [\"full\", \"tiled\"]\ntile = 64\noverlap = 16\n",
-            model.display()
-        ),
-    )
-    .unwrap();
+    let scenario = gen_scenario(
+        dir.path(),
+        "tiny-flux-torch",
+        &model,
+        "resolution = [\"128x128\", \"128x64\"]\nbatch = [1, 2]\ncfg = [false]\n\
+         vae_decode = [\"full\", \"tiled\"]\ntile = 64\noverlap = 16\n",
+    );
     for attention in ["sdpa", "eager"] {
         let out = dir.path().join(format!("flux-{attention}.csv"));
         let raw = dir.path().join(format!("flux-{attention}.raw.csv"));
@@ -527,7 +549,7 @@ fn tiny_flux_on_diffusers_rows_steps_and_decode_output() {
                 for dec in ["full", "tiled-t64o16"] {
                     let point = format!("tiny-flux/generate/f32/{w}x{h}/b{b}/nocfg/{dec}");
                     let (denoise, decode) = check_point(&rows, &point, &["", "vae"], 2);
-                    check_steps_and_decode(&denoise, decode, b, w, h);
+                    check_steps_and_decode(&denoise, decode, b, 1, w, h);
                     assert!(rows
                         .iter()
                         .filter(|r| r.point_id == point)
@@ -560,6 +582,78 @@ fn tiny_flux(dir: &Path) {
     }
 }
 
+/// Wan2.1 T2V on diffusers (transformers' UMT5EncoderModel, WanTransformer3DModel,
+/// AutoencoderKLWan) on the tiny Wan config of tests/wan.rs (`common::tiny_wan`), with the
+/// weights of vramlab's own synthetic writer, at two frame counts: a load row per component of
+/// its analytic parameters × 4 bytes, equal denoising steps (CFG as a second transformer call),
+/// the decoded videos' b·3·frames·H·W·4 bytes, the `frames` column, and the ids of
+/// `vramlab sweep --dry-run`.
+#[test]
+#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
+fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
+    use vramlab::model::pipeline::Pipeline;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny-wan");
+    let cfg = common::tiny_wan();
+    let f32 = candle_core::DType::F32;
+    let wan = vramlab::model::wan_pipe::Wan::new(cfg.clone(), f32, f32);
+    vramlab::workload::generate::write_synthetic(&wan, &model).unwrap();
+    let scenario = gen_scenario(
+        dir.path(),
+        "tiny-wan-torch",
+        &model,
+        "resolution = [\"32x32\", \"48x32\"]\nframes = [5, 9]\nbatch = [1, 2]\n\
+         cfg = [true, false]\nvae_decode = [\"full\", \"sliced\"]\n",
+    );
+    let dry = vramlab()
+        .args(["sweep", "--dry-run"])
+        .arg(&scenario)
+        .output()
+        .unwrap();
+    let want_ids: Vec<String> = String::from_utf8(common::ok_stdout(dry))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    for attention in ["sdpa", "eager"] {
+        let out = dir.path().join(format!("wan-{attention}.csv"));
+        run_generate(&scenario, &out, attention);
+        let rows = generate_rows(&out, attention);
+        let mut ids: Vec<String> = Vec::new();
+        for r in &rows {
+            if ids.last() != Some(&r.point_id) {
+                ids.push(r.point_id.clone());
+            }
+        }
+        assert_eq!(ids, want_ids, "the probe's points are vramlab's");
+        for (w, h) in [(32u64, 32u64), (48, 32)] {
+            for frames in [5u64, 9] {
+                for b in [1u64, 2] {
+                    for guidance in ["cfg", "nocfg"] {
+                        for dec in ["full", "sliced"] {
+                            let point = format!(
+                                "tiny-wan/generate/f32/{w}x{h}/f{frames}/b{b}/{guidance}/{dec}"
+                            );
+                            let (denoise, decode) = check_point(
+                                &rows,
+                                &point,
+                                &["text_encoder", "transformer", "vae"],
+                                2,
+                            );
+                            check_steps_and_decode(&denoise, decode, b, frames, w, h);
+                            assert!(rows
+                                .iter()
+                                .filter(|r| r.point_id == point)
+                                .all(|r| r.architecture == "wan" && r.frames == Some(frames)));
+                        }
+                    }
+                }
+            }
+        }
+        check_loads(&rows, &wan.components(), |c| cfg.params_analytic(c));
+    }
+}
+
 #[test]
 fn an_unrunnable_generation_scenario_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
@@ -578,6 +672,33 @@ fn an_unrunnable_generation_scenario_is_one_line_and_exit_2() {
     );
     let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nattention = [\"flash\"]\n"));
     one_line_exit_2(&out, "cannot run `attention = \"flash\"` for generation");
+    let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nframes = [5]\n"));
+    one_line_exit_2(&out, "frames = 5: flux is an image model");
+    // A Wan directory as far as the probe reads it without torch: what vramlab's Wan pipeline
+    // refuses, the probe refuses.
+    let wan = dir.path().join("wan");
+    std::fs::create_dir_all(wan.join("transformer")).unwrap();
+    std::fs::write(wan.join("transformer/config.json"), "{}").unwrap();
+    std::fs::write(
+        wan.join("model_index.json"),
+        r#"{"_class_name": "WanPipeline"}"#,
+    )
+    .unwrap();
+    let wan = format!("diffusers:{}", wan.display());
+    for (extra, needle) in [
+        ("", "`frames` is missing: wan is a video model"),
+        ("frames = [6]\n", "frames = 6: wan decodes 4k+1 frames"),
+        (
+            "frames = [5]\nvae_decode = [\"tiled\"]\n",
+            "spatial tiles of a video decode are not implemented for wan",
+        ),
+        (
+            "frames = [5]\nattention = [\"sliced\"]\n",
+            "Wan's DiT has no sliced attention",
+        ),
+    ] {
+        one_line_exit_2(&probe_without_torch(&scenario(&wan, extra)), needle);
+    }
     let empty = format!("diffusers:{}", dir.path().display());
     let out = probe_without_torch(&scenario(&empty, ""));
     one_line_exit_2(&out, "neither unet/config.json nor transformer/config.json");

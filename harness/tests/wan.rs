@@ -31,21 +31,6 @@ use vramlab::vocab::{
 };
 use vramlab::workload::generate::{self, GenShape};
 
-/// A Wan2.1-shaped VAE (4 levels, temporal upsampling in the first two up blocks: stride
-/// 4 × 8 × 8), narrow.
-fn tiny_vae() -> WanVaeConfig {
-    WanVaeConfig {
-        base_dim: 8,
-        z_dim: 4,
-        dim_mult: vec![1, 2, 4, 4],
-        num_res_blocks: 1,
-        attn_scales: vec![],
-        temperal_downsample: vec![false, true, true],
-        latents_mean: vec![],
-        latents_std: vec![],
-    }
-}
-
 /// Random tensors of `shapes` (norm gammas around 1).
 fn random(shapes: &Shapes) -> VarBuilder<'static> {
     let dev = Device::Cpu;
@@ -154,7 +139,7 @@ fn conv3d_reference() {
 
 /// The built decoder has the parameters counted from the config (tiny and the real Wan2.1).
 fn decoder_params() {
-    for c in [tiny_vae(), WanConfig::t2v_1_3b().vae] {
+    for c in [common::tiny_vae(), WanConfig::t2v_1_3b().vae] {
         let built = count(&decoder_shapes(&c));
         assert_eq!(built, wan::vae_decoder_params(&c), "{c:?}");
     }
@@ -727,26 +712,6 @@ fn lora_sweep_cli() {
     println!("lora sweep: ok");
 }
 
-/// A Wan2.1-shaped pipeline, narrow: the tiny VAE (4 latent channels, with latents
-/// statistics), a two-block DiT of 2 heads × 12 over 4 channels, a two-layer umT5 of width 16.
-fn tiny_wan() -> WanConfig {
-    let mut c = WanConfig::t2v_1_3b();
-    c.name = "tiny-wan".into();
-    let t = &mut c.transformer;
-    (t.num_attention_heads, t.attention_head_dim, t.ffn_dim) = (2, 12, 40);
-    (t.num_layers, t.text_dim, t.freq_dim) = (2, 16, 8);
-    (t.in_channels, t.out_channels) = (4, 4);
-    c.vae = WanVaeConfig {
-        latents_mean: vec![0.1, -0.2, 0.3, -0.4],
-        latents_std: vec![1.5, 2.0, 0.5, 1.0],
-        ..tiny_vae()
-    };
-    let e = &mut c.text_encoder;
-    (e.d_model, e.d_ff, e.d_kv, e.num_heads) = (16, 24, 4, 4);
-    (e.num_layers, e.vocab_size) = (2, 50);
-    c
-}
-
 fn gshape(side: usize, frames: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenShape {
     GenShape {
         batch,
@@ -768,7 +733,7 @@ fn gshape(side: usize, frames: usize, batch: usize, cfg: bool, decode: VaeDecode
 /// and the tiny config; the real counts are the published ones (`published_counts` in
 /// wan.rs).
 fn pipeline_counts() {
-    for cfg in [WanConfig::t2v_1_3b(), tiny_wan()] {
+    for cfg in [WanConfig::t2v_1_3b(), common::tiny_wan()] {
         let p = Wan::new(cfg.clone(), DType::F32, DType::F32);
         for c in p.components() {
             assert_eq!(p.params(c), p.params_analytic(c), "{} {c}", cfg.name);
@@ -799,13 +764,17 @@ fn pipeline_counts() {
 
 /// The tiny Wan pipeline (`common::load_lab`) in `dtype`, its VAE in f32.
 fn load_tiny(dtype: DType) -> Lab {
-    common::load_lab(&Wan::new(tiny_wan(), dtype, DType::F32), dtype, "wan")
+    common::load_lab(
+        &Wan::new(common::tiny_wan(), dtype, DType::F32),
+        dtype,
+        "wan",
+    )
 }
 
 /// Each load row keeps the component's parameters (analytic, from the config) × its dtype's
 /// bytes, plus under 512 B of module structs per stored tensor.
 fn load_rows(l: &Lab) {
-    let cfg = tiny_wan();
+    let cfg = common::tiny_wan();
     assert_eq!(
         l.loads.iter().map(|r| r.0).collect::<Vec<_>>(),
         cfg.components()
@@ -931,7 +900,10 @@ fn cfg_on_off(l: &mut Lab) {
     let kept = |m: &generate::Measured| {
         (m.text_encode.0.end_allocated - m.text_encode.0.baseline_allocated) as f64
     };
-    let emb = fresh_f32(&mut l.meter, &[1, 512, tiny_wan().text_encoder.d_model]) as f64;
+    let emb = fresh_f32(
+        &mut l.meter,
+        &[1, 512, common::tiny_wan().text_encoder.d_model],
+    ) as f64;
     println!(
         "text_encode kept: cfg {} no cfg {} (one embedding {emb})",
         kept(&on),
@@ -1013,7 +985,7 @@ fn cli_sweep(l: &Lab) {
     ));
     let rows = common::read_rows(&tmp.path().join("o.csv"));
     use vramlab::vocab::{Phase, Status};
-    let cfg = tiny_wan();
+    let cfg = common::tiny_wan();
     for (frames, point) in [5u64, 9].iter().zip(rows.chunks(8)) {
         let phases: Vec<Phase> = point.iter().map(|r| r.phase.unwrap()).collect();
         assert_eq!(
@@ -1078,7 +1050,7 @@ fn main() {
     std::env::set_var("RAYON_NUM_THREADS", "1");
     conv3d_reference();
     decoder_params();
-    let c = tiny_vae();
+    let c = common::tiny_vae();
     let dec = WanDecoder::new(&c, random(&decoder_shapes(&c))).unwrap();
     chunked_decode(&dec, &c);
     decode_peak_flat(&dec, &c);

@@ -385,3 +385,38 @@ pub fn load_keeps(
     );
     println!("load {c}: weights {weights} B, kept {kept} B");
 }
+
+/// A Wan2.1-shaped VAE (4 levels, temporal upsampling in the first two up blocks: stride
+/// 4 × 8 × 8), narrow.
+pub fn tiny_vae() -> vramlab::model::wan::WanVaeConfig {
+    vramlab::model::wan::WanVaeConfig {
+        base_dim: 8,
+        z_dim: 4,
+        dim_mult: vec![1, 2, 4, 4],
+        num_res_blocks: 1,
+        attn_scales: vec![],
+        temperal_downsample: vec![false, true, true],
+        latents_mean: vec![],
+        latents_std: vec![],
+    }
+}
+
+/// A Wan2.1-shaped pipeline, narrow: the tiny VAE (4 latent channels, with latents
+/// statistics), a two-block DiT of 2 heads × 12 over 4 channels, a two-layer umT5 of width 16.
+pub fn tiny_wan() -> vramlab::model::wan::WanConfig {
+    let mut c = vramlab::model::wan::WanConfig::t2v_1_3b();
+    c.name = "tiny-wan".into();
+    let t = &mut c.transformer;
+    (t.num_attention_heads, t.attention_head_dim, t.ffn_dim) = (2, 12, 40);
+    (t.num_layers, t.text_dim, t.freq_dim) = (2, 16, 8);
+    (t.in_channels, t.out_channels) = (4, 4);
+    c.vae = vramlab::model::wan::WanVaeConfig {
+        latents_mean: vec![0.1, -0.2, 0.3, -0.4],
+        latents_std: vec![1.5, 2.0, 0.5, 1.0],
+        ..tiny_vae()
+    };
+    let e = &mut c.text_encoder;
+    (e.d_model, e.d_ff, e.d_kv, e.num_heads) = (16, 24, 4, 4);
+    (e.num_layers, e.vocab_size) = (2, 50);
+    c
+}

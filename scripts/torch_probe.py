@@ -1160,12 +1160,9 @@ def gen_layout(p: dict) -> dict:
 
 def check_wan(p: dict):
     """What vramlab's Wan pipeline refuses (wan_pipe.rs check, attention_problem): frames
-    4k+1, no tiled decode, no sliced attention."""
+    4k+1, no sliced attention."""
     if (p["frames"] - 1) % 4:
         raise InputError(f"[sweep] frames = {p['frames']}: {p['model_id']} decodes 4k+1 frames")
-    if p["vae_decode"] == "tiled":
-        raise InputError(f"[sweep] vae_decode = \"tiled\": spatial tiles of a video decode are not "
-                         f"implemented for {p['model_id']} (use \"full\" or \"sliced\")")
     if p["gen_attention"] == "sliced":
         raise InputError("[sweep] attention = \"sliced\": Wan's DiT has no sliced attention "
                          "(that is the UNet's)")
@@ -1466,6 +1463,11 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
             del lat
             if p["vae_decode"] == "sliced":
                 vae.enable_slicing()
+            elif p["vae_decode"] == "tiled" and wan:
+                # AutoencoderKLWan's tiled_decode: tiles of `tile` pixels every tile − overlap,
+                # each decoded through its own chunked decode and feature cache.
+                stride = p["tile"] - p["overlap"]
+                vae.enable_tiling(p["tile"], p["tile"], stride, stride)
             elif p["vae_decode"] == "tiled":
                 vae.enable_tiling()
                 vae.tile_sample_min_size = p["tile"]

@@ -603,7 +603,8 @@ fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
         "tiny-wan-torch",
         &model,
         "resolution = [\"32x32\", \"48x32\"]\nframes = [5, 9]\nbatch = [1, 2]\n\
-         cfg = [true, false]\nvae_decode = [\"full\", \"sliced\"]\n",
+         cfg = [true, false]\nvae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 16\n\
+         overlap = 8\n",
     );
     let dry = vramlab()
         .args(["sweep", "--dry-run"])
@@ -630,7 +631,7 @@ fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
             for frames in [5u64, 9] {
                 for b in [1u64, 2] {
                     for guidance in ["cfg", "nocfg"] {
-                        for dec in ["full", "sliced"] {
+                        for dec in ["full", "sliced", "tiled-t16o8"] {
                             let point = format!(
                                 "tiny-wan/generate/f32/{w}x{h}/f{frames}/b{b}/{guidance}/{dec}"
                             );
@@ -688,10 +689,6 @@ fn an_unrunnable_generation_scenario_is_one_line_and_exit_2() {
     for (extra, needle) in [
         ("", "`frames` is missing: wan is a video model"),
         ("frames = [6]\n", "frames = 6: wan decodes 4k+1 frames"),
-        (
-            "frames = [5]\nvae_decode = [\"tiled\"]\n",
-            "spatial tiles of a video decode are not implemented for wan",
-        ),
         (
             "frames = [5]\nattention = [\"sliced\"]\n",
             "Wan's DiT has no sliced attention",

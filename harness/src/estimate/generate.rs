@@ -3,8 +3,9 @@
 //! point's peak, and the largest batch and resolution that fit each GPU of the catalog.
 //!
 //! A phase's peak is its exact tensors (the weights of every component, the text context, the
-//! latents, the decoded images and, for a tiled decode, the row strip; bytes from the config,
-//! coefficient 1, never fitted) plus its uncertain activation terms ([`GEN_TERMS`]), each a
+//! latents, the decoded images and, for a tiled decode, the row strip (candle) or every decoded
+//! tile (diffusers' `tiled_decode` blends them at the end); bytes from the config, coefficient
+//! 1, never fitted) plus its uncertain activation terms ([`GEN_TERMS`]), each a
 //! count of tensors of a named shape, times a coefficient that `vramlab fit` measures per
 //! architecture (or an analytic prior without constants):
 //! - `text_act`: prompts × text tokens × the widest encoder's hidden size (encoder tensors);

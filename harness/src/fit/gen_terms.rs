@@ -420,11 +420,31 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
         ));
     }
     if q.vae_decode == VaeDecode::Tiled {
-        let th = q.tile.min(r.height);
-        v.push((
-            "tile strip".into(),
-            q.batch * q.frames * (a.out_channels * th * r.width) as u64 * bytes(q.vae_dtype),
-        ));
+        let per_pixel = q.batch * q.frames * a.out_channels as u64 * bytes(q.vae_dtype);
+        v.push(match q.runtime {
+            // vramlab blends each tile into a row strip as wide as the image.
+            Runtime::Candle => (
+                "tile strip".into(),
+                per_pixel * (q.tile.min(r.height) * r.width) as u64,
+            ),
+            // diffusers' `tiled_decode` (AutoencoderKL's and AutoencoderKLWan's) keeps every
+            // decoded tile until it blends them: tiles start every tile − overlap latent
+            // pixels and the last ones are cut at the edge, so they cover more than the image.
+            Runtime::Torch => {
+                let f = a.vae_factor;
+                let (tile, stride) = (q.tile / f, (q.tile - q.overlap) / f);
+                let side = |len: usize| -> u64 {
+                    (0..len / f)
+                        .step_by(stride.max(1))
+                        .map(|i| tile.min(len / f - i) * f)
+                        .sum::<usize>() as u64
+                };
+                (
+                    "decoded tiles".into(),
+                    per_pixel * side(r.height) * side(r.width),
+                )
+            }
+        });
     }
     v
 }
@@ -501,7 +521,13 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
                 let latent = px / (f * f) as f64;
                 x[VAE_SCORES] = scores(images, latent, latent, 1.0, Attention::Sdpa, true, false);
             }
-            live(&["latents", "decoded images", "tile strip", "feature cache"])
+            live(&[
+                "latents",
+                "decoded images",
+                "tile strip",
+                "decoded tiles",
+                "feature cache",
+            ])
         }
     };
     PhaseTerms { exact, x }
@@ -585,6 +611,30 @@ mod tests {
         assert_eq!(
             phase_terms(&a, &flash, Phase::Denoise).x[DENOISE_SCORES],
             0.0
+        );
+    }
+
+    /// A tiled decode of 832×480 × 81 frames in 256-pixel tiles with 64 of overlap. vramlab
+    /// holds one row strip: 256 rows of the full width, every frame. diffusers holds every
+    /// decoded tile: in latents (÷ 8) tiles of 32 start every 24, so the 60 latent rows give
+    /// tiles of 32, 32 and 12 (608 pixels) and the 104 columns 32, 32, 32, 32 and 8 (1,088).
+    #[test]
+    fn a_tiled_decode_holds_a_strip_on_candle_and_every_tile_under_diffusers() {
+        let a = GenArch::preset(GenModel::Wan21T2v13b);
+        let row = |runtime: Runtime, name: &str| {
+            let q = GenQuery {
+                vae_decode: VaeDecode::Tiled,
+                tile: 256,
+                overlap: 64,
+                ..query(832, 480, 81, runtime, Attention::Sdpa)
+            };
+            let rows = exact_rows(&a, &q);
+            rows.iter().find(|r| r.0 == name).unwrap().1
+        };
+        assert_eq!(row(Runtime::Candle, "tile strip"), 81 * 3 * 256 * 832 * 4);
+        assert_eq!(
+            row(Runtime::Torch, "decoded tiles"),
+            81 * 3 * 608 * 1088 * 4
         );
     }
 }

@@ -272,11 +272,28 @@ def expand_generate(spec: dict, s: dict) -> list[dict]:
     return points
 
 
+def default_cfg(source: str) -> bool:
+    """CFG when the table does not say (workload/generate.rs GenSource::default_cfg): on, but
+    for the guidance-distilled FLUX (`model_index.json`'s class, or a directory without one
+    that has `transformer/` and no `unet/`)."""
+    kind, _, rest = source.partition(":")
+    if kind == "synthetic":
+        return not rest.startswith("flux")
+    root = Path(expand_env(rest))
+    index = root / "model_index.json"
+    if index.is_file():
+        try:
+            return read_json(index).get("_class_name") != "FluxPipeline"
+        except InputError:
+            return True  # as vramlab: the load says what is wrong with it
+    return (root / "unet" / "config.json").is_file() or not (root / "transformer" / "config.json").is_file()
+
+
 def gen_points(mid, source, precision, attention, w, h, s, tile, overlap, vae_p, repeats):
     """The points of one model, precision, attention and size (expand_generate's inner axes)."""
     points = []
     for batch in s["batch"]:
-        for cfg in s.get("cfg", [True]):
+        for cfg in s.get("cfg", [default_cfg(source)]):
             for dec in s.get("vae_decode", ["full"]):
                 for vp in vae_p:
                     for repeat in range(repeats):

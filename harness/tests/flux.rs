@@ -382,7 +382,8 @@ fn diffusers_names_load(l: &mut Lab) {
 fn cli_sweep(l: &Lab) {
     let tmp = tempfile::tempdir().unwrap();
     let run = |sweep: &str| l.sweep_cli(tmp.path(), sweep);
-    let out = run("resolution = [\"64x32\"]\ncfg = [false]\ndenoise_steps = 2\n");
+    // No `cfg` in the table: FLUX runs without it (guidance-distilled).
+    let out = run("resolution = [\"64x32\"]\ndenoise_steps = 2\n");
     common::ok_stdout(out);
     let rows = common::read_rows(&tmp.path().join("o.csv"));
     use vramlab::vocab::{Phase, Status};
@@ -401,6 +402,7 @@ fn cli_sweep(l: &Lab) {
     for r in &rows {
         assert_eq!(r.status, Some(Status::Ok), "{:?}: {}", r.phase, r.message);
         assert_eq!(r.architecture, "flux");
+        assert_eq!(r.cfg, Some(false), "FLUX's default");
         assert_eq!(
             r.context, 16,
             "T5 tokens from tokenizer_2/tokenizer_config.json"

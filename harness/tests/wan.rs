@@ -310,10 +310,13 @@ fn estimate_cli() {
     println!("estimate wan: ok");
 
     // `--vae-decode tiled`: one 256² tile of every frame at a time, through its own feature
-    // cache; the row strip holds every frame of one tile row, the image's width.
+    // cache. diffusers (the default runtime) keeps every decoded tile until it blends them:
+    // tiles of 32 latents every 24 give 32 + 32 + 12 latent rows (608 pixels) and
+    // 4 · 32 + 8 columns (1,088); vramlab's candle decode holds one row strip of every frame,
+    // the image's width.
     let decode_peak =
         |v: &serde_json::Value| common::named_u64(v, "phases", "vae_decode", "peak_bytes");
-    let t = wan(&[
+    let tiled = [
         "--frames",
         "81",
         "--vae-decode",
@@ -322,14 +325,20 @@ fn estimate_cli() {
         "256",
         "--overlap",
         "64",
-    ]);
+    ];
+    let t = wan(&tiled);
     let tbytes = |name: &str| common::named_u64(&t, "exact", name, "bytes");
-    assert_eq!(tbytes("tile strip"), 81 * 3 * 256 * 832 * 4);
+    assert_eq!(tbytes("decoded tiles"), 81 * 3 * 608 * 1088 * 4);
     assert_eq!(
         tbytes("feature cache"),
         cfg.vae.decoder_cache_per_latent_pixel() * (256 / 8) * (256 / 8) * 4
     );
     assert!(decode_peak(&t) < decode_peak(&v), "{t}");
+    let candle = wan(&[tiled.as_slice(), &["--runtime", "candle"]].concat());
+    assert_eq!(
+        common::named_u64(&candle, "exact", "tile strip", "bytes"),
+        81 * 3 * 256 * 832 * 4
+    );
     println!("estimate wan tiled: ok");
 
     // Each GPU's most frames fit its budget, and 4 more (the next chunk) do not.

@@ -256,11 +256,18 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 // The variants are diffusers' class names as `model_index.json` spells them.
 #[allow(clippy::enum_variant_names)]
-enum PipelineClass {
+pub enum PipelineClass {
     StableDiffusionPipeline,
     StableDiffusionXLPipeline,
     FluxPipeline,
     WanPipeline,
+}
+
+impl PipelineClass {
+    /// Whether the pipeline runs classifier-free guidance (FLUX.1 is guidance-distilled).
+    pub fn has_cfg(self) -> bool {
+        self != PipelineClass::FluxPipeline
+    }
 }
 
 #[derive(Deserialize)]
@@ -269,25 +276,29 @@ struct ModelIndex {
     class: PipelineClass,
 }
 
-/// The pipeline of a diffusers directory, unloaded: its family from `model_index.json`
-/// (a directory without one is Stable Diffusion with `unet/`, FLUX with `transformer/`).
+/// The pipeline class of a diffusers directory: `model_index.json`'s, or without one, SD for a
+/// `unet/` and FLUX for a `transformer/`.
+pub fn pipeline_class(dir: &Path) -> Result<PipelineClass> {
+    let index = dir.join("model_index.json");
+    if index.exists() {
+        Ok(read_json::<ModelIndex>(&index)?.class)
+    } else if dir.join("unet/config.json").exists() {
+        Ok(PipelineClass::StableDiffusionPipeline)
+    } else if dir.join("transformer/config.json").exists() {
+        Ok(PipelineClass::FluxPipeline)
+    } else {
+        Err(bad_file(
+            dir,
+            "not a diffusers directory (no model_index.json, and neither unet/config.json nor transformer/config.json)",
+        ))
+    }
+}
+
+/// The pipeline of a diffusers directory, unloaded, of its [`pipeline_class`].
 pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
     use super::flux::{Flux, FluxConfig};
     use super::sd::{Sd, SdConfig};
-    let index = dir.join("model_index.json");
-    let class = if index.exists() {
-        read_json::<ModelIndex>(&index)?.class
-    } else if dir.join("unet/config.json").exists() {
-        PipelineClass::StableDiffusionPipeline
-    } else if dir.join("transformer/config.json").exists() {
-        PipelineClass::FluxPipeline
-    } else {
-        return Err(bad_file(
-            dir,
-            "not a diffusers directory (no model_index.json, and neither unet/config.json nor transformer/config.json)",
-        ));
-    };
-    match class {
+    match pipeline_class(dir)? {
         PipelineClass::StableDiffusionPipeline | PipelineClass::StableDiffusionXLPipeline => {
             let cfg = SdConfig::from_dir(dir)?;
             let vae = vae_dtype.unwrap_or_else(|| cfg.default_vae_dtype(dtype));

@@ -81,9 +81,6 @@ fn default_train_steps() -> usize {
 fn default_lr() -> f64 {
     1e-4
 }
-fn default_cfg() -> Vec<bool> {
-    vec![true]
-}
 fn default_vae_decode() -> Vec<VaeDecode> {
     vec![VaeDecode::Full]
 }
@@ -162,9 +159,10 @@ pub struct SweepSpec {
     /// fine-tuning point (mode = "train" on Wan) caches latents of (frames − 1)/4 + 1 frames.
     #[serde(default)]
     pub frames: Option<Vec<usize>>,
-    /// Classifier-free guidance on and/or off (on doubles the denoiser's batch).
-    #[serde(default = "default_cfg")]
-    pub cfg: Vec<bool>,
+    /// Classifier-free guidance on and/or off (on doubles the denoiser's batch). Absent: what
+    /// the model's pipeline runs, on (SD, Wan) or off (the guidance-distilled FLUX).
+    #[serde(default)]
+    pub cfg: Option<Vec<bool>>,
     #[serde(default = "default_vae_decode")]
     pub vae_decode: Vec<VaeDecode>,
     /// The tile side of `vae_decode = "tiled"`, in output pixels.

@@ -120,6 +120,18 @@ impl GenSource {
         }
     }
 
+    /// Whether the model's pipeline runs classifier-free guidance when a scenario does not
+    /// say: all but the guidance-distilled FLUX. A directory that cannot be read says yes (its
+    /// load fails with the reason).
+    pub fn default_cfg(&self) -> bool {
+        match self {
+            GenSource::Synthetic(m) => !matches!(m, GenModel::FluxDev | GenModel::FluxSchnell),
+            GenSource::Diffusers(dir) => {
+                pipeline::pipeline_class(dir).map_or(true, |c| c.has_cfg())
+            }
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             GenSource::Synthetic(_) => "synthetic",
@@ -198,13 +210,14 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
             s.vae_precision.iter().copied().map(Some).collect()
         };
         for src in &sources {
+            let default_cfg = GenSource::parse(src).map_or(true, |g| g.default_cfg());
             let model_id = src.rsplit([':', '/']).next().unwrap_or(src).to_string();
             for &precision in &s.precision {
                 for &attention in &s.attention {
                     for &resolution in &s.resolution {
                         for &frames in s.frames.as_deref().unwrap_or(&[1]) {
                             for &batch in &s.batch {
-                                for &cfg in &s.cfg {
+                                for &cfg in s.cfg.as_deref().unwrap_or(&[default_cfg]) {
                                     for &vae_decode in &s.vae_decode {
                                         for &vp in &vae_p {
                                             for repeat in 0..s.repeats {

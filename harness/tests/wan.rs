@@ -12,11 +12,9 @@
 //! The counter is process-global: this binary has no libtest harness (`harness = false`),
 //! `main` runs each check in turn on the main thread.
 mod common;
-use common::Lab;
+use common::{random, Lab};
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use std::collections::HashMap;
 use vramlab::meter::cpu::CpuMeter;
 use vramlab::model::conv3d::{CausalConv3d, FeatCache};
 use vramlab::model::pipeline::{self, count, record, Pipeline, Shapes};
@@ -44,23 +42,6 @@ fn tiny_vae() -> WanVaeConfig {
         latents_mean: vec![],
         latents_std: vec![],
     }
-}
-
-/// Random tensors of `shapes` (norm gammas around 1).
-fn random(shapes: &Shapes) -> VarBuilder<'static> {
-    let dev = Device::Cpu;
-    let map: HashMap<String, Tensor> = shapes
-        .iter()
-        .map(|(n, s)| {
-            let mean = if n.ends_with("gamma") { 1.0 } else { 0.0 };
-            let std = if n.ends_with("gamma") { 0.1 } else { 0.2 };
-            (
-                n.clone(),
-                Tensor::randn(mean, std, s.as_slice(), &dev).unwrap(),
-            )
-        })
-        .collect();
-    VarBuilder::from_tensors(map, DType::F32, &dev)
 }
 
 fn decoder_shapes(c: &WanVaeConfig) -> Shapes {

@@ -294,14 +294,14 @@ impl Spec {
                     .find(|m| !matches!(m, Mode::Generate | Mode::Train))
                 {
                     return mode(format!(
-                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: a pipeline runs mode = [\"generate\"] or (Wan2.1's LoRA) [\"train\"]"
+                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: a pipeline runs mode = [\"generate\"] or (Wan2.1's and SD's LoRA) [\"train\"]"
                     ));
                 }
                 if s.mode.contains(&Mode::Train) {
                     if let Some(src) = sources.iter().find(|src| {
                         src.strip_prefix("synthetic:")
                             .and_then(|m| m.parse::<crate::vocab::GenModel>().ok())
-                            .is_some_and(|m| m != crate::vocab::GenModel::Wan21T2v13b)
+                            .is_some_and(|m| !m.trains())
                     }) {
                         return mode(format!(
                             "[sweep] mode `train` on the diffusion pipeline `{src}`: {}",
@@ -336,7 +336,7 @@ impl Spec {
 }
 
 /// Why a denoiser other than Wan's cannot be fine-tuned (the scenario's error line).
-pub const NO_LORA_REASON: &str = "its denoiser is candle-transformers' module (SD's UNet, FLUX's transformer), which has no LoRA injection point; mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory)";
+pub const NO_LORA_REASON: &str = "its denoiser has no trainable module here (FLUX's transformer is candle-transformers' own, without a LoRA injection point; SDXL's UNet lacks its add_embedding); mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory) and SD 1.5/2.1 (`synthetic:sd15`, `synthetic:sd21` or a StableDiffusionPipeline diffusers directory)";
 
 /// Whether a model source is a diffusion pipeline (`diffusers:DIR`, or `synthetic:` with a
 /// generation preset's name).
@@ -385,7 +385,6 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
         ("precision", s.precision.len()),
         ("batch", s.batch.len()),
         ("resolution", s.resolution.len()),
-        ("frames", s.frames.as_ref().map_or(0, Vec::len)),
         ("attention", s.attention.len()),
         ("optimizer", s.optimizer.len()),
         ("trainable", s.trainable.len()),
@@ -406,7 +405,7 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
     {
         return Err((
             "attention",
-            format!("[sweep] attention `{a}`: the Wan DiT trains with `eager` or `flash`"),
+            format!("[sweep] attention `{a}`: a denoiser trains with `eager` or `flash`"),
         ));
     }
     if let Some(p) = s

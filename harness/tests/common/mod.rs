@@ -385,3 +385,20 @@ pub fn load_keeps(
     );
     println!("load {c}: weights {weights} B, kept {kept} B");
 }
+
+/// Random tensors of `shapes` (norm gammas around 1).
+pub fn random(shapes: &vramlab::model::pipeline::Shapes) -> candle_nn::VarBuilder<'static> {
+    let dev = candle_core::Device::Cpu;
+    let map: std::collections::HashMap<String, candle_core::Tensor> = shapes
+        .iter()
+        .map(|(n, s)| {
+            let mean = if n.ends_with("gamma") { 1.0 } else { 0.0 };
+            let std = if n.ends_with("gamma") { 0.1 } else { 0.2 };
+            (
+                n.clone(),
+                candle_core::Tensor::randn(mean, std, s.as_slice(), &dev).unwrap(),
+            )
+        })
+        .collect();
+    candle_nn::VarBuilder::from_tensors(map, candle_core::DType::F32, &dev)
+}

@@ -249,7 +249,6 @@ fn sweep(tmp: &std::path::Path, source: &str, sweep: &str) -> std::process::Outp
 /// directory: a load row, then forward, backward, optimizer and step_total per step, all ok,
 /// no frames, the UNet's parameters and the adapters' count; FLUX is refused in one line.
 fn sweep_cli() {
-    use vramlab::record::Status;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tiny-sd");
     let cfg = tiny_sd();
@@ -266,32 +265,10 @@ fn sweep_cli() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows = vramlab::export::csv::read(&tmp.path().join("t.csv")).unwrap();
-    let phases: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            let step = r.step.map(|s| s.to_string()).unwrap_or_default();
-            format!("{}{step}", r.phase.unwrap().as_str())
-        })
-        .collect();
-    assert_eq!(
-        phases,
-        [
-            "load",
-            "forward1",
-            "backward1",
-            "optimizer1",
-            "step_total1",
-            "forward2",
-            "backward2",
-            "optimizer2",
-            "step_total2"
-        ]
-    );
+    common::assert_train_rows(&rows.iter().collect::<Vec<_>>(), 2, "tiny sd");
     let params = count(&unet_shapes(&cfg.unet));
     let lora = lora_params(&cfg.unet, 4) as u64;
     for r in &rows {
-        assert_eq!(r.status, Some(Status::Ok));
-        assert_eq!(r.mode, vramlab::vocab::Mode::Train);
         assert_eq!(r.frames, None);
         // No frames segment after the resolution.
         assert!(r.point_id.contains("/32x32/b1/"), "{}", r.point_id);

@@ -630,7 +630,6 @@ fn tiny_wan_dir(dir: &std::path::Path) {
 /// forward, backward, optimizer and step_total rows per step, mode train, the adapters'
 /// count, the weights and AdamW's state as features, a finite loss.
 fn lora_sweep_cli() {
-    use vramlab::record::Status;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tiny-wan");
     tiny_wan_dir(&dir);
@@ -660,34 +659,8 @@ fn lora_sweep_cli() {
             .iter()
             .filter(|r| r.attention.as_str() == attention)
             .collect();
-        let phases: Vec<String> = pr
-            .iter()
-            .map(|r| {
-                format!(
-                    "{}{}",
-                    r.phase.unwrap().as_str(),
-                    r.step.map(|s| s.to_string()).unwrap_or_default()
-                )
-            })
-            .collect();
-        assert_eq!(
-            phases,
-            [
-                "load",
-                "forward1",
-                "backward1",
-                "optimizer1",
-                "step_total1",
-                "forward2",
-                "backward2",
-                "optimizer2",
-                "step_total2"
-            ],
-            "{attention}"
-        );
+        common::assert_train_rows(&pr, 2, attention);
         for r in &pr {
-            assert_eq!(r.status, Some(Status::Ok));
-            assert_eq!(r.mode, vramlab::vocab::Mode::Train);
             assert_eq!(r.param_count, wan::transformer_params(&c));
             assert_eq!(r.frames, Some(5));
         }

@@ -402,3 +402,26 @@ pub fn random(shapes: &vramlab::model::pipeline::Shapes) -> candle_nn::VarBuilde
         .collect();
     candle_nn::VarBuilder::from_tensors(map, candle_core::DType::F32, &dev)
 }
+
+/// The rows of one fine-tuning point: a `load` row, then `forward`, `backward`, `optimizer` and
+/// `step_total` rows for steps 1..=`steps`, all ok and in mode train.
+pub fn assert_train_rows(rows: &[&vramlab::record::Record], steps: u64, what: &str) {
+    let phases: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let step = r.step.map(|s| s.to_string()).unwrap_or_default();
+            format!("{}{step}", r.phase.unwrap().as_str())
+        })
+        .collect();
+    let mut want = vec!["load".to_string()];
+    for s in 1..=steps {
+        for ph in ["forward", "backward", "optimizer", "step_total"] {
+            want.push(format!("{ph}{s}"));
+        }
+    }
+    assert_eq!(phases, want, "{what}");
+    for r in rows {
+        assert_eq!(r.status, Some(vramlab::record::Status::Ok), "{what}");
+        assert_eq!(r.mode, vramlab::vocab::Mode::Train, "{what}");
+    }
+}

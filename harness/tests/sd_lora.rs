@@ -16,7 +16,6 @@ use vramlab::meter::cpu::CpuMeter;
 use vramlab::model::pipeline::{count, record, Shapes};
 use vramlab::model::sd::{self, DownBlock, UNetConfig, UpBlock};
 use vramlab::model::sd_unet::SdUnet;
-use vramlab::record::Phase;
 use vramlab::vocab::{Attention, Checkpointing, Component, Optimizer};
 use vramlab::workload::finetune::{attach_adapters, run, Inputs};
 use vramlab::workload::training::TrainSpec;
@@ -184,37 +183,9 @@ fn lora_steps() {
         for b in vars.iter().skip(1).step_by(2) {
             assert!(max_abs(b.as_tensor()) > 0.0, "B still zero after AdamW");
         }
-        let at = |step: u64, ph: Phase| {
-            rows.iter()
-                .find(|r| r.step == Some(step) && r.phase == ph)
-                .unwrap()
-                .mem
-        };
-        for ph in [Phase::Forward, Phase::Backward] {
-            let over =
-                |s| (at(s, ph).peak_allocated - at(s, Phase::Forward).baseline_allocated) as f64;
-            let (p1, p2) = (over(1), over(2));
-            println!("r{rank} {ph:?} peak over the step's baseline: {p1} then {p2}");
-            assert!(
-                (p2 - p1).abs() <= 1e-3 * p1 + 4096.0,
-                "{ph:?}: {p1} then {p2}"
-            );
-        }
-        let before = at(1, Phase::Forward).baseline_allocated as i64;
-        let g = at(1, Phase::Backward).end_allocated as i64 - before;
-        let s = at(1, Phase::Optimizer).end_allocated as i64 - before;
-        let (lora, slack) = (
-            (lora_params(&c, rank as usize) * 4) as i64,
-            1024 * vars.len() as i64,
-        );
-        println!(
-            "r{rank}: adapters {lora} B, gradients {g} B, AdamW state {s} B, losses {losses:?}"
-        );
-        assert!(g >= lora && g - lora <= slack, "gradients {g} vs {lora}");
-        assert!(
-            s >= 2 * lora && s - 2 * lora <= slack,
-            "state {s} vs 2 × {lora}"
-        );
+        let lora = (lora_params(&c, rank as usize) * 4) as i64;
+        println!("r{rank}: losses {losses:?}");
+        let (g, s) = common::check_lora_steps(&rows, lora, vars.len(), &format!("r{rank}"));
         (g, s)
     };
     let (g4, s4) = figures(4);

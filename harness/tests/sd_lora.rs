@@ -16,9 +16,8 @@ use vramlab::meter::cpu::CpuMeter;
 use vramlab::model::pipeline::{count, record, Shapes};
 use vramlab::model::sd::{self, DownBlock, UNetConfig, UpBlock};
 use vramlab::model::sd_unet::SdUnet;
-use vramlab::vocab::{Attention, Checkpointing, Component, Optimizer};
+use vramlab::vocab::{Attention, Component};
 use vramlab::workload::finetune::{attach_adapters, run, Inputs};
-use vramlab::workload::training::TrainSpec;
 
 fn unet_shapes(c: &UNetConfig) -> Shapes {
     record(|vb| SdUnet::new(c, vb, Attention::Eager).map(|_| ()))
@@ -161,15 +160,7 @@ fn lora_steps() {
     let mut figures = |rank: u32| {
         let mut u = SdUnet::new(&c, vb.clone(), Attention::Eager).unwrap();
         let vars = attach_adapters(u.attention_linears_mut(), rank, DType::F32, &dev).unwrap();
-        let spec = TrainSpec {
-            batch: 2,
-            seq: 7,
-            optimizer: Optimizer::Adamw,
-            checkpointing: Checkpointing::None,
-            grad_accum: 1,
-            steps: 2,
-            lr: 1e-3,
-        };
+        let spec = common::tiny_train_spec(2);
         let mut rows = Vec::new();
         let losses = run(&u, &vars, &inp, &spec, &mut meter, &mut |r, _| {
             rows.push(r);

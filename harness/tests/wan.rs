@@ -537,15 +537,7 @@ fn dit_lora() {
     let mut figures = |rank: u32| {
         let mut m = WanDit::new(&c, vb.clone(), Attention::Eager).unwrap();
         let vars = attach_lora(&mut m, rank, DType::F32, &dev).unwrap();
-        let spec = TrainSpec {
-            batch: 2,
-            seq: 7,
-            optimizer: Optimizer::Adamw,
-            checkpointing: Checkpointing::None,
-            grad_accum: 1,
-            steps: 1,
-            lr: 1e-3,
-        };
+        let spec = common::tiny_train_spec(1);
         let mut rows = Vec::new();
         run(&m, &vars, &inputs, &spec, &mut meter, &mut |r, _| {
             rows.push(r);

@@ -470,3 +470,17 @@ pub fn check_lora_steps(
     }
     (grads, state)
 }
+
+/// The tiny fine-tuning runs' spec: batch 2 of 7 text tokens, AdamW at lr 1e-3, no
+/// checkpointing or accumulation, `steps` steps.
+pub fn tiny_train_spec(steps: usize) -> vramlab::workload::training::TrainSpec {
+    vramlab::workload::training::TrainSpec {
+        batch: 2,
+        seq: 7,
+        optimizer: vramlab::vocab::Optimizer::Adamw,
+        checkpointing: vramlab::vocab::Checkpointing::None,
+        grad_accum: 1,
+        steps,
+        lr: 1e-3,
+    }
+}

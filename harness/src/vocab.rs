@@ -764,6 +764,17 @@ pub mod blank {
     }
 }
 
+impl GenModel {
+    /// Whether `mode = "train"` fine-tunes its denoiser with LoRA (Wan2.1's DiT, SD 1.5/2.1's
+    /// UNet; not FLUX's transformer nor SDXL's UNet).
+    pub fn trains(self) -> bool {
+        matches!(
+            self,
+            GenModel::Wan21T2v13b | GenModel::Sd15 | GenModel::Sd21
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

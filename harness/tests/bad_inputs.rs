@@ -217,17 +217,21 @@ fn generation_scenarios() {
         "line 9: [sweep] attention `flash` is not available",
     );
     scenario("gen-cfg-not-bool.toml", "line 9");
-    // Fine-tuning (mode = "train") runs Wan2.1's DiT only: SD's and FLUX's denoisers are
-    // candle-transformers' modules.
+    // Fine-tuning (mode = "train") runs Wan2.1's DiT and SD 1.x/2.x's UNet: SDXL's and FLUX's
+    // denoisers have no trainable module here.
     for (file, src) in [
-        ("gen-train.toml", "synthetic:sd15"),
+        ("gen-train.toml", "synthetic:sdxl"),
         ("gen-train-flux.toml", "synthetic:flux-dev"),
     ] {
         scenario(
             file,
-            &format!("line 6: [sweep] mode `train` on the diffusion pipeline `{src}`: its denoiser is candle-transformers' module"),
+            &format!("line 6: [sweep] mode `train` on the diffusion pipeline `{src}`: its denoiser has no trainable module here"),
         );
     }
+    scenario(
+        "gen-train-sd-layer.toml",
+        "line 11: [sweep] checkpointing `layer` on Stable Diffusion",
+    );
     scenario(
         "gen-train-wan-frames.toml",
         "line 9: [sweep] frames 6 is not 4k + 1",

@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod qwen2;
 pub mod qwen3;
 pub mod sd;
+pub mod sd_unet;
 pub mod source;
 pub mod synth;
 pub mod trainable;

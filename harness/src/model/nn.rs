@@ -2,7 +2,7 @@
 //! without a backward). Weights are cast to the activations' dtype at use, which is how the
 //! `mixed-*` precision policies run 16-bit compute on f32 master weights: the backward of
 //! `to_dtype` brings gradients back to the f32 variables.
-use crate::vocab::QMatmul;
+use crate::vocab::{Attention, QMatmul};
 use candle_core::{DType, Result, Tensor, D};
 
 /// `w` in the dtype of `x` (a no-op when they match).
@@ -104,6 +104,134 @@ impl candle_core::CustomOp2 for FrozenMatmul {
         // d(x·rhs)/dx = grad · rhsᵀ, with rhs = wᵀ (or w for Conv1D).
         let w = if self.transposed { w.t()? } else { w.clone() };
         Ok((Some(grad.matmul(&w)?), None))
+    }
+}
+
+/// A convolution whose kernel takes no gradient (frozen, under LoRA): the output is computed
+/// by candle's own `conv2d` on a detached input, then handed out by this op, whose backward
+/// returns the input's gradient only (the transposed convolution candle's backward runs).
+///
+/// candle's `Conv2D` backward computes the kernel's gradient too, and, as for
+/// [`FrozenMatmul`], one computed for a tensor that is not a variable stays in the GradStore
+/// until `backward` returns: every frozen kernel of a UNet would be held as a gradient through
+/// the backward. The cost here is one output-sized copy (a transient).
+struct FrozenConv2d {
+    kernel: Tensor,
+    padding: usize,
+    stride: usize,
+    out: std::sync::Mutex<Option<Tensor>>,
+}
+
+impl FrozenConv2d {
+    /// The precomputed output's storage (a copy) and shape.
+    fn take<S>(
+        &self,
+        pick: impl Fn(&candle_core::Storage) -> Option<Result<S>>,
+    ) -> Result<(S, candle_core::Shape)> {
+        let y = self
+            .out
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("frozen-conv2d: poisoned".into()))?
+            .take()
+            .ok_or_else(|| candle_core::Error::Msg("frozen-conv2d: forward ran twice".into()))?;
+        let (st, l) = y.storage_and_layout();
+        if !l.is_contiguous() || l.start_offset() != 0 {
+            candle_core::bail!("frozen-conv2d: a strided convolution output");
+        }
+        let s = pick(&st)
+            .ok_or_else(|| candle_core::Error::Msg("frozen-conv2d: another device".into()))??;
+        Ok((s, y.shape().clone()))
+    }
+}
+
+impl candle_core::CustomOp1 for FrozenConv2d {
+    fn name(&self) -> &'static str {
+        "frozen-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _s: &candle_core::CpuStorage,
+        l: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::backend::BackendStorage;
+        self.take(|st| match st {
+            candle_core::Storage::Cpu(s) => Some(s.try_clone(l)),
+            _ => None,
+        })
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _s: &candle_core::CudaStorage,
+        l: &candle_core::Layout,
+    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        use candle_core::backend::BackendStorage;
+        self.take(|st| match st {
+            candle_core::Storage::Cuda(s) => Some(s.try_clone(l)),
+            _ => None,
+        })
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        // As candle's Conv2D backward (dilation 1), the input's part only.
+        let (k_h, g_h) = (self.kernel.dim(2)?, grad.dim(2)?);
+        let out_size = (g_h - 1) * self.stride + k_h - 2 * self.padding;
+        let out_padding = x.dim(2)? - out_size;
+        let k = cast_like(&self.kernel, grad)?;
+        Ok(Some(grad.conv_transpose2d(
+            &k,
+            self.padding,
+            out_padding,
+            self.stride,
+            1,
+        )?))
+    }
+}
+
+/// A 2D convolution with a bias (torch's `Conv2d`, groups 1, dilation 1); a frozen kernel
+/// under training takes no gradient (see [`FrozenConv2d`]).
+pub struct Conv2d {
+    pub w: Tensor,
+    pub b: Tensor,
+    pub padding: usize,
+    pub stride: usize,
+}
+
+impl Conv2d {
+    /// A `k`×`k` convolution from `i` to `o` channels over `vb`'s `weight` and `bias`.
+    pub fn new(
+        i: usize,
+        o: usize,
+        k: usize,
+        padding: usize,
+        stride: usize,
+        vb: candle_nn::VarBuilder,
+    ) -> Result<Self> {
+        Ok(Conv2d {
+            w: vb.get((o, i, k, k), "weight")?,
+            b: vb.get(o, "bias")?,
+            padding,
+            stride,
+        })
+    }
+
+    /// x: (b, i, h, w) → (b, o, h', w').
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let w = cast_like(&self.w, x)?;
+        let y = if x.track_op() && !w.track_op() {
+            let out = x.detach().conv2d(&w, self.padding, self.stride, 1, 1)?;
+            x.apply_op1(FrozenConv2d {
+                kernel: w,
+                padding: self.padding,
+                stride: self.stride,
+                out: std::sync::Mutex::new(Some(out)),
+            })?
+        } else {
+            x.conv2d(&w, self.padding, self.stride, 1, 1)?
+        };
+        y.broadcast_add(&cast_like(&self.b, &y)?.reshape((1, (), 1, 1))?)
     }
 }
 
@@ -378,6 +506,33 @@ pub fn attention(
         .transpose(1, 2)?
         .contiguous()?
         .reshape((b, s, h * hd))
+}
+
+/// Unmasked attention of q (b, heads, n, hd) over k, v (b, heads, m, hd), all contiguous,
+/// scale 1/√hd → (b, n, heads·hd). [`Attention::Flash`] runs vramlab-kernels' tiled attention
+/// (online softmax, no (n, m) scores); anything else materializes the scores in the
+/// activations' dtype and runs vramlab-kernels' softmax (fused, with a backward). q and k are
+/// dropped once the scores exist.
+pub fn attend(q: Tensor, k: Tensor, v: &Tensor, kind: Attention) -> Result<Tensor> {
+    let (b, heads, n, hd) = q.dims4()?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    match kind {
+        Attention::Flash => vramlab_kernels::flash_attention(
+            &q,
+            &k,
+            v,
+            scale as f32,
+            vramlab_kernels::AttnMask::FULL,
+        )?
+        .reshape((b, n, heads * hd)),
+        _ => {
+            let scores = (q.matmul(&k.t()?)? * scale)?;
+            drop((q, k));
+            let p = vramlab_kernels::softmax_last_dim(&scores)?;
+            drop(scores);
+            p.matmul(v)?.transpose(1, 2)?.reshape((b, n, heads * hd))
+        }
+    }
 }
 
 /// (b, s, n·hd) → (b, n, s, hd), contiguous.

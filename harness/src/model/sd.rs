@@ -498,7 +498,9 @@ fn unet_candle_config(
     }
 }
 
-fn build_unet(
+/// candle-transformers' UNet over `vb` (generation's; the trainable [`super::sd_unet`] is checked
+/// against it). `sliced`: candle's sliced attention size.
+pub fn build_unet(
     c: &UNetConfig,
     vb: VarBuilder,
     sliced: Option<usize>,

@@ -132,25 +132,7 @@ impl Attn {
             q = rope_i(&q)?;
             k = rope_i(&k)?;
         }
-        let scale = 1.0 / (hd as f64).sqrt();
-        let y = match self.kind {
-            // Tiled, with an online softmax: no (n, m) scores; (b, n, heads, hd) out.
-            Attention::Flash => vramlab_kernels::flash_attention(
-                &q,
-                &k,
-                &v,
-                scale as f32,
-                vramlab_kernels::AttnMask::FULL,
-            )?
-            .reshape((b, n, d))?,
-            _ => {
-                let scores = (q.matmul(&k.t()?)? * scale)?;
-                drop((q, k));
-                let p = vramlab_kernels::softmax_last_dim(&scores)?;
-                drop(scores);
-                p.matmul(&v)?.transpose(1, 2)?.reshape((b, n, d))?
-            }
-        };
+        let y = super::nn::attend(q, k, &v, self.kind)?;
         self.out.forward(&y)
     }
 }

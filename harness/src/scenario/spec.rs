@@ -292,14 +292,14 @@ impl Spec {
                     .find(|m| !matches!(m, Mode::Generate | Mode::Train))
                 {
                     return mode(format!(
-                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: a pipeline runs mode = [\"generate\"] or (Wan2.1's LoRA) [\"train\"]"
+                        "[sweep] mode `{m}` on the diffusion pipeline `{src}`: a pipeline runs mode = [\"generate\"] or (Wan2.1's and SD's LoRA) [\"train\"]"
                     ));
                 }
                 if s.mode.contains(&Mode::Train) {
                     if let Some(src) = sources.iter().find(|src| {
                         src.strip_prefix("synthetic:")
                             .and_then(|m| m.parse::<crate::vocab::GenModel>().ok())
-                            .is_some_and(|m| m != crate::vocab::GenModel::Wan21T2v13b)
+                            .is_some_and(|m| !m.trains())
                     }) {
                         return mode(format!(
                             "[sweep] mode `train` on the diffusion pipeline `{src}`: {}",
@@ -333,8 +333,9 @@ impl Spec {
     }
 }
 
-/// Why a denoiser other than Wan's cannot be fine-tuned (the scenario's error line).
-pub const NO_LORA_REASON: &str = "its denoiser is candle-transformers' module (SD's UNet, FLUX's transformer), which has no LoRA injection point; mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory)";
+/// Why a denoiser other than Wan's and SD 1.x/2.x's cannot be fine-tuned (the scenario's error
+/// line).
+pub const NO_LORA_REASON: &str = "its denoiser has no trainable module here (FLUX's transformer is candle-transformers' own, without a LoRA injection point; SDXL's UNet lacks its add_embedding); mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory) and SD 1.5/2.1 (`synthetic:sd15`, `synthetic:sd21` or a StableDiffusionPipeline diffusers directory)";
 
 /// Whether a model source is a diffusion pipeline (`diffusers:DIR`, or `synthetic:` with a
 /// generation preset's name).
@@ -383,7 +384,6 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
         ("precision", s.precision.len()),
         ("batch", s.batch.len()),
         ("resolution", s.resolution.len()),
-        ("frames", s.frames.as_ref().map_or(0, Vec::len)),
         ("attention", s.attention.len()),
         ("optimizer", s.optimizer.len()),
         ("trainable", s.trainable.len()),
@@ -404,7 +404,7 @@ fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, St
     {
         return Err((
             "attention",
-            format!("[sweep] attention `{a}`: the Wan DiT trains with `eager` or `flash`"),
+            format!("[sweep] attention `{a}`: a denoiser trains with `eager` or `flash`"),
         ));
     }
     if let Some(p) = s
@@ -852,10 +852,11 @@ context = [64]
         assert!(e.contains("cannot hold"), "{e}");
     }
 
-    /// Wan2.1 fine-tunes (mode train, no `context`) and generates with flash attention; SD
-    /// does neither, each refused on the key's line.
+    /// Wan2.1 fine-tunes (mode train, no `context`) and generates with flash attention; SD 1.5
+    /// fine-tunes but generates without flash, FLUX does not fine-tune, each refused on the
+    /// key's line.
     #[test]
-    fn wan_trains_and_runs_flash_sd_does_not() {
+    fn wan_trains_and_runs_flash_sd_trains_flux_does_not() {
         let wan = "name = \"w\"\n[model]\nsource = \"synthetic:wan2.1-t2v-1.3b\"\n[sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\nresolution = [\"128x128\"]\nframes = [5]\ntrainable = [\"lora-r16\"]\nattention = [\"flash\"]\n";
         let s = Spec::parse(Path::new("w.toml"), wan).unwrap();
         assert_eq!(s.sweep.0[0].frames, Some(vec![5]));
@@ -863,12 +864,15 @@ context = [64]
             .replace("[\"train\"]", "[\"generate\"]")
             .replace("trainable = [\"lora-r16\"]\n", "");
         Spec::parse(Path::new("w.toml"), &gen).unwrap();
-        let sd = wan.replace("wan2.1-t2v-1.3b", "sd15");
-        let e = Spec::parse(Path::new("s.toml"), &sd)
+        Spec::parse(Path::new("s.toml"), &wan.replace("wan2.1-t2v-1.3b", "sd15")).unwrap();
+        let flux = wan.replace("wan2.1-t2v-1.3b", "flux-dev");
+        let e = Spec::parse(Path::new("f.toml"), &flux)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("line 5: [sweep] mode `train` on the diffusion pipeline `synthetic:sd15`"),
+            e.contains(
+                "line 5: [sweep] mode `train` on the diffusion pipeline `synthetic:flux-dev`"
+            ),
             "{e}"
         );
         let e = Spec::parse(Path::new("s.toml"), &gen.replace("wan2.1-t2v-1.3b", "sd15"))

@@ -1,28 +1,38 @@
-//! LoRA fine-tuning of a video denoiser (issue 17's mode = "train" on a generation model):
-//! Wan2.1's DiT, as musubi-tuner and DiffSynth-Studio train it.
+//! LoRA fine-tuning of a denoiser (issue 17's mode = "train" on a generation model): Wan2.1's
+//! DiT, as musubi-tuner and DiffSynth-Studio train it, and Stable Diffusion 1.x/2.x's UNet, as
+//! diffusers' `train_text_to_image_lora.py` does.
 //!
-//! - The latents (b, 16, (frames − 1)/4 + 1, H/8, W/8) and the umT5 text embeddings
-//!   (b, 512, 4096) are cached beforehand, as those trainers do: a step loads only the
-//!   transformer (one `load` row) and the cached inputs are seeded tensors made before the
-//!   first step (resident, outside every phase).
-//! - Flow matching: per sample a seeded t in (0, 1), x_t = (1 − t)·x0 + t·noise; the model
+//! - The latents and the text embeddings are cached beforehand, as those trainers do: a step
+//!   loads only the denoiser (one `load` row) and the cached inputs are seeded tensors made
+//!   before the first step (resident, outside every phase). Wan: latents
+//!   (b, 16, (frames − 1)/4 + 1, H/8, W/8), umT5 embeddings (b, 512, 4096). SD: VAE latents
+//!   (b, 4, H/8, W/8) standing for the scaled ones (× scaling_factor, about unit variance),
+//!   CLIP embeddings (b, 77, cross_attention_dim).
+//! - Wan, flow matching: per sample a seeded t in (0, 1), x_t = (1 − t)·x0 + t·noise; the model
 //!   (timestep 1000·t) predicts the velocity, target = noise − x0, MSE loss in f32.
-//! - LoRA (`trainable = "lora-rN"`) on every dense layer of every block — self- and
+//! - SD, the DDPM epsilon objective: per sample a seeded timestep in 0..1000, ᾱ of the
+//!   scaled-linear schedule (β from 0.00085 to 0.012), noisy = √ᾱ·x0 + √(1 − ᾱ)·noise; the UNet
+//!   predicts the noise, MSE loss in f32.
+//! - LoRA (`trainable = "lora-rN"`): Wan on every dense layer of every block — self- and
 //!   cross-attention q, k, v, o and the feed-forward's two linears — musubi-tuner's Wan
-//!   default (all `nn.Linear` of WanAttentionBlock); the base weights are plain tensors (no
-//!   variable, no gradient). α = [`crate::model::nn::LORA_ALPHA`] as in the LLM path.
+//!   default (all `nn.Linear` of WanAttentionBlock); SD on every attention's `to_q`, `to_k`,
+//!   `to_v`, `to_out.0` (the diffusers script's PEFT targets). The base weights are plain
+//!   tensors (no variable, no gradient). α = [`crate::model::nn::LORA_ALPHA`] as in the LLM
+//!   path.
 //! - The steps are the LLM path's ([`training::run_steps`]): forward, backward, optimizer and
 //!   step_total rows per step; AdamW, SGD or the fused AdamW on the adapters only; gradient
-//!   accumulation; `checkpointing = "layer"` re-runs one DiT block at a time.
+//!   accumulation; `checkpointing = "layer"` re-runs one DiT block at a time (Wan only: the
+//!   UNet's skips cross its levels, so it is refused for SD).
 //!
-//! SD and FLUX are refused: their denoisers are candle-transformers' modules, which have no
-//! LoRA injection point.
+//! FLUX and SDXL are refused ([`NO_LORA_REASON`]).
 use super::generate::{run_points, GenSource};
 use super::training::{self, MicroBatch, TrainSpec};
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::nn::Lora;
+use crate::model::nn::{Linear, Lora};
 use crate::model::pipeline::{self, record};
+use crate::model::sd::SdConfig;
+use crate::model::sd_unet::SdUnet;
 use crate::model::wan::{self, WanConfig, WanTransformerConfig};
 use crate::model::wan_dit::{Cond, WanDit};
 use crate::record::{Phase, Record, Status};
@@ -33,7 +43,7 @@ use crate::vocab::{
     Trainable,
 };
 use anyhow::{anyhow, Result};
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Shape, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -47,7 +57,8 @@ pub struct FtPoint {
     pub precision: Precision,
     pub attention: Attention,
     pub resolution: Resolution,
-    pub frames: usize,
+    /// A video model's frames (the table's `frames`; None for an image model).
+    pub frames: Option<usize>,
     pub batch: usize,
     pub optimizer: Optimizer,
     pub trainable: Trainable,
@@ -61,10 +72,10 @@ pub struct FtPoint {
 }
 
 impl FtPoint {
-    fn train_spec(&self) -> TrainSpec {
+    fn train_spec(&self, model: &FtModel) -> TrainSpec {
         TrainSpec {
             batch: self.batch,
-            seq: wan::TEXT_LEN,
+            seq: model.text_len(),
             optimizer: self.optimizer,
             checkpointing: self.checkpointing,
             grad_accum: self.grad_accum,
@@ -90,7 +101,11 @@ pub fn expand(spec: &Spec) -> Vec<FtPoint> {
             for &precision in &s.precision {
                 for &attention in &s.attention {
                     for &resolution in &s.resolution {
-                        for &frames in s.frames.as_deref().unwrap_or_default() {
+                        let frames: Vec<Option<usize>> = match &s.frames {
+                            Some(f) => f.iter().map(|&f| Some(f)).collect(),
+                            None => vec![None],
+                        };
+                        for &frames in &frames {
                             for &batch in &s.batch {
                                 axes.push((src, precision, attention, resolution, frames, batch));
                             }
@@ -106,8 +121,9 @@ pub fn expand(spec: &Spec) -> Vec<FtPoint> {
                     for &checkpointing in &s.checkpointing {
                         for &ga in &s.grad_accum {
                             for repeat in 0..s.repeats {
+                                let f = frames.map_or(String::new(), |f| format!("/f{f}"));
                                 let mut id = format!(
-                                    "{model_id}/train/{precision}/{resolution}/f{frames}/b{batch}/{optimizer}/{checkpointing}/ga{ga}/{trainable}"
+                                    "{model_id}/train/{precision}/{resolution}{f}/b{batch}/{optimizer}/{checkpointing}/ga{ga}/{trainable}"
                                 );
                                 if attention != Attention::Eager {
                                     id += &format!("/{attention}");
@@ -143,11 +159,151 @@ pub fn expand(spec: &Spec) -> Vec<FtPoint> {
     v
 }
 
-/// The Wan config of a fine-tuning source: the published 1.3B for `synthetic:`, a WanPipeline
-/// directory's `transformer/config.json`; any other pipeline is refused ([`NO_LORA_REASON`]).
-pub fn config_of(src: &GenSource) -> Result<WanTransformerConfig> {
+/// The trainable denoiser of a fine-tuning source and its config.
+#[derive(Clone, Debug)]
+pub enum FtModel {
+    /// Wan2.1's transformer.
+    Wan(WanTransformerConfig),
+    /// Stable Diffusion 1.x/2.x's UNet (the pipeline's configs: the UNet's and the text
+    /// encoder's length).
+    Sd(Box<SdConfig>),
+}
+
+impl FtModel {
+    /// The component the denoiser is stored as.
+    pub fn component(&self) -> Component {
+        match self {
+            FtModel::Wan(_) => Component::Transformer,
+            FtModel::Sd(_) => Component::Unet,
+        }
+    }
+
+    fn architecture(&self) -> &'static str {
+        match self {
+            FtModel::Wan(_) => "wan",
+            FtModel::Sd(_) => "stable-diffusion",
+        }
+    }
+
+    /// Tokens of the cached text embeddings.
+    pub fn text_len(&self) -> usize {
+        match self {
+            FtModel::Wan(_) => wan::TEXT_LEN,
+            FtModel::Sd(c) => c.text_len(),
+        }
+    }
+
+    /// The denoiser's stored tensors (diffusers names and shapes).
+    pub fn shapes(&self) -> pipeline::Shapes {
+        match self {
+            FtModel::Wan(c) => shapes(c),
+            FtModel::Sd(c) => record(|vb| SdUnet::new(&c.unet, vb, Attention::Eager).map(|_| ())),
+        }
+    }
+
+    fn params(&self) -> u64 {
+        match self {
+            FtModel::Wan(c) => wan::transformer_params(c),
+            FtModel::Sd(_) => pipeline::count(&self.shapes()),
+        }
+    }
+
+    fn write_config(&self, dir: &Path) -> Result<()> {
+        match self {
+            FtModel::Wan(c) => pipeline::write_config(dir, self.component(), c),
+            FtModel::Sd(c) => pipeline::write_config(dir, self.component(), &c.unet),
+        }
+    }
+
+    /// The denoiser over `vb`'s tensors.
+    pub fn load(&self, vb: candle_nn::VarBuilder, attention: Attention) -> Result<Net> {
+        Ok(match self {
+            FtModel::Wan(c) => Net::Wan(WanDit::new(c, vb, attention)?),
+            FtModel::Sd(c) => Net::Sd(SdUnet::new(&c.unet, vb, attention)?),
+        })
+    }
+
+    /// The cached latents' shape and the text embeddings' of point `p`.
+    fn input_shapes(&self, p: &FtPoint) -> (Vec<usize>, (usize, usize, usize)) {
+        let (b, r) = (p.batch, p.resolution);
+        match self {
+            FtModel::Wan(c) => (
+                vec![
+                    b,
+                    c.in_channels,
+                    (p.frames.unwrap_or(1) - 1) / 4 + 1,
+                    r.height / 8,
+                    r.width / 8,
+                ],
+                (b, wan::TEXT_LEN, c.text_dim),
+            ),
+            FtModel::Sd(c) => {
+                let s = c.vae.scale();
+                (
+                    vec![b, c.unet.in_channels, r.height / s, r.width / s],
+                    (b, c.text_len(), c.unet.cross_attention_dim),
+                )
+            }
+        }
+    }
+}
+
+/// A loaded denoiser.
+pub enum Net {
+    Wan(WanDit),
+    Sd(SdUnet),
+}
+
+impl Net {
+    /// The LoRA targets with their module names.
+    pub fn lora_targets_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        match self {
+            Net::Wan(d) => d.linears_mut(),
+            Net::Sd(u) => u.attention_linears_mut(),
+        }
+    }
+}
+
+/// A denoiser being trained, borrowed.
+#[derive(Clone, Copy)]
+pub enum Denoiser<'a> {
+    Wan(&'a WanDit),
+    Sd(&'a SdUnet),
+}
+
+impl<'a> From<&'a WanDit> for Denoiser<'a> {
+    fn from(d: &'a WanDit) -> Self {
+        Denoiser::Wan(d)
+    }
+}
+
+impl<'a> From<&'a SdUnet> for Denoiser<'a> {
+    fn from(u: &'a SdUnet) -> Self {
+        Denoiser::Sd(u)
+    }
+}
+
+impl<'a> From<&'a Net> for Denoiser<'a> {
+    fn from(n: &'a Net) -> Self {
+        match n {
+            Net::Wan(d) => Denoiser::Wan(d),
+            Net::Sd(u) => Denoiser::Sd(u),
+        }
+    }
+}
+
+/// The denoiser of a fine-tuning source: Wan2.1 (the published 1.3B for `synthetic:`, a
+/// WanPipeline directory's `transformer/config.json`) or SD 1.5/2.1 (the preset for
+/// `synthetic:`, a StableDiffusionPipeline directory's configs); any other pipeline is refused
+/// ([`NO_LORA_REASON`]).
+pub fn config_of(src: &GenSource) -> Result<FtModel> {
     match src {
-        GenSource::Synthetic(GenModel::Wan21T2v13b) => Ok(WanConfig::t2v_1_3b().transformer),
+        GenSource::Synthetic(GenModel::Wan21T2v13b) => {
+            Ok(FtModel::Wan(WanConfig::t2v_1_3b().transformer))
+        }
+        GenSource::Synthetic(m @ (GenModel::Sd15 | GenModel::Sd21)) => {
+            Ok(FtModel::Sd(Box::new(SdConfig::preset(*m))))
+        }
         GenSource::Synthetic(m) => Err(crate::error::InputError::arg(format!(
             "mode = \"train\" on `{m}`: {NO_LORA_REASON}"
         ))
@@ -158,25 +314,28 @@ pub fn config_of(src: &GenSource) -> Result<WanTransformerConfig> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            if class != "WanPipeline" {
-                return Err(bad_file(
+            match class.as_str() {
+                "WanPipeline" => Ok(FtModel::Wan(pipeline::read_json(
+                    &dir.join("transformer/config.json"),
+                )?)),
+                "StableDiffusionPipeline" => Ok(FtModel::Sd(Box::new(SdConfig::from_dir(dir)?))),
+                _ => Err(bad_file(
                     &index,
                     format!("`_class_name` `{class}`: mode = \"train\": {NO_LORA_REASON}"),
-                ));
+                )),
             }
-            pipeline::read_json(&dir.join("transformer/config.json"))
         }
     }
 }
 
-/// The transformer's stored tensors (diffusers names and shapes).
+/// The Wan transformer's stored tensors (diffusers names and shapes).
 pub fn shapes(c: &WanTransformerConfig) -> pipeline::Shapes {
     record(|vb| WanDit::new(c, vb, Attention::Eager).map(|_| ()))
 }
 
-/// The directory holding the transformer of `src` in `dtype`: a diffusers directory as it
-/// is, or (synthetic) `transformer/` written once under `$VRAMLAB_MODELS/synthetic-gen/`.
-fn prepare(src: &GenSource, c: &WanTransformerConfig, dtype: DType) -> Result<PathBuf> {
+/// The directory holding the denoiser of `src` in `dtype`: a diffusers directory as it is,
+/// or (synthetic) its component written once under `$VRAMLAB_MODELS/synthetic-gen/`.
+fn prepare(src: &GenSource, model: &FtModel, dtype: DType) -> Result<PathBuf> {
     match src {
         GenSource::Diffusers(dir) => Ok(dir.clone()),
         GenSource::Synthetic(m) => {
@@ -184,16 +343,18 @@ fn prepare(src: &GenSource, c: &WanTransformerConfig, dtype: DType) -> Result<Pa
                 crate::model::source::expand_env("${VRAMLAB_MODELS}")
                     .map_err(crate::error::InputError::arg)?,
             );
+            let comp = model.component();
             let dir = root.join("synthetic-gen").join(format!(
-                "{}-{}-transformer",
+                "{}-{}-{}",
                 m.as_str(),
-                dtype.as_str()
+                dtype.as_str(),
+                comp.as_str()
             ));
-            pipeline::write_config(&dir, Component::Transformer, c)?;
-            let file = pipeline::weights_file(&dir, Component::Transformer);
+            model.write_config(&dir)?;
+            let file = pipeline::weights_file(&dir, comp);
             if !file.exists() {
                 crate::model::synth::write_tensors(
-                    shapes(c),
+                    model.shapes(),
                     dtype,
                     crate::model::synth::SEED,
                     &file,
@@ -214,22 +375,54 @@ fn check(path: &Path, text: &str, points: &[FtPoint]) -> Result<()> {
         };
         let src = GenSource::parse(&p.source)
             .map_err(|e| bad_file(path, format!("[model] source: {e}")))?;
-        config_of(&src).map_err(|e| at("mode", crate::error::one_line(&e)))?;
+        let model = config_of(&src).map_err(|e| at("mode", crate::error::one_line(&e)))?;
         let r = p.resolution;
-        if !r.width.is_multiple_of(16) || !r.height.is_multiple_of(16) {
-            return Err(at(
-                "resolution",
-                format!("resolution `{r}` is not a multiple of 16 (Wan's VAE stride 8 × patch 2)"),
-            ));
-        }
-        if p.frames == 0 || !(p.frames - 1).is_multiple_of(4) {
-            return Err(at(
-                "frames",
-                format!(
-                    "frames {} is not 4k + 1 (Wan's VAE keeps the first frame, then 4 per latent frame)",
-                    p.frames
-                ),
-            ));
+        match (&model, p.frames) {
+            (FtModel::Wan(_), frames) => {
+                if !r.width.is_multiple_of(16) || !r.height.is_multiple_of(16) {
+                    return Err(at(
+                        "resolution",
+                        format!("resolution `{r}` is not a multiple of 16 (Wan's VAE stride 8 × patch 2)"),
+                    ));
+                }
+                let Some(f) = frames else {
+                    return Err(at(
+                        "frames",
+                        "`frames` is missing: Wan2.1 is a video model (frames 4k+1, e.g. [5, 9])"
+                            .into(),
+                    ));
+                };
+                if f == 0 || !(f - 1).is_multiple_of(4) {
+                    return Err(at(
+                        "frames",
+                        format!(
+                            "frames {f} is not 4k + 1 (Wan's VAE keeps the first frame, then 4 per latent frame)"
+                        ),
+                    ));
+                }
+            }
+            (FtModel::Sd(c), frames) => {
+                // The latents halve at each downsampler and must double back exactly.
+                let m = c.vae.scale() << (c.unet.block_out_channels.len() - 1);
+                if !r.width.is_multiple_of(m) || !r.height.is_multiple_of(m) {
+                    return Err(at(
+                        "resolution",
+                        format!("resolution `{r}` is not a multiple of {m} (the VAE's stride × the UNet's downsamplers)"),
+                    ));
+                }
+                if frames.is_some() {
+                    return Err(at(
+                        "frames",
+                        "`frames` on Stable Diffusion: an image model has none".into(),
+                    ));
+                }
+                if p.checkpointing == Checkpointing::Layer {
+                    return Err(at(
+                        "checkpointing",
+                        "checkpointing `layer` on Stable Diffusion: the UNet's skips cross its levels, so it is not a stack of layers to re-run (use `none`)".into(),
+                    ));
+                }
+            }
         }
         if !matches!(p.trainable, Trainable::Lora(_)) {
             return Err(at(
@@ -271,39 +464,39 @@ pub fn sweep(
         |i, run| {
             let p = &points[i];
             let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
-            let cfg = config_of(&src)?;
+            let model = config_of(&src)?;
             let dtype = p.precision.dtype();
-            let dir = prepare(&src, &cfg, dtype)?;
+            let dir = prepare(&src, &model, dtype)?;
             run.weights(&p.model_id, &p.source, || {
-                pipeline::weights_files(&dir, Component::Transformer)
+                pipeline::weights_files(&dir, model.component())
             })?;
             let base = Record {
-                architecture: "wan".into(),
-                param_count: wan::transformer_params(&cfg),
+                architecture: model.architecture().into(),
+                param_count: model.params(),
                 weight_source: src.kind().into(),
                 mode: Mode::Train,
                 precision: p.precision,
                 batch: p.batch as u64,
-                context: wan::TEXT_LEN as u64,
+                context: model.text_len() as u64,
                 optimizer: p.optimizer,
                 checkpointing: Some(p.checkpointing),
                 grad_accum: Some(p.grad_accum as u64),
                 trainable: Some(p.trainable),
                 attention: p.attention,
                 resolution: Some(p.resolution),
-                frames: Some(p.frames as u64),
+                frames: p.frames.map(|f| f as u64),
                 ..run.base(&p.id, &p.model_id)
             };
             run.meter.trim()?;
-            let rows = measure_point(&cfg, &dir, p, &run.dev, run.meter.as_mut(), &base);
+            let rows = measure_point(&model, &dir, p, &run.dev, run.meter.as_mut(), &base);
             run.write_point(&base, rows)
         },
     )
 }
 
-/// Loads the transformer (a `load` row), attaches the adapters and runs the steps.
+/// Loads the denoiser (a `load` row), attaches the adapters and runs the steps.
 fn measure_point(
-    cfg: &WanTransformerConfig,
+    model: &FtModel,
     dir: &Path,
     p: &FtPoint,
     dev: &Device,
@@ -311,17 +504,17 @@ fn measure_point(
     base: &Record,
 ) -> Result<Vec<Record>> {
     let dtype = p.precision.dtype();
-    let (mut dit, load_mem, load_ms) = super::phase(meter, Phase::Load, || {
-        let vb = pipeline::var_builder(dir, Component::Transformer, dtype, dev)?;
-        Ok(WanDit::new(cfg, vb, p.attention)?)
+    let (mut net, load_mem, load_ms) = super::phase(meter, Phase::Load, || {
+        let vb = pipeline::var_builder(dir, model.component(), dtype, dev)?;
+        model.load(vb, p.attention)
     })?;
     let Trainable::Lora(rank) = p.trainable else {
         return Err(anyhow!("{}: LoRA only (checked before)", p.id));
     };
-    let vars = attach_lora(&mut dit, rank, dtype, dev)?;
+    let vars = attach_adapters(net.lora_targets_mut(), rank, dtype, dev)?;
     let lora_params: usize = vars.iter().map(|v| v.elem_count()).sum();
     let (w, lora) = (
-        wan::transformer_params(cfg) * dtype.size_in_bytes() as u64,
+        model.params() * dtype.size_in_bytes() as u64,
         (lora_params * dtype.size_in_bytes()) as u64,
     );
     let state = match p.optimizer {
@@ -341,18 +534,19 @@ fn measure_point(
         r
     };
     let mut load = row(Phase::Load, &load_mem, load_ms);
-    load.component = Some(Component::Transformer);
+    load.component = Some(model.component());
     load.feature_weight_bytes = Some(w);
     load.message = format!("lora_params={lora_params}");
     let mut rows = vec![load];
-    let inputs = Inputs::new(cfg, p, dtype, dev)?;
+    let (latents, text) = model.input_shapes(p);
+    let inputs = Inputs::of_shape(latents, text, dtype, dev)?;
     crate::supervisor::mark_phase(Phase::Warmup);
-    warm_up(&dit, &inputs, p.grad_accum)?;
+    warm_up((&net).into(), &inputs, p.grad_accum)?;
     run(
-        &dit,
+        &net,
         &vars,
         &inputs,
-        &p.train_spec(),
+        &p.train_spec(model),
         meter,
         &mut |r, loss| {
             let mut rec = row(r.phase, &r.mem, r.elapsed_ms);
@@ -368,7 +562,17 @@ fn measure_point(
 /// Rank-`rank` LoRA adapters (PEFT's init, `model::trainable::lora_adapters`) on every block
 /// linear of `dit`, in `dtype` on `dev`: the trainable variables, A then B per layer.
 pub fn attach_lora(dit: &mut WanDit, rank: u32, dtype: DType, dev: &Device) -> Result<Vec<Var>> {
-    let mut layers = dit.linears_mut();
+    attach_adapters(dit.linears_mut(), rank, dtype, dev)
+}
+
+/// Rank-`rank` LoRA adapters (PEFT's init) on the named `layers`, in `dtype` on `dev`: the
+/// trainable variables, A then B per layer.
+pub fn attach_adapters(
+    mut layers: Vec<(String, &mut Linear)>,
+    rank: u32,
+    dtype: DType,
+    dev: &Device,
+) -> Result<Vec<Var>> {
     let mut targets = Vec::with_capacity(layers.len());
     for (name, l) in &layers {
         let crate::model::nn::Weight::Dense(w) = &l.w else {
@@ -393,8 +597,9 @@ pub fn attach_lora(dit: &mut WanDit, rank: u32, dtype: DType, dev: &Device) -> R
     Ok(adapters.into_iter().map(|(_, v)| v).collect())
 }
 
-/// The cached inputs of a point: clean latents x0, noise, timesteps t in (0, 1) and text
-/// embeddings, seeded, in the transformer's dtype (t in f32).
+/// The cached inputs of a point: clean latents x0, noise, t in (0, 1) per sample (Wan's
+/// flow time; SD's timestep is ⌊1000·t⌋) and text embeddings, seeded, in the denoiser's
+/// dtype (t in f32).
 pub struct Inputs {
     pub x0: Tensor,
     pub noise: Tensor,
@@ -403,30 +608,18 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// Latents (b, in_channels, (frames − 1)/4 + 1, H/8, W/8), text (b, 512, text_dim).
-    pub fn new(c: &WanTransformerConfig, p: &FtPoint, dtype: DType, dev: &Device) -> Result<Self> {
-        let r = p.resolution;
-        let shape = (
-            p.batch,
-            c.in_channels,
-            (p.frames - 1) / 4 + 1,
-            r.height / 8,
-            r.width / 8,
-        );
-        Self::of_shape(shape, (p.batch, wan::TEXT_LEN, c.text_dim), dtype, dev)
-    }
-
+    /// Latents of shape `latents` (batch first), text embeddings (b, tokens, dim).
     pub fn of_shape(
-        latents: (usize, usize, usize, usize, usize),
+        latents: impl Into<Shape>,
         text: (usize, usize, usize),
         dtype: DType,
         dev: &Device,
     ) -> Result<Self> {
+        let latents: Shape = latents.into();
+        let b = latents.dims()[0];
         let mut rng = StdRng::seed_from_u64(11);
-        let t: Vec<f32> = (0..latents.0)
-            .map(|_| rng.random_range(0.001f32..0.999))
-            .collect();
-        let t = Tensor::from_vec(t, latents.0, dev)?;
+        let t: Vec<f32> = (0..b).map(|_| rng.random_range(0.001f32..0.999)).collect();
+        let t = Tensor::from_vec(t, b, dev)?;
         // Standard normal values from the seeded generator (Box–Muller): candle's CPU `randn`
         // draws from an unseeded thread generator, so the loss would change from run to run.
         let mut randn = |s: &[usize]| -> Result<Tensor> {
@@ -439,10 +632,9 @@ impl Inputs {
                 .collect();
             Ok(Tensor::from_vec(v, s, dev)?.to_dtype(dtype)?)
         };
-        let (b, c, f, h, w) = latents;
         Ok(Inputs {
-            x0: randn(&[b, c, f, h, w])?,
-            noise: randn(&[b, c, f, h, w])?,
+            x0: randn(latents.dims())?,
+            noise: randn(latents.dims())?,
             t,
             text: randn(&[text.0, text.1, text.2])?,
         })
@@ -495,19 +687,105 @@ fn flow_batch<'a>(dit: &'a WanDit, inp: &Inputs, k: usize, n: usize) -> Result<F
     })
 }
 
+/// One DDPM micro-batch of the UNet: noisy latents, their timesteps and the text; the
+/// prediction is compared with the noise.
+struct NoiseBatch<'a> {
+    unet: &'a SdUnet,
+    noisy: Tensor,
+    timesteps: Tensor,
+    text: Tensor,
+    target: Tensor,
+}
+
+impl MicroBatch for NoiseBatch<'_> {
+    /// The whole UNet is one layer (its skips cross the levels).
+    fn num_layers(&self) -> usize {
+        1
+    }
+    fn embed(&self) -> Result<Tensor> {
+        Ok(self.noisy.clone())
+    }
+    fn layer(&self, _i: usize, x: &Tensor) -> Result<Tensor> {
+        Ok(self.unet.forward(x, &self.timesteps, &self.text)?)
+    }
+    fn loss(&self, x: &Tensor) -> Result<Tensor> {
+        let target = self.target.to_dtype(DType::F32)?;
+        Ok((x.to_dtype(DType::F32)? - target)?.sqr()?.mean_all()?)
+    }
+}
+
+/// ᾱ at each of SD's 1000 training timesteps: the cumulative product of 1 − β, β of the
+/// scaled-linear schedule (√β evenly spaced from √0.00085 to √0.012; diffusers'
+/// DDPMScheduler of SD 1.x/2.x).
+pub fn alphas_cumprod() -> Vec<f64> {
+    let (a, b, n) = (0.00085f64.sqrt(), 0.012f64.sqrt(), 1000);
+    let mut acc = 1.0;
+    (0..n)
+        .map(|i| {
+            let beta = (a + (b - a) * i as f64 / (n - 1) as f64).powi(2);
+            acc *= 1.0 - beta;
+            acc
+        })
+        .collect()
+}
+
+/// Micro-batch `k` of `n`: timestep ⌊1000·t⌋, noisy = √ᾱ·x0 + √(1 − ᾱ)·noise, target = noise.
+fn noise_batch<'a>(unet: &'a SdUnet, inp: &Inputs, k: usize, n: usize) -> Result<NoiseBatch<'a>> {
+    let mb = inp.x0.dim(0)? / n;
+    let part = |t: &Tensor| t.narrow(0, k * mb, mb);
+    let (x0, noise, t) = (part(&inp.x0)?, part(&inp.noise)?, part(&inp.t)?);
+    let ac = alphas_cumprod();
+    let steps: Vec<usize> = t
+        .to_vec1::<f32>()?
+        .iter()
+        .map(|&t| ((t * 1000.0) as usize).min(999))
+        .collect();
+    let coef = |f: &dyn Fn(f64) -> f64| -> Result<Tensor> {
+        let v: Vec<f32> = steps.iter().map(|&s| f(ac[s]) as f32).collect();
+        Ok(Tensor::from_vec(v, (mb, 1, 1, 1), x0.device())?.to_dtype(x0.dtype())?)
+    };
+    let noisy = (x0.broadcast_mul(&coef(&|a| a.sqrt())?)?
+        + noise.broadcast_mul(&coef(&|a| (1.0 - a).sqrt())?)?)?;
+    let timesteps = Tensor::from_vec(
+        steps.iter().map(|&s| s as f32).collect::<Vec<_>>(),
+        mb,
+        x0.device(),
+    )?;
+    Ok(NoiseBatch {
+        unet,
+        noisy,
+        timesteps,
+        text: part(&inp.text)?,
+        target: noise,
+    })
+}
+
+/// Micro-batch `k` of `n` of the denoiser's objective.
+fn micro_batch<'a>(
+    net: Denoiser<'a>,
+    inp: &Inputs,
+    k: usize,
+    n: usize,
+) -> Result<Box<dyn MicroBatch + 'a>> {
+    Ok(match net {
+        Denoiser::Wan(d) => Box::new(flow_batch(d, inp, k, n)?),
+        Denoiser::Sd(u) => Box::new(noise_batch(u, inp, k, n)?),
+    })
+}
+
 /// One unmeasured forward and backward of micro-batch 0 (its gradients dropped, no optimizer
 /// step): candle's CPU gemm keeps a buffer per thread and shape class, which would otherwise
 /// stay in the first measured step's figures (4.4 MB in the 1.3B's step-1 gradients).
-fn warm_up(dit: &WanDit, inputs: &Inputs, n: usize) -> Result<()> {
-    let m = flow_batch(dit, inputs, 0, n.max(1))?;
+fn warm_up(net: Denoiser, inputs: &Inputs, n: usize) -> Result<()> {
+    let m = micro_batch(net, inputs, 0, n.max(1))?;
     drop(m.forward_loss()?.backward()?);
     Ok(())
 }
 
-/// `spec.steps` LoRA steps of `dit` (adapters `vars`) on the cached `inputs`: the LLM path's
-/// phases and rows ([`training::run_steps`]). Returns each step's loss.
-pub fn run(
-    dit: &WanDit,
+/// `spec.steps` LoRA steps of the denoiser `net` (adapters `vars`) on the cached `inputs`:
+/// the LLM path's phases and rows ([`training::run_steps`]). Returns each step's loss.
+pub fn run<'a>(
+    net: impl Into<Denoiser<'a>>,
     vars: &[Var],
     inputs: &Inputs,
     spec: &TrainSpec,
@@ -515,7 +793,6 @@ pub fn run(
     emit: &mut dyn FnMut(super::inference::PhaseResult, f32) -> Result<()>,
 ) -> Result<Vec<f32>> {
     let n = spec.grad_accum.max(1);
-    training::run_steps(vars, spec, meter, emit, &|k| {
-        Ok(Box::new(flow_batch(dit, inputs, k, n)?))
-    })
+    let net = net.into();
+    training::run_steps(vars, spec, meter, emit, &|k| micro_batch(net, inputs, k, n))
 }

@@ -335,14 +335,16 @@ def expand_finetune(spec: dict, s: dict) -> list[dict]:
             for attention in s.get("attention", ["eager"]):
                 for res in s.get("resolution", []):
                     w, h = parse_resolution(res)
-                    for frames in s.get("frames", []):
+                    # A video model's table sets `frames` (named in the id); an image model's not.
+                    for frames in s.get("frames", [None]):
+                        ftag = "" if frames is None else f"/f{frames}"
                         for batch in s["batch"]:
                             for opt in s.get("optimizer", ["adamw"]):
                                 for tr in s.get("trainable", ["full"]):
                                     for ck in s.get("checkpointing", ["none"]):
                                         for ga in s.get("grad_accum", [1]):
                                             for repeat in range(repeats):
-                                                pid = (f"{mid}/train/{precision}/{w}x{h}/f{frames}/"
+                                                pid = (f"{mid}/train/{precision}/{w}x{h}{ftag}/"
                                                        f"b{batch}/{opt}/{ck}/ga{ga}/{tr}")
                                                 pid += id_tail(attention, repeats, repeat)
                                                 points.append(dict(id=pid, mode="finetune"))

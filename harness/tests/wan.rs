@@ -631,6 +631,18 @@ fn lora_sweep_cli() {
             .unwrap();
         assert!(loss.is_finite() && loss > 0.0, "{}", pr[4].message);
     }
+    // `--resume` finds both points finished (each has its last step's step_total row) and
+    // runs nothing: the CSV is as it was.
+    let before = std::fs::read_to_string(&out).unwrap();
+    common::vramlab()
+        .env("VRAMLAB_CACHE", tmp.path().join("cache"))
+        .args(["sweep", "--quiet", "--resume"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
     println!("lora sweep: ok");
 }
 

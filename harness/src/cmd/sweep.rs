@@ -291,17 +291,19 @@ pub fn run(args: Args) -> Result<()> {
             ));
         }
         // A point is finished when its last step's step_total row (or a failure) is written.
-        let steps = |id: &str| {
+        let steps: std::collections::HashMap<String, u64> =
             crate::workload::finetune::expand(&spec)
-                .iter()
-                .find(|p| p.id == id)
-                .map_or(0, |p| p.steps as u64)
-        };
+                .into_iter()
+                .map(|p| (p.id, p.steps as u64))
+                .collect();
         return in_process(
             &args,
             &spec,
             &text,
-            |r| r.phase == Some(Phase::StepTotal) && r.step == Some(steps(&r.point_id)),
+            |r| {
+                r.phase == Some(Phase::StepTotal)
+                    && steps.get(&r.point_id).is_some_and(|&n| r.step == Some(n))
+            },
             |out, open| {
                 crate::workload::finetune::sweep(
                     &args.scenario,

@@ -30,7 +30,7 @@ use super::training::{self, MicroBatch, TrainSpec};
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
 use crate::model::nn::{Linear, Lora};
-use crate::model::pipeline::{self, record};
+use crate::model::pipeline::{self, record, PipelineClass};
 use crate::model::sd::SdConfig;
 use crate::model::sd_unet::SdUnet;
 use crate::model::wan::{self, WanConfig, WanTransformerConfig};
@@ -308,23 +308,18 @@ pub fn config_of(src: &GenSource) -> Result<FtModel> {
             "mode = \"train\" on `{m}`: {NO_LORA_REASON}"
         ))
         .into()),
-        GenSource::Diffusers(dir) => {
-            let index = dir.join("model_index.json");
-            let class = pipeline::read_json::<serde_json::Value>(&index)?["_class_name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            match class.as_str() {
-                "WanPipeline" => Ok(FtModel::Wan(pipeline::read_json(
-                    &dir.join("transformer/config.json"),
-                )?)),
-                "StableDiffusionPipeline" => Ok(FtModel::Sd(Box::new(SdConfig::from_dir(dir)?))),
-                _ => Err(bad_file(
-                    &index,
-                    format!("`_class_name` `{class}`: mode = \"train\": {NO_LORA_REASON}"),
-                )),
+        GenSource::Diffusers(dir) => match pipeline::pipeline_class(dir)? {
+            PipelineClass::WanPipeline => Ok(FtModel::Wan(pipeline::read_json(
+                &dir.join("transformer/config.json"),
+            )?)),
+            PipelineClass::StableDiffusionPipeline => {
+                Ok(FtModel::Sd(Box::new(SdConfig::from_dir(dir)?)))
             }
-        }
+            class => Err(bad_file(
+                dir.join("model_index.json"),
+                format!("`_class_name` `{class:?}`: mode = \"train\": {NO_LORA_REASON}"),
+            )),
+        },
     }
 }
 

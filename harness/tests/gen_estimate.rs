@@ -157,6 +157,35 @@ fn constants_keep_exact_rows() {
     println!("constants keep the exact rows: ok");
 }
 
+/// Torch on CUDA says that cuDNN's first-call workspace is not in the estimate; candle on the
+/// CPU (no cuDNN) does not.
+fn cudnn_workspace_note() {
+    let has_note = |v: &serde_json::Value| {
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("cuDNN"))
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .args([
+            "estimate",
+            "--model",
+            "sdxl",
+            "--batch",
+            "1",
+            "--precision",
+            "f16",
+        ])
+        .args(["--runtime", "torch", "--backend", "cuda", "--json"])
+        .output()
+        .unwrap();
+    let torch: serde_json::Value = serde_json::from_slice(&common::ok_stdout(out)).unwrap();
+    assert!(has_note(&torch), "{}", torch["notes"]);
+    assert!(!has_note(&estimate_json(&["--priors"])));
+    println!("cuDNN workspace note: ok");
+}
+
 /// Every committed SD 1.5 point: the estimate from the committed constants names the phase
 /// that held the measured peak, and at least one of them is `vae_decode` (also through the
 /// CLI).
@@ -253,6 +282,7 @@ fn main() {
     std::env::set_var("RAYON_NUM_THREADS", "1");
     bad_inputs();
     constants_keep_exact_rows();
+    cudnn_workspace_note();
     committed_peak_phases();
     heldout_within_margin();
     println!("gen_estimate: all checks passed");

@@ -660,6 +660,17 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     };
     gen::check(&arch, &q)?;
     let mut notes = Vec::new();
+    if a.runtime == Runtime::Torch && a.backend == Backend::Cuda {
+        // PyTorch's cuDNN v8 path tries the heuristics' engines in order, each allocating its
+        // own workspace (counted by max_memory_allocated), and moves on at an out-of-memory
+        // error: a workspace that grows into free memory, which no CPU measurement shows.
+        notes.push(
+            "torch on CUDA: cuDNN may allocate a convolution workspace on a shape's first call, \
+             as large as free memory allows, and it is not in this estimate (HF's SDXL \
+             VAE-slicing row on an A100 40GB measured 27% above it; README, image generation rows)"
+                .to_string(),
+        );
+    }
     let constants = match &a.constants {
         None => None,
         Some(p) => {

@@ -24,8 +24,9 @@
 #    bundle's cuda_ops.gz): every fused op's forward and backward on the device against the
 #    CPU, and 10 AdamW steps; its log goes into the archive (rehearsal: VRAMLAB_CUDA_OPS, if
 #    set, is run the same way; without a device it says so in one line and exits 0);
-# 3. for each scenario: `vramlab sweep` on the device, then scripts/torch_probe.py on the same
-#    scenario (skipped, and said so, where torch is not importable);
+# 3. for each scenario (gpu-smoke, then gpu-gen-sd15): `vramlab sweep` on the device, then
+#    scripts/torch_probe.py on the same scenario (skipped, and said so, where torch is not
+#    importable, or diffusers for a generation scenario);
 # 4. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
 set -uo pipefail
 
@@ -35,7 +36,7 @@ REHEARSE=0
 case "${1:-}" in
   --rehearse) REHEARSE=1 ;;
   "") ;;
-  -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "gpu/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 OUT="${OUT:?set OUT to the folder that comes back}"
@@ -58,7 +59,7 @@ if [ "$REHEARSE" = 1 ]; then
 else
   MODE=device
   DEVICE=cuda:0
-  SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-smoke-train.toml}"
+  SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-gen-sd15.toml}"
   BIN="${VRAMLAB_BIN:-$BUNDLE/vramlab}"
 fi
 CUDA_OPS="${VRAMLAB_CUDA_OPS:-}"
@@ -202,6 +203,8 @@ pack
 # 3. Sweeps and the PyTorch reference.
 torch_ok=0
 "$PYTHON" -c 'import torch, transformers' 2>/dev/null && torch_ok=1
+diffusers_ok=0
+"$PYTHON" -c 'import diffusers' 2>/dev/null && diffusers_ok=1
 sweep_rc=0
 torch_rc=0
 for scenario in $SCENARIOS; do
@@ -216,7 +219,9 @@ for scenario in $SCENARIOS; do
   say "vramlab $stem exit $rc"
   [ "$rc" -eq 0 ] || sweep_rc=$rc
   pack
-  if [ "$torch_ok" = 1 ]; then
+  if [ "$torch_ok" = 1 ] && [ "$diffusers_ok" = 0 ] && grep -q '"generate"' "$scenario"; then
+    STEPS+=("torch $stem: skipped (generation needs diffusers, not importable in $PYTHON)")
+  elif [ "$torch_ok" = 1 ]; then
     t="$(limit "$TORCH_TIMEOUT")"
     say "torch_probe.py $scenario --device $DEVICE (limit ${t}s)"
     t1=$SECONDS

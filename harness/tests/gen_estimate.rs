@@ -263,6 +263,10 @@ fn bad_inputs() {
     let o = run(&["--constants", file.to_str().unwrap(), "--allow-transfer"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     one_line(&run(&["--resolution", "500x512"]), "--resolution 500x512");
+    // A training estimate of a pipeline is not a generation estimate in disguise.
+    one_line(&run(&["--mode", "train"]), "--mode train");
+    one_line(&run(&["--mode", "encode"]), "--mode encode");
+    assert!(run(&["--mode", "generate"]).status.success());
     one_line(
         &run(&[
             "--resolution",

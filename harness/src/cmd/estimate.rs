@@ -629,6 +629,16 @@ fn print_text(
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     use crate::estimate::generate::{self as gen, GenArch, GenQuery};
     let arch = GenArch::preset(m);
+    if matches!(a.mode, Mode::Train | Mode::Encode) {
+        return Err(InputError::arg(format!(
+            "--mode {}: {} is estimated as a generation pipeline (--mode generate); its LoRA \
+             fine-tuning is measured, not estimated: `vramlab sweep` with mode = [\"train\"] \
+             (SD 1.5/2.1 and Wan2.1)",
+            a.mode.as_str(),
+            m.as_str()
+        ))
+        .into());
+    }
     if !(0.0..1.0).contains(&a.headroom) {
         return Err(
             InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),

@@ -9,6 +9,7 @@ use crate::runner::{base_record, now_rfc3339, progress_bar, Prepared, RunContext
 use crate::scenario::shard::{cost as shard_cost, select, Shard};
 use crate::scenario::{expand, short_hash, Point, Spec};
 use crate::vocab::Backend;
+use crate::workload::generate::{OpenOutput, SweepIn};
 use anyhow::Context;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -223,7 +224,7 @@ fn in_process(
     spec: &Spec,
     text: &str,
     done: impl Fn(&Record) -> bool,
-    sweep: impl FnOnce(&Path, &dyn Fn(&HashSet<String>) -> Result<HashSet<String>>) -> Result<()>,
+    sweep: impl FnOnce(&SweepIn, &OpenOutput) -> Result<()>,
 ) -> Result<()> {
     let out = args
         .out
@@ -240,7 +241,14 @@ fn in_process(
                 .collect()
         })
     };
-    sweep(&out, &open)?;
+    let s = SweepIn {
+        scenario: &args.scenario,
+        spec,
+        text,
+        out: &out,
+        dry_run: args.dry_run,
+    };
+    sweep(&s, &open)?;
     if !args.quiet && !args.dry_run {
         crate::cmd::summary::print(&out)?;
     }
@@ -271,16 +279,7 @@ pub fn run(args: Args) -> Result<()> {
             &spec,
             &text,
             |r| r.phase == Some(Phase::Total),
-            |out, open| {
-                crate::workload::generate::sweep(
-                    &args.scenario,
-                    &spec,
-                    &text,
-                    out,
-                    args.dry_run,
-                    open,
-                )
-            },
+            crate::workload::generate::sweep,
         );
     }
     if !crate::workload::finetune::expand(&spec).is_empty() {
@@ -304,16 +303,7 @@ pub fn run(args: Args) -> Result<()> {
                 r.phase == Some(Phase::StepTotal)
                     && steps.get(&r.point_id).is_some_and(|&n| r.step == Some(n))
             },
-            |out, open| {
-                crate::workload::finetune::sweep(
-                    &args.scenario,
-                    &spec,
-                    &text,
-                    out,
-                    args.dry_run,
-                    open,
-                )
-            },
+            crate::workload::finetune::sweep,
         );
     }
     let mut points = expand(&spec);

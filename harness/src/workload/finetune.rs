@@ -25,7 +25,7 @@
 //!   UNet's skips cross its levels, so it is refused for SD).
 //!
 //! FLUX and SDXL are refused ([`NO_LORA_REASON`]).
-use super::generate::{run_points, GenSource};
+use super::generate::{run_points, GenSource, OpenOutput, SweepIn};
 use super::training::{self, MicroBatch, TrainSpec};
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
@@ -45,7 +45,7 @@ use crate::vocab::{
 use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Shape, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// One fine-tuning point.
@@ -436,25 +436,13 @@ fn check(path: &Path, text: &str, points: &[FtPoint]) -> Result<()> {
 /// pipeline: measures each point in this process (the transformer loaded per point), writes
 /// each row as it is measured and the manifest beside the CSV. `open` opens the output once
 /// the scenario is checked (creating or resuming it) and returns the finished points' ids.
-pub fn sweep(
-    scenario: &Path,
-    spec: &Spec,
-    text: &str,
-    out: &Path,
-    dry_run: bool,
-    open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
-) -> Result<()> {
-    let points = expand(spec);
+pub fn sweep(s: &SweepIn, open: &OpenOutput) -> Result<()> {
+    let points = expand(s.spec);
     let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
-    let checked = || check(scenario, text, &points);
     run_points(
-        scenario,
-        spec,
-        text,
-        out,
-        dry_run,
+        s,
         &ids,
-        checked,
+        || check(s.scenario, s.text, &points),
         open,
         |i, run| {
             let p = &points[i];

@@ -319,25 +319,13 @@ fn check(path: &Path, text: &str, spec: &Spec, points: &[GenPoint]) -> Result<()
 /// Runs a generation scenario's points into `out`. `open` opens the output once the scenario
 /// is checked (creating it, or resuming it): it returns the ids of the points already finished
 /// there, which are skipped.
-pub fn sweep(
-    scenario: &Path,
-    spec: &Spec,
-    text: &str,
-    out: &Path,
-    dry_run: bool,
-    open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
-) -> Result<()> {
-    let points = expand(spec);
+pub fn sweep(s: &SweepIn, open: &OpenOutput) -> Result<()> {
+    let points = expand(s.spec);
     let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
-    let checked = || check(scenario, text, spec, &points);
     run_points(
-        scenario,
-        spec,
-        text,
-        out,
-        dry_run,
+        s,
         &ids,
-        checked,
+        || check(s.scenario, s.text, s.spec, &points),
         open,
         |i, run| {
             let p = &points[i];
@@ -372,23 +360,32 @@ pub fn sweep(
     )
 }
 
-/// The loop of a sweep run in this process (generation, or a denoiser's fine-tuning) over the
-/// points `ids`: `dry_run` prints them; else `check` checks the scenario, `open` opens the
-/// output (creating or resuming it) and returns the finished ids, and `measure` runs each other
-/// point `i` into the run, with its progress on stderr.
-#[allow(clippy::too_many_arguments)]
+/// What a sweep run in this process (generation, or a denoiser's fine-tuning) reads and
+/// writes: the scenario file, its spec and text, the output CSV, and whether it only prints
+/// the point ids.
+pub struct SweepIn<'a> {
+    pub scenario: &'a Path,
+    pub spec: &'a Spec,
+    pub text: &'a str,
+    pub out: &'a Path,
+    pub dry_run: bool,
+}
+
+/// Opens a sweep's output for the given point ids (creating it, or resuming it) and returns
+/// the ids of the points already finished there.
+pub type OpenOutput<'a> = dyn Fn(&HashSet<String>) -> Result<HashSet<String>> + 'a;
+
+/// The loop of a sweep run in this process over the points `ids`: a dry run prints them; else
+/// `check` checks the scenario, `open` opens the output and returns the finished ids (skipped),
+/// and `measure` runs each other point `i` into the run, with its progress on stderr.
 pub fn run_points(
-    scenario: &Path,
-    spec: &Spec,
-    text: &str,
-    out: &Path,
-    dry_run: bool,
+    s: &SweepIn,
     ids: &[String],
     check: impl FnOnce() -> Result<()>,
-    open: impl FnOnce(&HashSet<String>) -> Result<HashSet<String>>,
+    open: &OpenOutput,
     mut measure: impl FnMut(usize, &mut GenRun) -> Result<()>,
 ) -> Result<()> {
-    if dry_run {
+    if s.dry_run {
         for id in ids {
             println!("{id}");
         }
@@ -396,7 +393,7 @@ pub fn run_points(
     }
     check()?;
     let done = open(&ids.iter().cloned().collect())?;
-    let mut run = GenRun::start(scenario, spec, text, out, ids.len())?;
+    let mut run = GenRun::start(s.scenario, s.spec, s.text, s.out, ids.len())?;
     for (i, id) in ids.iter().enumerate() {
         if done.contains(id) {
             continue;

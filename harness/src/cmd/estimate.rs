@@ -677,7 +677,7 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         notes.push(
             "torch on CUDA: cuDNN may allocate a convolution workspace on a shape's first call, \
              as large as free memory allows, and it is not in this estimate (HF's SDXL \
-             VAE-slicing row on an A100 40GB measured 27% above it; README, image generation rows)"
+             VAE-slicing row on an A100 40GB measured above it: README, image generation rows)"
                 .to_string(),
         );
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the python of a cached virtualenv holding torch, transformers, numpy, gguf and
 # accelerate (the last two for transformers' GGUF loader), and diffusers (the generation
-# components, issue 17): the CPU torch reference (README "PyTorch on CPU"). Installs it from
+# components), and peft (LoRA under the emulated GPU): the CPU torch reference (README "PyTorch on CPU"). Installs it from
 # PyPI on first use into $VRAMLAB_TORCH_CACHE (default ~/.cache/vramlab-torch); later calls
 # check a stamp and return at once. The versions are pinned so that committed results name
 # what measured them.
@@ -12,7 +12,7 @@
 set -euo pipefail
 CACHE=${VRAMLAB_TORCH_CACHE:-$HOME/.cache/vramlab-torch}
 PKGS=(torch==2.15.0 transformers==5.24.0 numpy==2.4.6 gguf==0.19.0 accelerate==1.15.0
-      diffusers==0.42.1)
+      diffusers==0.42.1 peft==0.21.2)
 VENV=$CACHE/venv
 STAMP=$VENV/.vramlab-stamp
 WANT="${PKGS[*]}"
@@ -34,7 +34,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
 fi
 "$VENV/bin/python" -m pip install --quiet "${PKGS[@]}" >&2
-"$VENV/bin/python" -c 'import torch, transformers, numpy, gguf, accelerate, diffusers; torch.ones(2) @ torch.ones(2)' >&2
+"$VENV/bin/python" -c 'import torch, transformers, numpy, gguf, accelerate, diffusers, peft; torch.ones(2) @ torch.ones(2)' >&2
 echo "$WANT" > "$STAMP"
 echo "scripts/torch-env.sh: installed into $VENV in $(( $(date +%s) - t0 )) s ($(du -sh "$VENV" | cut -f1))" >&2
 echo "$VENV/bin/python"

@@ -61,4 +61,12 @@ pub enum Command {
     ///
     /// An unknown metric or a malformed file is a one-line error naming the file (exit 2).
     Validate(crate::cmd::validate::Args),
+    /// Run a PyTorch program on an emulated GPU: PyTorch's own allocator reports allocated,
+    /// reserved and out-of-memory for any catalogued GPU, with no GPU.
+    ///
+    /// `vramlab emulate --gpu a100-40gb -- python train.py --max_steps 3` prints, per phase
+    /// (marked with `vramlab.phase`) or per optimizer step, the peaks of
+    /// `torch.cuda.max_memory_allocated`, `max_memory_reserved`, and the NVML-equivalent "used"
+    /// (reserved plus the CUDA context and modules), in GB and GiB; `--json` gives integer bytes.
+    Emulate(crate::cmd::emulate::Args),
 }

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod cmd;
 pub mod compare;
 pub mod device;
+pub mod emulate;
 pub mod error;
 pub mod estimate;
 pub mod export;

@@ -613,6 +613,9 @@ vocab! {
         CudaMeminfo,
         /// `torch.cuda` statistics (the torch probe on a GPU).
         TorchCuda,
+        /// `torch.cuda` statistics on an emulated GPU (`vramlab emulate`): PyTorch's own
+        /// allocator over a stub CUDA runtime, no device. Never passes for a measured row.
+        TorchEmulated,
     }
 }
 
@@ -620,7 +623,9 @@ impl MeterKind {
     /// The runtime whose rows this meter reads: the torch probe's meters, or candle's.
     pub fn runtime(&self) -> Runtime {
         match self {
-            MeterKind::CpuPreload | MeterKind::TorchCuda => Runtime::Torch,
+            MeterKind::CpuPreload | MeterKind::TorchCuda | MeterKind::TorchEmulated => {
+                Runtime::Torch
+            }
             MeterKind::CpuAlloc | MeterKind::CudaPool | MeterKind::CudaMeminfo => Runtime::Candle,
         }
     }

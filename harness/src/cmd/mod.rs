@@ -1,6 +1,7 @@
 //! One file per subcommand.
 pub mod bundle;
 pub mod compare;
+pub mod emulate;
 pub mod estimate;
 pub mod fit;
 pub mod generate;

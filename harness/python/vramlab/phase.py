@@ -1,0 +1,169 @@
+"""Phase marks over PyTorch's CUDA allocator statistics.
+
+PyTorch keeps one high-water mark per statistic. Nested or overlapping spans (a phase inside an
+optimizer step, the whole run around both) therefore share it: at every boundary the current
+high-water marks are folded into every open span, then reset. Each span's peak is the maximum
+of the folds made while it was open, so no boundary loses a peak and no span sees another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import time
+from typing import Iterator, List, Optional
+
+
+@dataclasses.dataclass
+class Span:
+    """One measured interval: bytes from torch.cuda statistics (and the emulator's driver)."""
+
+    name: str
+    step: Optional[int] = None
+    baseline_allocated: int = 0
+    peak_allocated: int = 0
+    end_allocated: int = 0
+    baseline_reserved: int = 0
+    peak_reserved: int = 0
+    end_reserved: int = 0
+    # Bytes held through cudaMalloc at most (the emulated driver's count; reserved plus anything
+    # allocated outside PyTorch's caching allocator). None on a real GPU.
+    peak_driver: Optional[int] = None
+    elapsed_ms: float = 0.0
+    _t0: float = 0.0
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("_t0")
+        return d
+
+
+def _emulator():
+    """The emulated driver's statistics function, or None outside `vramlab emulate`."""
+    try:
+        lib = ctypes.CDLL(None)
+        stats = lib.vramlab_emu_stats
+        reset = lib.vramlab_emu_reset_peak
+    except (AttributeError, OSError):
+        return None
+    u64 = ctypes.POINTER(ctypes.c_uint64)
+    stats.argtypes = [u64] * 5
+    stats.restype = None
+    reset.argtypes = []
+    reset.restype = None
+    return stats, reset
+
+
+def emulator_stats() -> Optional[dict]:
+    """The emulated driver's bytes: now, at most since the last boundary, its capacity, and how
+    many cudaMalloc calls failed. None outside `vramlab emulate`."""
+    emu = _emulator()
+    if emu is None:
+        return None
+    vals = [ctypes.c_uint64(0) for _ in range(5)]
+    emu[0](*[ctypes.byref(v) for v in vals])
+    keys = ("used", "peak", "capacity", "failed_mallocs", "mallocs")
+    return {k: v.value for k, v in zip(keys, vals)}
+
+
+class Recorder:
+    """Keeps the spans of one process, closed in the order they closed."""
+
+    def __init__(self) -> None:
+        self.spans: List[Span] = []
+        self._open: List[Span] = []
+        self.run = Span("total")
+        self._started = False
+        self._emu = _emulator()
+        # The optimizer step a phase belongs to, when something counts steps (the emulator).
+        self.current_step: Optional[int] = None
+
+    def _torch(self):
+        import torch
+
+        return torch
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            torch = self._torch()
+            self.run.baseline_allocated = torch.cuda.memory_allocated()
+            self.run.baseline_reserved = torch.cuda.memory_reserved()
+            self.run._t0 = time.perf_counter()
+
+    def fold(self) -> None:
+        """Folds the high-water marks into every open span and the run, then resets them."""
+        torch = self._torch()
+        if not torch.cuda.is_initialized():
+            return  # nothing allocated yet; the statistics start at zero
+        torch.cuda.synchronize()
+        a = torch.cuda.max_memory_allocated()
+        r = torch.cuda.max_memory_reserved()
+        d = emulator_stats()["peak"] if self._emu else None
+        for s in self._open + [self.run]:
+            s.peak_allocated = max(s.peak_allocated, a)
+            s.peak_reserved = max(s.peak_reserved, r)
+            if d is not None:
+                s.peak_driver = max(s.peak_driver or 0, d)
+        torch.cuda.reset_peak_memory_stats()
+        if self._emu:
+            self._emu[1]()
+
+    def open(self, name: str, step: Optional[int] = None) -> Span:
+        torch = self._torch()
+        if not torch.cuda.is_available():
+            raise RuntimeError("vramlab.phase needs a CUDA device (a real one, or `vramlab emulate`)")
+        self._start()
+        self.fold()
+        s = Span(name, self.current_step if step is None else step)
+        s.baseline_allocated = s.peak_allocated = torch.cuda.memory_allocated()
+        s.baseline_reserved = s.peak_reserved = torch.cuda.memory_reserved()
+        s._t0 = time.perf_counter()
+        self._open.append(s)
+        return s
+
+    def close(self, s: Span) -> Span:
+        torch = self._torch()
+        self.fold()
+        s.end_allocated = torch.cuda.memory_allocated()
+        s.end_reserved = torch.cuda.memory_reserved()
+        s.elapsed_ms = (time.perf_counter() - s._t0) * 1e3
+        self._open.remove(s)
+        self.spans.append(s)
+        return s
+
+    def finish(self) -> Span:
+        """Closes the run span (and any span left open) and returns it."""
+        if not self._started:
+            return self.run
+        for s in list(self._open):
+            self.close(s)
+        torch = self._torch()
+        self.fold()
+        self.run.end_allocated = torch.cuda.memory_allocated()
+        self.run.end_reserved = torch.cuda.memory_reserved()
+        self.run.elapsed_ms = (time.perf_counter() - self.run._t0) * 1e3
+        return self.run
+
+
+_RECORDER: Optional[Recorder] = None
+
+
+def recorder() -> Recorder:
+    """The process's recorder (one per process, as PyTorch's statistics are)."""
+    global _RECORDER
+    if _RECORDER is None:
+        _RECORDER = Recorder()
+    return _RECORDER
+
+
+@contextlib.contextmanager
+def phase(name: str, step: Optional[int] = None) -> Iterator[Span]:
+    """Measures the enclosed code as one phase: ``with vramlab.phase("backward"): ...``."""
+    rec = recorder()
+    s = rec.open(name, step)
+    try:
+        yield s
+    finally:
+        rec.close(s)

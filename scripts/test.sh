@@ -19,11 +19,12 @@ export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
-# PyTorch on CPU (README "PyTorch on CPU"): the cached torch venv from PyPI (about 3 minutes and
+# PyTorch on CPU, and on the emulated GPU (stubs built by scripts/emulator-build.sh, seconds):
+# the cached torch venv from PyPI (about 3 minutes and
 # 5.6 GB from cold, instant when warm), then the torch tests that need it (a few minutes).
 VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
 export VRAMLAB_TORCH_PYTHON
-cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures -- --ignored --test-threads=1
+cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh
 fi

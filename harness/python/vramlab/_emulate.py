@@ -2,7 +2,8 @@
 
 Installed by the boot's sitecustomize in every Python process the emulated command starts:
 - when torch is imported: cuDNN is switched off (the stub runtime has no cuDNN; convolutions
-  take PyTorch's native CUDA path, whose buffers go through the caching allocator), and an
+  take PyTorch's native CUDA path, whose buffers go through the caching allocator; SDPA chooses
+  among its other backends), and an
   optimizer-step hook closes one `step_total` span per optimizer step;
 - with `--no-weights`, when transformers is imported: `from_pretrained` builds the model from its
   config on the `meta` device and materializes it on the emulated GPU, reading no weights;
@@ -61,6 +62,11 @@ def _after_torch(torch) -> None:
         "convolutions: PyTorch's native CUDA path (cuDNN is off under emulation; "
         "cuDNN's workspace is not counted)"
     )
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        # SDPA's cuDNN backend needs cuDNN too: SDPA picks among flash, memory-efficient and
+        # math, as on a GPU where cuDNN attention is unavailable.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        _NOTES.append("attention: SDPA's cuDNN backend is off (flash, memory-efficient or math)")
     rec = recorder()
     rec._started = True  # nothing is on the device before torch: the run's baselines are 0
     _STEP["open"] = Span("step_total", 1)

@@ -11,12 +11,14 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit codes: 0 the program ran and fits; 1 it ran out of memory on the \
+#[command(
+    after_help = "Exit codes: 0 the program ran and fits; 1 it ran out of memory on the \
 emulated GPU (PyTorch's own message is printed); 2 unusable input (unknown GPU, missing program, \
 a torch environment without CUDA build or without stubs), or the program failed otherwise.\n\n\
 Emulated figures are PyTorch's allocator over a stub CUDA runtime: kernels do not run, device \
 data reads as zeros, cuDNN is off (convolutions take PyTorch's native path). They are labelled \
-emulated everywhere and never pass for a measurement on a GPU.")]
+emulated everywhere and never pass for a measurement on a GPU."
+)]
 pub struct Args {
     /// The GPU to present, from the catalogue: h200, h100-80gb, h100-pcie, a100-80gb,
     /// a100-40gb, l40s, l4, rtx-4090, rtx-3090, v100-16gb, v100-32gb.
@@ -138,7 +140,11 @@ fn check_command(cmd: &[String]) -> Result<()> {
 fn write_csv(out: &std::path::Path, rep: &Report, gpu: &Gpu, a: &Args) -> Result<()> {
     let describe = Describe {
         model_id: a.model_id.clone().unwrap_or_default(),
-        mode: a.mode.unwrap_or(if rep.steps.is_empty() { Mode::Infer } else { Mode::Train }),
+        mode: a.mode.unwrap_or(if rep.steps.is_empty() {
+            Mode::Infer
+        } else {
+            Mode::Train
+        }),
         precision: a.precision.unwrap_or_default(),
         batch: a.batch,
         context: a.context,

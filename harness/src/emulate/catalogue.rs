@@ -45,7 +45,6 @@ struct Entry {
     source: &'static str,
 }
 
-
 const ENTRIES: &[Entry] = &[
     Entry {
         key: "h200",
@@ -218,7 +217,10 @@ pub fn by_name(key: &str) -> Option<Gpu> {
 pub fn resolve(key: Option<&str>, memory: Option<u64>) -> Result<Gpu, String> {
     let mut g = match key {
         Some(k) => by_name(k).ok_or_else(|| {
-            format!("unknown GPU `{k}` (known: {}; or --gpu-memory SIZE)", names().join(", "))
+            format!(
+                "unknown GPU `{k}` (known: {}; or --gpu-memory SIZE)",
+                names().join(", ")
+            )
         })?,
         None => {
             let m = memory.ok_or("give --gpu NAME or --gpu-memory SIZE")?;
@@ -304,7 +306,9 @@ mod tests {
         let c = resolve(None, Some(4 << 30)).unwrap();
         assert_eq!(c.total_bytes, 4 << 30);
         assert!(c.name.starts_with("Custom GPU"));
-        assert!(resolve(Some("tpu-v5"), None).unwrap_err().contains("unknown GPU `tpu-v5`"));
+        assert!(resolve(Some("tpu-v5"), None)
+            .unwrap_err()
+            .contains("unknown GPU `tpu-v5`"));
         assert!(resolve(None, None).is_err());
         assert!(resolve(None, Some(CONTEXT_BYTES)).is_err());
     }

@@ -42,15 +42,25 @@ pub fn which(program: &str) -> Option<PathBuf> {
 /// Python interpreter, else `python3` on PATH.
 pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
-        return which(&p.to_string_lossy())
-            .ok_or_else(|| InputError::arg(format!("--python {}: no such program", p.display())).into());
+        return which(&p.to_string_lossy()).ok_or_else(|| {
+            InputError::arg(format!("--python {}: no such program", p.display())).into()
+        });
     }
     let first = command.first().map(String::as_str).unwrap_or("");
-    let base = Path::new(first).file_name().and_then(|s| s.to_str()).unwrap_or("");
-    let name = if base.starts_with("python") { first } else { "python3" };
+    let base = Path::new(first)
+        .file_name()
+        .and_then(|s| s.to_str())
+        .unwrap_or("");
+    let name = if base.starts_with("python") {
+        first
+    } else {
+        "python3"
+    };
     which(name).ok_or_else(|| {
-        InputError::arg(format!("no `{name}` on PATH (give --python for the torch environment)"))
-            .into()
+        InputError::arg(format!(
+            "no `{name}` on PATH (give --python for the torch environment)"
+        ))
+        .into()
     })
 }
 
@@ -67,7 +77,11 @@ pub fn stubs_for(python: &Path) -> Result<PathBuf> {
         .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed");
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("failed");
         let msg = format!("the emulator's stubs for {}: {last}", python.display());
         return Err(if out.status.code() == Some(2) {
             InputError::arg(msg).into()
@@ -130,7 +144,10 @@ impl Launch<'_> {
             .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", self.stubs))
             .env("PYTHONPATH", pythonpath)
             .env("VRAMLAB_EMU_REPORT", self.report)
-            .env("VRAMLAB_EMU_NO_WEIGHTS", if self.no_weights { "1" } else { "0" })
+            .env(
+                "VRAMLAB_EMU_NO_WEIGHTS",
+                if self.no_weights { "1" } else { "0" },
+            )
             // One device, visible: a caller's CUDA_VISIBLE_DEVICES="" would hide it.
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("PYTORCH_NVML_BASED_CUDA_CHECK");

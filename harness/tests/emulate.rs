@@ -1,0 +1,324 @@
+//! `vramlab emulate`: PyTorch programs on an emulated GPU. The torch tests are `#[ignore]`d
+//! (they need the torch environment, `VRAMLAB_TORCH_PYTHON`; `scripts/test.sh` runs them); the
+//! bad-input tests run everywhere. Every expected figure is derived here or by the program
+//! from shapes, never copied from a run.
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/emulate")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn torch_python() -> String {
+    std::env::var("VRAMLAB_TORCH_PYTHON")
+        .expect("VRAMLAB_TORCH_PYTHON: the torch environment's python (scripts/torch-env.sh)")
+}
+
+struct Run {
+    code: i32,
+    json: Value,
+    expect: Option<Value>,
+    stderr: String,
+}
+
+/// `vramlab emulate --json <gpu args> -- python SCRIPT ARGS`: the JSON it printed, and the
+/// `EXPECT {...}` line the program printed before it.
+fn emulate(gpu: &[&str], script: &str, args: &[&str]) -> Run {
+    let py = torch_python();
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .arg("emulate")
+        .arg("--json")
+        .args(gpu)
+        .arg("--")
+        .arg(&py)
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let expect = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPECT "))
+        .map(|j| serde_json::from_str(j).unwrap());
+    let start = stdout
+        .find("\n{\n")
+        .map(|i| i + 1)
+        .or_else(|| stdout.starts_with("{\n").then_some(0))
+        .unwrap_or_else(|| panic!("no JSON in stdout:\n{stdout}\nstderr:\n{stderr}"));
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        json: serde_json::from_str(&stdout[start..]).unwrap(),
+        expect,
+        stderr,
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
+
+/// The caching allocator's segment for one request, by its documented rules
+/// (c10/cuda/CUDACachingAllocator.cpp): ≤ 1 MiB from a 2 MiB small-pool segment; < 10 MiB
+/// from a 20 MiB segment; larger, its own segment rounded up to 2 MiB.
+fn segment(bytes: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let rounded = bytes.div_ceil(512) * 512;
+    if rounded <= MIB {
+        2 * MIB
+    } else if rounded < 10 * MIB {
+        20 * MIB
+    } else {
+        rounded.div_ceil(2 * MIB) * 2 * MIB
+    }
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn allocator_segment_rules() {
+    let sizes: [u64; 3] = [1000, 5 << 20, 30 << 20];
+    let args: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = emulate(&["--gpu", "h100-80gb"], &data("segments.py"), &args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let load = &r.json["phases"][0];
+    assert_eq!(load["name"], "load");
+    let allocated: u64 = sizes.iter().map(|s| s.div_ceil(512) * 512).sum();
+    let reserved: u64 = sizes.iter().map(|&s| segment(s)).sum();
+    assert_eq!(u(&load["end_allocated"]), allocated);
+    assert_eq!(u(&load["max_memory_reserved"]), reserved);
+    // Nothing but the caching allocator called cudaMalloc: NVML's "used" is reserved plus
+    // the context.
+    assert_eq!(
+        u(&load["nvml_used"]),
+        reserved + u(&r.json["gpu"]["context_bytes"])
+    );
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn fits_exit_0_and_out_of_memory_exit_1_with_pytorchs_message_and_an_oom_row() {
+    let gib: u64 = 1 << 30;
+    let fits = emulate(
+        &["--gpu", "l4", "--gpu-memory", "4GiB"],
+        &data("alloc.py"),
+        &[&gib.to_string()],
+    );
+    assert_eq!(fits.code, 0, "{}", fits.stderr);
+    assert_eq!(fits.json["fits"], true);
+    assert_eq!(u(&fits.json["gpu"]["total_bytes"]), 4 * gib);
+    assert_eq!(u(&fits.json["run"]["max_memory_allocated"]), gib);
+
+    // 5 GiB on a 4 GiB device: PyTorch frees its cache, retries, then raises its own error.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("oom.csv");
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .args(["emulate", "--gpu", "l4", "--gpu-memory", "4GiB", "--out"])
+        .arg(&csv)
+        .args(["--model-id", "alloc", "--precision", "f32", "--"])
+        .arg(torch_python())
+        .arg(data("alloc.py"))
+        .arg((5 * gib).to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("CUDA out of memory. Tried to allocate 5.00 GiB"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("fits on NVIDIA L4 (emulated): no"),
+        "{stdout}"
+    );
+    let rows = vramlab::export::csv::read(&csv).unwrap();
+    let last = rows.last().unwrap();
+    assert_eq!(last.status, Some(vramlab::record::Status::Oom));
+    assert!(last.message.contains("out of memory"), "{}", last.message);
+    assert!(rows.iter().all(|r| r.device_name == "NVIDIA L4 (emulated)"));
+    assert!(rows
+        .iter()
+        .all(|r| r.meter == vramlab::vocab::MeterKind::TorchEmulated));
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn bert_step_exact_terms_weights_gradients_adamw_state() {
+    let r = emulate(&["--gpu", "a100-40gb"], &data("bert_step.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let e = r.expect.expect("EXPECT line");
+    let (state, params, inputs) = (u(&e["state"]), u(&e["params"]), u(&e["inputs"]));
+    let phases = r.json["phases"].as_array().unwrap();
+    let get = |name: &str, step: u64| {
+        phases
+            .iter()
+            .find(|p| p["name"] == name && p["step"] == step)
+            .unwrap_or_else(|| panic!("no {name} of step {step}"))
+    };
+    // Weights and buffers, to the byte.
+    assert_eq!(u(&get("load", 1)["end_allocated"]), state);
+    // After the first backward: the gradients (one per parameter) and the input ids.
+    assert_eq!(
+        u(&get("backward", 1)["end_allocated"]),
+        state + params + inputs
+    );
+    // The first AdamW step creates exp_avg and exp_avg_sq (foreach keeps `step` on the host).
+    assert_eq!(
+        u(&get("optimizer", 1)["end_allocated"]) - u(&get("backward", 1)["end_allocated"]),
+        2 * params
+    );
+    // Steps 2 and 3 hold what step 1 did.
+    for s in [2, 3] {
+        assert_eq!(
+            get("optimizer", s)["end_allocated"],
+            get("optimizer", 1)["end_allocated"]
+        );
+    }
+    assert_eq!(r.json["steps"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn mistral_shaped_full_finetune_runs_three_steps() {
+    let r = emulate(&["--gpu", "h100-80gb"], &data("mistral_full.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let steps = r.json["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    // Full fine-tune with AdamW: after step 1, at least weights + gradients + m + v stay.
+    assert!(u(&steps[1]["max_memory_allocated"]) >= u(&steps[0]["end_allocated"]));
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn lora_with_checkpointing_under_fp16_autocast() {
+    let r = emulate(&["--gpu", "rtx-4090"], &data("lora_ckpt_fp16.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["steps"].as_array().unwrap().len(), 3);
+    // r = 8 on q_proj (128 → 128) and v_proj (128 → 2 kv heads × 32 = 64), two layers:
+    // A is r × in, B is out × r.
+    let (r_, h, kv) = (8u64, 128u64, 64u64);
+    let per_layer = (r_ * h + h * r_) + (r_ * h + kv * r_);
+    assert_eq!(u(&r.expect.unwrap()["trainable"]), 2 * per_layer);
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn sd_shaped_unet_step_with_convolutions() {
+    let r = emulate(&["--gpu", "l40s"], &data("unet_step.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["steps"].as_array().unwrap().len(), 3);
+    let notes = r.json["notes"].to_string();
+    assert!(notes.contains("cuDNN is off"), "{notes}");
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn no_weights_builds_from_config_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v, h, ffn, layers, heads, kv) = (1024u64, 64u64, 128u64, 2u64, 4u64, 2u64);
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": v,
+        "hidden_size": h, "intermediate_size": ffn, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16", "max_position_embeddings": 128
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let script = dir.path().join("load.py");
+    std::fs::write(
+        &script,
+        "import sys, torch, vramlab\nfrom transformers import AutoModelForCausalLM\n\
+         with vramlab.phase('load'):\n    m = AutoModelForCausalLM.from_pretrained(sys.argv[1], \
+         dtype=torch.bfloat16)\n",
+    )
+    .unwrap();
+    let py = torch_python();
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .args(["emulate", "--json", "--no-weights", "--gpu", "h200", "--"])
+        .arg(&py)
+        .arg(&script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
+    // Each tensor in bf16, rounded to 512 B: embeddings and head, per layer q, k, v, o, gate,
+    // up, down and two norms, and the final norm.
+    let t = |n: u64| (n * 2).div_ceil(512) * 512;
+    let head_dim = h / heads;
+    let per_layer = t(h * h) + 2 * t(kv * head_dim * h) + t(h * h) + 3 * t(h * ffn) + 2 * t(h);
+    let want = 2 * t(v * h) + layers * per_layer + t(h);
+    let load = &json["phases"][0];
+    // Rotary inverse frequencies are float32 buffers of head_dim / 2: `inv_freq` and
+    // `original_inv_freq`.
+    let inv_freq = (head_dim / 2 * 4).div_ceil(512) * 512;
+    assert_eq!(u(&load["end_allocated"]), want + 2 * inv_freq, "{stdout}");
+}
+
+fn vramlab_emulate(args: &[&str]) -> (i32, String) {
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .arg("emulate")
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn bad_inputs_are_one_line_and_exit_2() {
+    let one_line = |(code, err): (i32, String), want: &str| {
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(want), "want `{want}` in {err}");
+    };
+    one_line(
+        vramlab_emulate(&["--gpu", "tpu-v5", "--", "python3", "x.py"]),
+        "unknown GPU `tpu-v5`",
+    );
+    one_line(
+        vramlab_emulate(&["--gpu", "l4", "--", "no-such-program-vramlab"]),
+        "no-such-program-vramlab: no such program",
+    );
+    one_line(
+        vramlab_emulate(&["--gpu", "l4", "--", "python3", "/nonexistent/train.py"]),
+        "/nonexistent/train.py: no such script",
+    );
+    // A Python without torch: the stubs cannot be built for it.
+    let bare: PathBuf = std::env::temp_dir().join("vramlab-emulate-no-torch.py");
+    std::fs::write(&bare, "print('hi')\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let py = venv.join("bin/python");
+    one_line(
+        vramlab_emulate(&[
+            "--gpu",
+            "l4",
+            "--",
+            py.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ]),
+        "no module named 'torch'",
+    );
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the python of a cached virtualenv holding torch, transformers, numpy, gguf and
 # accelerate (the last two for transformers' GGUF loader), and diffusers (the generation
-# components, issue 17): the CPU torch reference (README "PyTorch on CPU"). Installs it from
+# components): the CPU torch reference (docs/src/guides/torch-probe.md). Installs it from
 # PyPI on first use into $VRAMLAB_TORCH_CACHE (default ~/.cache/vramlab-torch); later calls
 # check a stamp and return at once. The versions are pinned so that committed results name
 # what measured them.

@@ -70,7 +70,7 @@ pub struct Record {
     pub attention: Attention,
     /// CUDA rows only.
     pub pool_release: Option<PoolRelease>,
-    /// Generation rows only (`WxH` of the output image). Absent before version 5.
+    /// Generation rows only (`WxH` of the output image). Absent before version 6.
     pub resolution: Option<Resolution>,
     /// Generation rows: output frames per video (1 for an image model).
     pub frames: Option<u64>,

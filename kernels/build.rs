@@ -2,7 +2,7 @@
 //!
 //! Why nvcc at build time, not NVRTC at run time: candle's own `cuda` feature already needs
 //! nvcc at build time (candle-kernels), so the toolchain is there whenever this runs
-//! (scripts/cuda-toolchain.sh, DESIGN.md §10), and CI then proves every `.cu` compiles by
+//! (scripts/cuda-toolchain.sh, ARCHITECTURE.md §13), and CI then proves every `.cu` compiles by
 //! merely building `--features cuda` (scripts/cuda-build-check.sh), with no device and no
 //! libnvrtc. The PTX is embedded with `include_str!` and loaded by candle's
 //! `CudaDevice::get_or_load_custom_func`, exactly as candle loads its own kernels.

@@ -1,4 +1,4 @@
-"""Reference logits from transformers for tests/architectures.rs (issue 14).
+"""Reference logits from transformers for tests/architectures.rs.
 
 Usage: arch_reference.py CONFIG.json...  (run with the python of scripts/torch-env.sh)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI compile-and-link check of the CUDA backend, without a GPU (DESIGN.md §10, issue 5):
+# CI compile-and-link check of the CUDA backend, without a GPU (ARCHITECTURE.md §13):
 #   1. scripts/cuda-toolchain.sh (CUDA 13.0 wheels + link stubs, cached);
 #   2. cargo build -p vramlab --features cuda, with CARGO_TARGET_DIR in the cache (outside the
 #      clone, so the nvcc step is done once per machine);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the CUDA 13.0 build toolchain from PyPI wheels into a cache directory and generates
-# link stubs for the CUDA libraries candle links against (DESIGN.md §10). No GPU, no root needed.
+# link stubs for the CUDA libraries candle links against (ARCHITECTURE.md §13). No GPU, no root
+# needed.
 #
 #   scripts/cuda-toolchain.sh            # install (idempotent), write $CACHE/env.sh, print exports
 #   source "$CACHE/env.sh"               # PATH, CUDA_HOME, CUDA_COMPUTE_CAP, VRAMLAB_CUDA_STUBS

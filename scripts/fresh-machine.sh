@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the README's two commands the way a new machine would (issue 18): in a fresh clone at
+# Runs the README's two commands the way a new machine would: in a fresh clone at
 # another path, with an empty CARGO_HOME, an empty HOME (so ~/.cache, pip's cache and every
 # vramlab cache default to empty folders) and no VRAMLAB_* variables, keeping only the rustup
 # toolchain (RUSTUP_HOME). The commands are read from the README's first ```sh block, so the

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The test command (README line 2; .ci/run calls it). Fetches the real test weights, checks
-# formatting and lints, runs every test, then the CUDA compile-and-link check (CUDA 13.0
+# The test command (the README's second command; .ci/run calls it). Fetches the real test weights,
+# checks formatting and lints, runs every test, then the CUDA compile-and-link check (CUDA 13.0
 # toolchain from PyPI wheels and generated link stubs, cached in $VRAMLAB_CUDA_CACHE, default
 # ~/.cache/vramlab-cuda; 15 to 30 minutes from cold on 2 cores, most of it nvcc compiling
 # candle's kernels; seconds when warm).
 # VRAMLAB_SKIP_CUDA_CHECK=1 skips that last step on a workstation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# One build per run: incremental state only costs disk here (3.6 GB of it at stop 25, when CI's
+# One build per run: incremental state only costs disk here (3.6 GB of it once, when CI's
 # disk filled while linking). The free disk is printed first and last, so a CI log says how close
 # a run came.
 export CARGO_INCREMENTAL=0
@@ -19,8 +19,9 @@ export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
-# PyTorch on CPU, and on the emulated GPU (stubs built by scripts/emulator-build.sh, seconds):
-# the cached torch venv from PyPI (about 3 minutes and
+# PyTorch on CPU (docs/src/guides/torch-probe.md) and on the emulated GPU
+# (docs/src/guides/emulator.md; stubs built by scripts/emulator-build.sh in seconds): the cached
+# torch venv from PyPI (about 3 minutes and
 # 5.6 GB from cold, instant when warm), then the torch tests that need it (a few minutes).
 VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
 export VRAMLAB_TORCH_PYTHON

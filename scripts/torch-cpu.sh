@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The torch probe on CPU, in one line (README "PyTorch on CPU"):
+# The torch probe on CPU, in one line (docs/src/guides/torch-probe.md):
 #   scripts/torch-cpu.sh SCENARIO.toml --out FILE.csv [--torch-optim foreach|for-loop|fused]
 #                        [--attention eager|sdpa]
 # Builds the preload meter (harness/preload, seconds), takes the python of scripts/torch-env.sh

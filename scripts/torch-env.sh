@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints the python of a cached virtualenv holding torch, transformers, numpy, gguf and
 # accelerate (the last two for transformers' GGUF loader), and diffusers (the generation
-# components), and peft (LoRA under the emulated GPU): the CPU torch reference (README "PyTorch on CPU"). Installs it from
+# components), and peft (LoRA on the emulated GPU): the CPU torch reference
+# (docs/src/guides/torch-probe.md) and the emulator's environment. Installs it from
 # PyPI on first use into $VRAMLAB_TORCH_CACHE (default ~/.cache/vramlab-torch); later calls
 # check a stamp and return at once. The versions are pinned so that committed results name
 # what measured them.

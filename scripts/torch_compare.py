@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Candle vs torch, per phase, for training and inference points (issue 10; README "PyTorch on CPU").
+"""Candle vs torch, per phase, for training and inference points (docs/src/guides/torch-probe.md).
 
     scripts/torch_compare.py CANDLE.csv TORCH.csv [TORCH.csv ...]
 

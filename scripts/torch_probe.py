@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for a vramlab scenario (issues 5, 9, 10; DESIGN.md §4-§5).
+"""PyTorch reference for a vramlab scenario (docs/src/guides/torch-probe.md; ARCHITECTURE.md §3-§4).
 
     scripts/torch_probe.py SCENARIO.toml --out FILE.csv [--device cuda:0|cpu]
                            [--torch-optim foreach|for-loop|fused] [--attention eager|sdpa]
@@ -14,7 +14,7 @@ phases (load; prefill, decode every k steps, total; forward, backward, optimizer
 and writes the same CSV schema as harness/src/record.rs, feature_* columns included (so
 `vramlab fit` reads it), with a manifest beside it whose runtime is `torch-X.Y+transformers-Z`.
 
-Definitions that match the harness (issue 9): gradient accumulation runs micro-batches of
+Definitions that match the harness: gradient accumulation runs micro-batches of
 batch/n; attention is `eager` (scores materialized, as in our models) unless --attention sdpa;
 `mixed-*` keeps f32 master weights and casts them to 16 bits inside the forward (autograd casts
 the gradients back onto the f32 masters, so AdamW's state is f32), as harness's `to_dtype` does;
@@ -35,7 +35,7 @@ Meters:
   Each point first runs once unmeasured at its own shapes (oneDNN keeps per-shape state the
   first time a shape runs); --no-onednn turns oneDNN off.
 
-Generation (`mode = "generate"`, issue 17): diffusers' UNet2DConditionModel / AutoencoderKL /
+Generation (`mode = "generate"`): diffusers' UNet2DConditionModel / AutoencoderKL /
 FluxTransformer2DModel / WanTransformer3DModel / AutoencoderKLWan and transformers' CLIP / T5 /
 umT5 encoders from the same diffusers directory
 vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
@@ -202,7 +202,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
     points = []
     for source in as_list(s.get("source", spec["model"]["source"])):
         mid = model_id(source)
-        # As grid.rs: a quantized precision (GGUF blocks kept, issue 15) runs once per compute
+        # As grid.rs: a quantized precision (GGUF blocks kept) runs once per compute
         # dtype and qmatmul path, and its id says them (`native-f32`, `native-f32-dequantize`).
         # The probe only lists such points (--dry-run); running one is refused.
         tagged = [(p, f"{p}-{c}" + ("-dequantize" if q == "dequantize" else "")
@@ -381,7 +381,7 @@ def git_rev() -> str:
 
 
 class CudaMeter:
-    """torch's caching allocator, read the way DESIGN.md §4 reads candle's pool."""
+    """torch's caching allocator, read the way ARCHITECTURE.md §3 reads candle's pool."""
     kind = "torch-caching"
 
     def __init__(self, torch, device):
@@ -1087,7 +1087,7 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
     return rows
 
 
-# -------------------------------------------------------------- generation (issue 17) --
+# ----------------------------------------------------------------------- generation --
 #
 # A pipeline read from a diffusers directory (`synthetic:MODEL` = the directory vramlab writes
 # under $VRAMLAB_MODELS/synthetic-gen/, `diffusers:DIR` = a real one), measured phase by phase

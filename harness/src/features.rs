@@ -1,5 +1,5 @@
 //! Analytic features of a point and phase, computed from the normalized [`Config`] alone
-//! (DESIGN.md §9). They fill the `feature_*` CSV columns; `fit` regresses on them.
+//! (ARCHITECTURE.md §9). They fill the `feature_*` CSV columns; `fit` regresses on them.
 use crate::model::{Config, KvKind};
 use crate::record::Phase;
 use crate::vocab::Trainable;

@@ -1,5 +1,5 @@
 //! vramlab: measure the memory a model needs, per phase, on real weights.
-//! See DESIGN.md in the shared folder and the README for the data flow:
+//! See ARCHITECTURE.md §2 for the data flow:
 //! scenario → grid → runner (workload × meter) → records → exporter → CSV.
 pub mod bundle;
 pub mod cli;
@@ -25,6 +25,6 @@ pub mod validate;
 pub mod vocab;
 pub mod workload;
 
-/// Every heap allocation of a process linking vramlab is counted (CPU meter, DESIGN.md §4).
+/// Every heap allocation of a process linking vramlab is counted (CPU meter, ARCHITECTURE.md §3).
 #[global_allocator]
 static ALLOC: meter::alloc::CountingAlloc = meter::alloc::CountingAlloc;

@@ -1,4 +1,4 @@
-//! The one CSV row type (DESIGN.md §5). Column names are stable API; bytes are raw integers.
+//! The one CSV row type (ARCHITECTURE.md §5). Column names are stable API; bytes are raw integers.
 //! Columns a row does not use are empty.
 //!
 //! Versions: 1 is the design schema; 2 adds `attention` (eager|flash) after `kernels`; 3 adds
@@ -9,8 +9,8 @@
 //! compute dtype (empty for dense precisions, which compute in their own; so older rows need
 //! nothing filled). 5 adds `qmatmul` (auto|dequantize) after `compute`: a quantized point's
 //! product path (empty for dense rows; older quantized rows ran candle's `QMatMul`, read as
-//! `auto`). 6 adds the generation columns (DESIGN.md §12): `resolution`, `frames`, `cfg`,
-//! `vae_decode`, `vae_precision` after `pool_release`, and `component`, `peak_phase` after
+//! `auto`). 6 adds the generation columns (docs/src/guides/generation.md): `resolution`, `frames`,
+//! `cfg`, `vae_decode`, `vae_precision` after `pool_release`, and `component`, `peak_phase` after
 //! `phase` (empty on other rows, so older rows need nothing filled).
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +70,7 @@ pub struct Record {
     pub attention: Attention,
     /// CUDA rows only.
     pub pool_release: Option<PoolRelease>,
-    /// Generation rows only (`WxH` of the output image). Absent before version 5.
+    /// Generation rows only (`WxH` of the output image). Absent before version 6.
     pub resolution: Option<Resolution>,
     /// Generation rows: output frames per video (1 for an image model).
     pub frames: Option<u64>,

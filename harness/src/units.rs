@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn design_guide_example() {
-        // 13e9 params x 2 B (DESIGN.md §9).
+        // 13e9 params x 2 B (docs/src/concepts/memory-terms.md).
         assert_eq!(gb_gib(13_000_000_000 * 2), "26.0 GB (24.2 GiB)");
     }
 

@@ -67,7 +67,8 @@ vocab! {
         Train,
         /// An encoder's inference: one forward over the batch, no cache.
         Encode,
-        /// An image pipeline: text encoders, denoising steps, the VAE decode (DESIGN.md §12).
+        /// An image pipeline: text encoders, denoising steps, the VAE decode
+        /// (docs/src/guides/generation.md).
         Generate,
     }
 }
@@ -358,7 +359,7 @@ impl Optimizer {
 
 vocab! {
     /// How a torch optimizer step runs over the parameters (its transient differs,
-    /// DESIGN.md §9).
+    /// ARCHITECTURE.md §9).
     #[derive(clap::ValueEnum)]
     case = "kebab-case";
     pub enum OptimizerImpl {
@@ -549,7 +550,7 @@ vocab! {
 }
 
 vocab! {
-    /// The two KV caches (DESIGN.md §5).
+    /// The two KV caches (ARCHITECTURE.md §4).
     #[derive(clap::ValueEnum)]
     case = "lowercase";
     pub enum KvKind {
@@ -645,7 +646,7 @@ vocab! {
 }
 
 vocab! {
-    /// A measured phase (DESIGN.md §5), in the order a point runs them.
+    /// A measured phase (ARCHITECTURE.md §4), in the order a point runs them.
     case = "snake_case";
     pub enum Phase {
         Load,
@@ -669,7 +670,7 @@ vocab! {
 }
 
 vocab! {
-    /// How a generation point decodes its latents (DESIGN.md §12).
+    /// How a generation point decodes its latents (docs/src/guides/generation.md).
     #[derive(Default, clap::ValueEnum)]
     case = "lowercase";
     pub enum VaeDecode {

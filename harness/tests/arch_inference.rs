@@ -113,7 +113,7 @@ fn gpt2_decode_kv_is_exact_for_both_cache_kinds() {
 
 #[test]
 fn bert_encode_keeps_nothing_and_its_load_is_the_weights() {
-    // all-MiniLM-L6-v2: 22,713,216 parameters (DESIGN.md §7).
+    // all-MiniLM-L6-v2: 22,713,216 parameters (docs/src/reference/architectures.md).
     for p in ["f32", "bf16"] {
         let bytes: u64 = if p == "f32" { 4 } else { 2 };
         for b in [1u64, 4] {

@@ -1,4 +1,4 @@
-//! The architectures added by issue 14 (qwen3, phi3, gpt_bigcode) and the published parameter
+//! The architectures qwen3, phi3 and gpt_bigcode and the published parameter
 //! counts of every preset architecture, derived by hand from the shapes:
 //! - parameter counts of the published configs (harness/presets/), through `Config`, and the
 //!   weight bytes `estimate` prints for them;
@@ -51,7 +51,7 @@ fn published_parameter_counts_by_hand() {
     // Per layer: 2,097,152 (q) + 2 × 1,048,576 (k, v) + 2,097,152 (o) + 9,437,184 (mlp)
     // + 2,048 (norms) + 256 (q/k norms) = 15,730,944; × 28 = 440,466,432;
     // + 155,582,464 (embedding) + 1,024 (final norm) = 596,049,920.
-    // The issue's 751,632,384 is 596,049,920 + 151,936 × 1,024 (155,582,464): the checkpoint
+    // A count of 751,632,384 is 596,049,920 + 151,936 × 1,024 (155,582,464): the checkpoint
     // stores an `lm_head.weight` copy although the config ties it. transformers ties the head
     // to the embedding on load (one tensor; the model card's "0.6B" and "0.44B non-embedding"
     // are this count), vLLM skips the copy, and vramlab's loader reads only the listed

@@ -200,7 +200,7 @@ fn missing_required_key() {
     scenario("missing-context.toml", "missing field `context`");
 }
 
-/// Generation scenarios (issue 17): resolution, tile, model, attention, cfg, frames.
+/// Generation scenarios: resolution, tile, model, attention, cfg, frames.
 #[test]
 fn generation_scenarios() {
     scenario(

@@ -1,4 +1,4 @@
-//! `vramlab compare` on crafted CSV pairs (issue 12's acceptance list): exit codes, margins,
+//! `vramlab compare` on crafted CSV pairs: exit codes, margins,
 //! one-sided points, schema checks, the refreshed baseline and the cross-runtime table.
 mod common;
 use common::vramlab;
@@ -354,7 +354,7 @@ fn cross_runtime_reads_a_torch_csv_with_extra_columns() {
     );
 }
 
-/// Generation rows (issue 17): a `load` row per component joins on its component, and the
+/// Generation rows: a `load` row per component joins on its component, and the
 /// cross-runtime table keeps NEW's row order, with each phase's own peak (`phase_peak`).
 #[test]
 fn generation_rows_join_per_component_and_phase() {

@@ -128,7 +128,7 @@ fn llama31_8b_kv_per_token_and_13b_weights() {
 #[test]
 fn smollm2_preset_weights_match_the_gguf_loader() {
     let j = estimate_json(&["--model", "presets/smollm2-135m", "--precision", "f32"]);
-    // DESIGN.md §7: the GGUF holds 134,515,008 parameters.
+    // docs/src/reference/architectures.md: the GGUF holds 134,515,008 parameters.
     assert_eq!(row(&j, "weights"), 134_515_008 * 4);
     let gguf = common::smollm2_gguf();
     let src = vramlab::model::Source::Gguf(gguf.clone());

@@ -1,4 +1,4 @@
-//! FLUX.1 (issue 17's DiT image model): the published parameter counts from the configs alone
+//! FLUX.1 (a DiT image model): the published parameter counts from the configs alone
 //! and from candle's modules; the estimate of `flux-dev`; a tiny FLUX pipeline written as a
 //! synthetic diffusers directory, read back by the real loader (`model_index.json` →
 //! `FluxPipeline`) and measured with the CPU counting allocator: every expected figure is

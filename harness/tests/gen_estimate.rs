@@ -1,5 +1,5 @@
-//! The generation estimate (issue 17 point 5): a fit on points measured here (tiny SD config,
-//! CPU counting allocator) predicts held-out points within the issue's margin; constants never
+//! The generation estimate: a fit on points measured here (tiny SD config,
+//! CPU counting allocator) predicts held-out points within the margin below; constants never
 //! change the exact rows; the committed SD 1.5 points' peak phases (one of them `vae_decode`)
 //! are named by the estimate from the committed constants; bad inputs exit 2 with one line.
 //!
@@ -41,8 +41,8 @@ fn query(side: usize, batch: usize, cfg: bool, decode: VaeDecode) -> GenQuery {
 }
 
 /// Fits on tiny-SD points measured here and predicts points left out of the fit: every
-/// held-out phase peak and point peak within 8 %, their median within 3 % (the issue's
-/// margin).
+/// held-out phase peak and point peak within 8 %, their median within 3 % (the
+/// acceptance margin).
 fn heldout_within_margin() {
     let cfg = tiny_sd();
     let arch = GenArch::sd(&cfg);

@@ -1,4 +1,4 @@
-//! Image generation (issue 17) on tiny configs of the Stable Diffusion family, measured with
+//! Image generation on tiny configs of the Stable Diffusion family, measured with
 //! the CPU counting allocator: every figure compared here is measured in this test or
 //! derived from the config, never copied from a run.
 //!

@@ -1,5 +1,5 @@
 //! `scripts/gpu/run.sh --rehearse`: the device run's pipeline on the CPU, into the layout the
-//! device tool brings back (issue 9): at most 8 files, each ≤ 16 MiB, at most two folders deep,
+//! device tool brings back: at most 8 files, each ≤ 16 MiB, at most two folders deep,
 //! names of letters, digits, `.`, `_` and `-`; one archive with the candle CSV (ok rows for
 //! inference and training) and its manifest; a status.txt saying what ran.
 mod common;

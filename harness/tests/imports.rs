@@ -1,4 +1,4 @@
-//! No import circles between the modules of `harness/src` (issue 14): a graph of the top-level
+//! No import circles between the modules of `harness/src`: a graph of the top-level
 //! modules (`model`, `scenario`, `estimate`, ...; a file's module is the first component of
 //! its path) with an edge for every `crate::X` path outside `#[cfg(test)]` code, and no
 //! strongly connected component of more than one module. Also run as a check on demand:

@@ -141,9 +141,9 @@ fn repeated_points_have_identical_peaks() {
 fn csv_has_the_full_schema_and_roundtrips() {
     let r = run();
     assert_eq!(r.header, vramlab::record::columns());
-    // DESIGN.md §5's 48 columns of version 1, plus `attention` (version 2), `kv_window`
-    // (version 3), `compute` (version 4), `qmatmul` (version 5) and the 7 generation columns
-    // (version 6).
+    // The 48 columns of version 1 (docs/src/reference/csv.md), plus `attention` (version 2),
+    // `kv_window` (version 3), `compute` (version 4), `qmatmul` (version 5) and the 7 generation
+    // columns (version 6).
     assert_eq!(r.header.len(), 59);
     assert_eq!(vramlab::record::columns_of(5).len(), 52);
     assert_eq!(vramlab::record::columns_of(4).len(), 51);

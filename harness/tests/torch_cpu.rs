@@ -1,4 +1,4 @@
-//! The torch probe on CPU (issue 10), through `scripts/torch-cpu.sh`, on a tiny synthetic llama
+//! The torch probe on CPU, through `scripts/torch-cpu.sh`, on a tiny synthetic llama
 //! and on the real SmolLM2-135M GGUF, for each torch AdamW implementation:
 //! - gradients after backward = parameter bytes (+ ≤ 1 KiB per parameter tensor);
 //! - AdamW state after step 1 = 2 × parameter bytes (+ ≤ 1 KiB per state tensor: torch 2.15
@@ -283,7 +283,7 @@ fn cpu_without_the_preload_meter_is_one_line_and_exit_2() {
     one_line_exit_2(&out, "LD_PRELOAD=libvramlab_preload.so");
 }
 
-// ------------------------------------------------------------ generation (issue 17) --
+// ------------------------------------------------------------------------- generation --
 
 /// A tiny Stable Diffusion directory in the diffusers layout (the configs vramlab writes: a
 /// two-block UNet, a four-block VAE, a two-layer CLIP), with weights written by vramlab's own

@@ -1,4 +1,4 @@
-//! Wan2.1 T2V (issue 17): the causal conv3d from conv2d against a naive f64 loop, the chunked
+//! Wan2.1 T2V: the causal conv3d from conv2d against a naive f64 loop, the chunked
 //! VAE decode against a two-chunk decode, the decoder's peak over frames with the CPU counting
 //! allocator, `vramlab estimate --model wan2.1-t2v-1.3b`, and the generation pipeline
 //! (`WanPipeline`) on a tiny config written as a synthetic diffusers directory: load rows,

@@ -1,4 +1,4 @@
-//! vramlab-kernels: our own fused ops with a backward, and an in-place AdamW (DESIGN.md §2).
+//! vramlab-kernels: our own fused ops with a backward, and an in-place AdamW (ARCHITECTURE.md §12).
 //!
 //! Every op is a candle `CustomOp1/2/3` whose backward is written by hand, so it records a
 //! gradient where candle-nn's fused `rms_norm`, `softmax_last_dim` and `rope` record none:

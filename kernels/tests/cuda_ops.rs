@@ -1,8 +1,8 @@
-//! Every fused op on CUDA against the same op on the CPU (feature `cuda`; DESIGN.md §11):
-//! forward and the gradients of Σ out·r for every input, on the same random inputs in f32,
-//! bf16 and f16 (f32 within 1e-5, bf16/f16 within 1e-2, relative to the largest CPU
-//! magnitude): attention with GQA, causal or not, sliding windows, lengths that are not a
-//! multiple of either tile, decode-style sq < sk, head_dim up to 160, non-contiguous q, k and
+//! Every fused op on CUDA against the same op on the CPU (feature `cuda`;
+//! docs/src/guides/device-run.md): forward and the gradients of Σ out·r for every input, on the
+//! same random inputs in f32, bf16 and f16 (f32 within 1e-5, bf16/f16 within 1e-2, relative to the
+//! largest CPU magnitude): attention with GQA, causal or not, sliding windows, lengths that are not
+//! a multiple of either tile, decode-style sq < sk, head_dim up to 160, non-contiguous q, k and
 //! incoming gradient; norms, RoPE, SwiGLU, softmax; then 10 AdamW steps (plain and mixed).
 //!
 //! Without a CUDA device it prints one line saying so and exits 0, so CI can build it

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the device bundle (DESIGN.md §10.4-5, §11): a stripped release `vramlab` with
-# `--features cuda`, built here without a GPU, plus what scripts/gpu/run.sh needs beside it.
+# Builds the device bundle (ARCHITECTURE.md §13, docs/src/guides/device-run.md): a stripped release
+# `vramlab` with `--features cuda`, built here without a GPU, plus what scripts/gpu/run.sh needs
+# beside it.
 #
 #   scripts/gpu/build.sh        # -> .cache/gpu-bundle/ (git-ignored, inside the clone)
 #

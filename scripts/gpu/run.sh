@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The one-shot device run (DESIGN.md §10.5, §11; issue 9). On the device machine (x86-64, driver
-# 580, CUDA 13, PyTorch with its CUDA 13 wheels; no Rust, no network), from the repository root
-# of the device tool's copy of the working tree, with the bundle of scripts/gpu/build.sh carried:
+# The one-shot device run (ARCHITECTURE.md §13, docs/src/guides/device-run.md). On the device
+# machine (x86-64, driver 580, CUDA 13, PyTorch with its CUDA 13 wheels; no Rust, no network), from
+# the repository root of the device tool's copy of the working tree, with the bundle of
+# scripts/gpu/build.sh carried:
 #
 #   run(command="bash scripts/gpu/run.sh", carry=[".cache/gpu-bundle"], timeout_s=480)
 #
@@ -226,7 +227,7 @@ for scenario in $SCENARIOS; do
     say "torch_probe.py $scenario --device $DEVICE (limit ${t}s)"
     t1=$SECONDS
     if [ "$MODE" = rehearse ]; then
-      # On the CPU, torch is measured under the preload meter (README "PyTorch on CPU").
+      # On the CPU, torch is measured under the preload meter (docs/src/guides/torch-probe.md).
       timeout -k 10 "$t" env VRAMLAB_TORCH_PYTHON="$PYTHON" scripts/torch-cpu.sh "$scenario" \
         --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
     else

@@ -1,4 +1,4 @@
-//! A counting allocator for `LD_PRELOAD` (DESIGN.md §4 "PyTorch on CPU", meter `cpu-preload`).
+//! A counting allocator for `LD_PRELOAD` (docs/src/guides/torch-probe.md, meter `cpu-preload`).
 //!
 //! `LD_PRELOAD=libvramlab_preload.so python ...` routes every libc allocation of the process
 //! through these functions. They keep the live bytes and a high-water mark, and export

@@ -1,4 +1,4 @@
-//! The preload meter's acceptance (issue 10): a C program with allocations of known sizes runs
+//! The preload meter's acceptance: a C program with allocations of known sizes runs
 //! under `LD_PRELOAD=libvramlab_preload.so` and checks exact deltas, the peak reset, threads
 //! and fork (tests/probe.c). A process of its own, so nothing else pollutes the counts.
 use std::path::PathBuf;

@@ -623,8 +623,8 @@ fn print_text(
     }
 }
 
-/// A generation model's estimate (DESIGN.md §12): the exact weights per component and
-/// tensors, each phase's peak from fitted (or analytic) activation terms, the peak phase, and
+/// A generation model's estimate (docs/src/guides/generation.md): the exact weights per component
+/// and tensors, each phase's peak from fitted (or analytic) activation terms, the peak phase, and
 /// the largest batch and square resolution each GPU class holds.
 fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
     use crate::estimate::generate::{self as gen, GenArch, GenQuery};
@@ -677,7 +677,7 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         notes.push(
             "torch on CUDA: cuDNN may allocate a convolution workspace on a shape's first call, \
              as large as free memory allows, and it is not in this estimate (HF's SDXL \
-             VAE-slicing row on an A100 40GB measured above it: README, image generation rows)"
+             VAE-slicing row on an A100 40GB measured above it: docs/src/guides/validate.md)"
                 .to_string(),
         );
     }

@@ -1,5 +1,5 @@
 //! `vramlab fit CSV... --out constants.toml`: fit per-group constants on calibration CSVs and
-//! report held-out error (DESIGN.md §9).
+//! report held-out error (ARCHITECTURE.md §9).
 use crate::error::{bad_file, InputError};
 use crate::export::csv::read;
 use crate::fit::generate::{self, GenGroupFit, Origin};

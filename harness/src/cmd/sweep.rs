@@ -19,7 +19,7 @@ use std::process::Command;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario file (TOML; see scenarios/ and the README for the keys).
+    /// Scenario file (TOML; see scenarios/ and docs/src/reference/scenario.md for the keys).
     pub scenario: PathBuf,
     /// Output CSV; the manifest goes beside it as NAME.manifest.json.
     /// Default: results/<scenario name>.csv.

@@ -1,4 +1,4 @@
-//! The generation estimate (issue 17 point 5, DESIGN.md §12): the peak of each phase of an
+//! The generation estimate (docs/src/guides/generation.md): the peak of each phase of an
 //! image generation (`load`, `text_encode`, `denoise`, `vae_decode`), which phase holds the
 //! point's peak, and the largest batch and resolution that fit each GPU of the catalog.
 //!

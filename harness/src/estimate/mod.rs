@@ -1,9 +1,9 @@
-//! `estimate`: the memory a configuration needs, category by category (DESIGN.md §9), from
+//! `estimate`: the memory a configuration needs, category by category (ARCHITECTURE.md §9), from
 //! analytic formulas or from constants that `fit` measured.
 //!
 //! Training follows the ZeRO paper's accounting: per parameter, weights + gradients +
 //! optimizer state (mixed precision with AdamW: 4 + 4 + 8 = 16 B here, since our f32 master
-//! weights take the gradients, DESIGN.md §8), divided over `gpus` by the sharding stage.
+//! weights take the gradients, ARCHITECTURE.md §8), divided over `gpus` by the sharding stage.
 //! Activations per GPU follow Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16 bits,
 //! without the 5·a·s/h score term under flash attention.
 pub mod generate;
@@ -403,10 +403,10 @@ impl Breakdown {
     }
 }
 
-/// The AdamW step's transient bytes over `t` updated parameters (DESIGN.md §9): candle-nn's
-/// about 14 × the largest tensor (measured on CPU, DESIGN.md §8); torch foreach 1 × the
-/// parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the largest tensor;
-/// fused none. SGD keeps no state and has no transient here.
+/// The AdamW step's transient bytes over `t` updated parameters (ARCHITECTURE.md §9): candle-nn's
+/// about 14 × the largest tensor (measured on CPU, docs/src/results/cpu-train-smollm2-kernels.md);
+/// torch foreach 1 × the parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the
+/// largest tensor; fused none. SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
     let wb = q.state_bytes();
     let largest = feat::counts(c, q.trainable).largest_tensor.min(t) * wb;

@@ -1,5 +1,5 @@
 //! `NAME.manifest.json` beside each CSV: host, scenario text, versions, pool settings and a
-//! hash of the weights (DESIGN.md §5).
+//! hash of the weights (docs/src/reference/csv.md).
 use anyhow::Result;
 use serde::Serialize;
 use sha2::{Digest, Sha256};

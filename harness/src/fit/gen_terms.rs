@@ -1,6 +1,6 @@
-//! The terms of a generation phase (DESIGN.md §12): what is exact (weights, text context,
-//! latents, decoded images) and what a fit estimates (activation bytes per latent pixel, per
-//! output pixel, per token), from the architecture ([`GenArch`]) and the query ([`GenQuery`]).
+//! The terms of a generation phase (docs/src/guides/generation.md): what is exact (weights, text
+//! context, latents, decoded images) and what a fit estimates (activation bytes per latent pixel,
+//! per output pixel, per token), from the architecture ([`GenArch`]) and the query ([`GenQuery`]).
 //! Here, under `fit`, so that the fit and the estimate (`estimate::generate`) share
 //! them without an import circle.
 use super::Runtime;

@@ -1,10 +1,10 @@
-//! `fit` on generation rows (mode = "generate", issue 17 point 5): per architecture, backend,
+//! `fit` on generation rows (mode = "generate"): per architecture, backend,
 //! precision, phase (and decode kind for `vae_decode`), non-negative least squares of each
 //! point's phase peak, less its exact tensors, on the uncertain activation terms of
 //! `estimate::generate`. The exact tensors (weights, context, latents, decoded
 //! images, a tiled decode's strip) enter with coefficient 1 and are never fitted; a term the
 //! group's points cannot identify is held at its analytic prior and the file says why, as the
-//! LLM fit does (DESIGN.md §9). Each group records its origin: runtime, backend, device and
+//! LLM fit does (ARCHITECTURE.md §9). Each group records its origin: runtime, backend, device and
 //! the sha256 of every CSV it was fitted on.
 use super::gen_terms::{phase_terms, priors, GenArch, GenQuery, GenTerms, GEN_TERMS};
 use super::{nnls, rank, ErrStats, Heldout};

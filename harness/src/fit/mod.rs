@@ -1,5 +1,5 @@
 //! `fit`: per-group non-negative least squares of measured peaks on analytic terms
-//! (DESIGN.md §9), with held-out error by k-fold over points and leave-one-context-out.
+//! (ARCHITECTURE.md §9), with held-out error by k-fold over points and leave-one-context-out.
 //!
 //! A group is (architecture, backend, precision, mode, kv_cache — or for training the optimizer,
 //! checkpointing and kind of trainable set —, phase, target). The terms are
@@ -9,7 +9,7 @@
 //! `Config` in `estimate`, so a fit and an estimate can never disagree on a definition.
 //!
 //! Two model shapes are fitted per group: one linear model on every term, and the max of
-//! linear candidates (resident terms + the largest transient family, DESIGN.md §9). The max
+//! linear candidates (resident terms + the largest transient family, ARCHITECTURE.md §9). The max
 //! model is kept only where its k-fold held-out error is smaller.
 //!
 //! Terms whose coefficient depends on the model (act, attn, and a constant such as the f32
@@ -50,11 +50,11 @@ pub const EXACT: [usize; 4] = [1, 2, 6, 7];
 pub const UNCERTAIN: [usize; 4] = [0, 3, 4, 5];
 
 /// The analytic prior coefficient of an uncertain term, held when a group cannot identify it
-/// (DESIGN.md §9): training activations follow Korthikanti et al. (34 B per token·hidden per
-/// layer at 16 bits = 17 × `act`), training logits the 16-bit logits plus their f32 loss copy
-/// ((bytes + 4) / bytes × `logits`), inference logits the f32 last-position logits
-/// (4 / bytes × `logits`); the inference transient per layer, the attention scores (zero under
-/// fused attention) and the runtime constant (zero without a measurement) have no
+/// (docs/src/concepts/fit-and-estimate.md): training activations follow Korthikanti et al. (34 B
+/// per token·hidden per layer at 16 bits = 17 × `act`), training logits the 16-bit logits plus
+/// their f32 loss copy ((bytes + 4) / bytes × `logits`), inference logits the f32 last-position
+/// logits (4 / bytes × `logits`); the inference transient per layer, the attention scores (zero
+/// under fused attention) and the runtime constant (zero without a measurement) have no
 /// model-independent coefficient, so their prior is 0 and `estimate` uses its analytic row.
 pub fn prior(term: usize, mode: Mode, dtype_bytes: u64) -> f64 {
     let b = dtype_bytes.max(1) as f64;
@@ -375,7 +375,7 @@ impl Sample {
 }
 
 /// `coef · terms`, plus the largest of the `candidates` (each `cand · terms`) when there are
-/// any: a phase's peak is resident bytes plus the largest transient (DESIGN.md §9).
+/// any: a phase's peak is resident bytes plus the largest transient (ARCHITECTURE.md §9).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Model {
     /// Coefficient per term name: the resident part (the whole model when linear). The exact

@@ -7,7 +7,7 @@ pub mod pool;
 
 use anyhow::Result;
 
-/// One phase's memory figures, all in bytes (DESIGN.md §4).
+/// One phase's memory figures, all in bytes (ARCHITECTURE.md §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PhaseMemory {
     pub baseline_allocated: u64,
@@ -70,7 +70,7 @@ pub fn measure<T>(
     Ok((out, mem, t0.elapsed().as_secs_f64() * 1e3))
 }
 
-/// What the manifest records about a GPU (issue 5): `versions.cuda_driver`,
+/// What the manifest records about a GPU: `versions.cuda_driver`,
 /// `versions.cuda_runtime`, and the rest under a `gpu` object.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GpuFacts {

@@ -1,4 +1,4 @@
-//! The GPU-free half of the CUDA meter (DESIGN.md §4): the phase logic over a memory pool's
+//! The GPU-free half of the CUDA meter (ARCHITECTURE.md §3): the phase logic over a memory pool's
 //! attributes, behind [`PoolAttrs`] so that a fake pool can test it without a GPU. The cudarc
 //! implementation lives in `meter/cuda.rs` (feature `cuda`).
 //!

@@ -247,7 +247,7 @@ mod tests {
     fn smollm2_param_count_matches_the_gguf() {
         let c = Config::from_json(Path::new("c.json"), &smollm2()).unwrap();
         assert_eq!(c.head_dim, 64);
-        // DESIGN.md §7: the GGUF holds 134,515,008 parameters.
+        // docs/src/reference/architectures.md: the GGUF holds 134,515,008 parameters.
         assert_eq!(c.param_count(), 134_515_008);
         // 2 · 30 · 3 · 64 · 4 B = 46,080 B per token in f32.
         assert_eq!(c.kv_bytes_per_token(4), 46_080);

@@ -737,7 +737,7 @@ fn unpermute_rows(bytes: &[u8], rows: usize, n_head: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    /// Bytes per block of each type vramlab re-quantizes to: the figures, candle's
+    /// Bytes per block of each type vramlab re-quantizes to: the documented figures, candle's
     /// block structs, and `GgmlDType::type_size`, which `Planned::bytes` uses.
     #[test]
     fn block_bytes_are_candles_structs() {

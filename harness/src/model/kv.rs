@@ -1,4 +1,4 @@
-//! The KV cache, in two kinds (DESIGN.md §5):
+//! The KV cache, in two kinds (ARCHITECTURE.md §4):
 //! - `preallocated`: one (batch, n_kv, capacity, head_dim) tensor per layer for K and for V,
 //!   allocated once and written in place with `slice_set`;
 //! - `growing`: exact-fit growth by concatenation. Each append allocates a tensor one step

@@ -1,6 +1,6 @@
-//! The generation [`Pipeline`] trait (issue 17): an image or video model as diffusers ships it,
-//! a set of components (`text_encoder/`, `text_encoder_2/`, `unet/` or `transformer/`, `vae/`),
-//! each with its own `config.json`, weights file and dtype, loaded (and measured) one at a
+//! The generation [`Pipeline`] trait (ARCHITECTURE.md §7): an image or video model as diffusers
+//! ships it, a set of components (`text_encoder/`, `text_encoder_2/`, `unet/` or `transformer/`,
+//! `vae/`), each with its own `config.json`, weights file and dtype, loaded (and measured) one at a
 //! time, then run as text encode → denoising steps → VAE decode.
 //!
 //! A pipeline does not fit the [`super::Architecture`] trait of language models (one config,

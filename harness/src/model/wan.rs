@@ -1,4 +1,4 @@
-//! Wan2.1 text-to-video (issue 17): a pipeline of three diffusers components, each with its own
+//! Wan2.1 text-to-video: a pipeline of three diffusers components, each with its own
 //! `config.json` — `transformer/` (WanTransformer3DModel, a DiT over latent_frames × (H/16) ×
 //! (W/16) tokens with cross-attention to the text), `vae/` (AutoencoderKLWan, a causal 3D VAE of
 //! stride 4 × 8 × 8 that decodes one latent frame at a time through a feature cache) and

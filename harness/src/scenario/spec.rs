@@ -1,4 +1,4 @@
-//! The scenario TOML (DESIGN.md §6), parsed strictly: unknown keys and wrong types are errors
+//! The scenario TOML (ARCHITECTURE.md §6), parsed strictly: unknown keys and wrong types are errors
 //! that name the file, the line and the key.
 use crate::error::bad_file;
 use anyhow::Result;
@@ -151,7 +151,7 @@ pub struct SweepSpec {
     pub train_steps: usize,
     #[serde(default = "default_lr")]
     pub lr: f64,
-    // Generation axes (mode = "generate", DESIGN.md §12).
+    // Generation axes (mode = "generate", docs/src/guides/generation.md).
     /// Output images `WxH`, multiples of 8.
     #[serde(default)]
     pub resolution: Vec<Resolution>,

@@ -1,4 +1,4 @@
-//! Generation rows of a peers file (issue 17): a diffusion pipeline's published peak (SDXL's,
+//! Generation rows of a peers file: a diffusion pipeline's published peak (SDXL's,
 //! say), read once into a [`GenQuery`] of the torch profile (diffusers on CUDA: SDPA unless
 //! the row sets the default attention processor, the VAE in f32 where the pipeline upcasts it)
 //! and estimated by [`crate::estimate::generate`]: the peak phase's exact tensors, its

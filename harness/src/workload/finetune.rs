@@ -1,4 +1,4 @@
-//! LoRA fine-tuning of a denoiser (issue 17's mode = "train" on a generation model): Wan2.1's
+//! LoRA fine-tuning of a denoiser (mode = "train" on a generation model): Wan2.1's
 //! DiT, as musubi-tuner and DiffSynth-Studio train it, and Stable Diffusion 1.x/2.x's UNet, as
 //! diffusers' `train_text_to_image_lora.py` does.
 //!

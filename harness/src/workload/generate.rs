@@ -1,6 +1,6 @@
-//! Image generation (mode = "generate", DESIGN.md §12): a pipeline's components loaded one at a
-//! time (a `load` row each), the text encoders (`text_encode`), the denoising loop (a
-//! `denoise` row per step) and the VAE decode (`vae_decode`), then a `total` row naming the
+//! Image generation (mode = "generate", docs/src/guides/generation.md): a pipeline's components
+//! loaded one at a time (a `load` row each), the text encoders (`text_encode`), the denoising loop
+//! (a `denoise` row per step) and the VAE decode (`vae_decode`), then a `total` row naming the
 //! phase that holds the point's peak.
 //!
 //! The decode runs `full` (the batch at once), `sliced` (one image at a time into the

@@ -32,7 +32,7 @@ pub fn device(dev: &Device, dtype: DType) -> Result<()> {
 /// SmolLM2 at 480 tokens cost two prefills of 10 to 19 s per group, a third of a sweep's
 /// measured time. The measured figures are the same either way: `vramlab compare` of a
 /// `scenarios/cpu-smollm2.toml` run before and after this bound is exact on every allocated
-/// column (README, "Sweep overhead").
+/// column (docs/src/guides/sweep-overhead.md).
 pub const MAX_TOKENS: usize = 64;
 
 /// Model-level warm-up: a prefill at the group's largest batch and prompt (at most

@@ -59,7 +59,7 @@ pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
     max_abs(&(a - b).unwrap())
 }
 
-/// The columns that must be identical between runs (DESIGN.md §5: allocated figures and
+/// The columns that must be identical between runs (ARCHITECTURE.md §4: allocated figures and
 /// features; timestamps, run ids, RSS and device_used may differ).
 pub fn stable(r: &vramlab::record::Record) -> impl PartialEq + std::fmt::Debug {
     (

@@ -322,3 +322,40 @@ fn bad_inputs_are_one_line_and_exit_2() {
         "no module named 'torch'",
     );
 }
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn the_readmes_emulate_example_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("vramlab emulate "))
+        .expect("an emulate example in README.md");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let sep = words.iter().position(|w| *w == "--").unwrap();
+    assert_eq!(words[sep + 1], "python", "{line}");
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .current_dir(&root)
+        .args(&words[1..=sep])
+        .arg(torch_python())
+        .args(&words[sep + 2..])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What the README says it prints.
+    assert!(
+        stdout.contains("fits on NVIDIA GeForce RTX 4090 (emulated): yes"),
+        "{stdout}"
+    );
+    for phase in ["load", "forward", "backward", "optimizer", "total"] {
+        assert!(stdout.lines().any(|l| l.starts_with(phase)), "{stdout}");
+    }
+}

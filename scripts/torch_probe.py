@@ -25,7 +25,7 @@ Recorded in each row: `kernels` = `reference` (torch's own ops), `attention` = e
 `sgd-…` likewise). torch's CPU optimizers default to the for-loop: the choice is always explicit.
 
 Meters:
-- `--device cuda:N` (meter `torch-caching`): baseline = memory_allocated / memory_reserved,
+- `--device cuda:N` (meter `torch-cuda`): baseline = memory_allocated / memory_reserved,
   reset_peak_memory_stats, run, synchronize, peak = max_memory_allocated / max_memory_reserved;
   device_used = total - free (mem_get_info), non_pool = device_used - reserved.
 - `--device cpu` (meter `cpu-preload`): allocated = live heap bytes counted by
@@ -34,6 +34,12 @@ Meters:
   MemTotal - MemAvailable; non_pool = RSS - allocated. Each point starts with malloc_trim(0).
   Each point first runs once unmeasured at its own shapes (oneDNN keeps per-shape state the
   first time a shape runs); --no-onednn turns oneDNN off.
+- `--device emu:GPU` (meter `torch-emulated`): the same as cuda:0, on an emulated GPU
+  (docs/src/guides/emulator.md): the probe runs itself again under `vramlab emulate --gpu GPU`
+  (the binary from $VRAMLAB_BIN, PATH, or this checkout's target/). Every model is built from its
+  config on the device, reading no weights (values do not change memory); the device name ends
+  in "(emulated)"; device_used is total - free of the emulated device (cudaMalloc's bytes plus
+  the CUDA context constant).
 
 Generation (`mode = "generate"`): diffusers' UNet2DConditionModel / AutoencoderKL /
 FluxTransformer2DModel / WanTransformer3DModel / AutoencoderKLWan and transformers' CLIP / T5 /
@@ -54,6 +60,7 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import sys
 import time
 import tomllib
@@ -382,10 +389,12 @@ def git_rev() -> str:
 
 class CudaMeter:
     """torch's caching allocator, read the way ARCHITECTURE.md §3 reads candle's pool."""
-    kind = "torch-caching"
+    kind = "torch-cuda"
 
     def __init__(self, torch, device):
         self.torch, self.device = torch, device
+        if emulated():
+            self.kind = "torch-emulated"
 
     def trim(self):
         self.torch.cuda.synchronize(self.device)
@@ -650,12 +659,38 @@ def check_generate(path: Path, spec: dict, s: dict):
                              "(frames 4k+1, e.g. [5, 9])")
 
 
+def emulated() -> bool:
+    """Whether this process runs on vramlab's emulated GPU (`vramlab emulate` sets these)."""
+    return bool(os.environ.get("VRAMLAB_EMU_TOTAL")) and bool(os.environ.get("VRAMLAB_EMU_REPORT"))
+
+
+def vramlab_bin() -> str:
+    """The vramlab binary: $VRAMLAB_BIN, PATH, or this checkout's release or debug build."""
+    import shutil
+    root = Path(__file__).resolve().parent.parent
+    for c in (os.environ.get("VRAMLAB_BIN"), shutil.which("vramlab"),
+              root / "target" / "release" / "vramlab", root / "target" / "debug" / "vramlab"):
+        if c and Path(c).is_file():
+            return str(c)
+    raise InputError("--device emu:GPU needs the vramlab binary (set VRAMLAB_BIN, put it on PATH, "
+                     "or `cargo build -p vramlab`)")
+
+
 def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device):
     """The real transformers class of the config's model_type, with the source's weights:
     `hf:DIR` from_pretrained, `gguf:FILE` transformers' GGUF loader (dequantizes),
     `synthetic:CONFIG` from_config (random values, real shapes)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
     kw = dict(dtype=dtype, attn_implementation=attention)
+    if emulated() and kind == "gguf":
+        # On the emulated GPU: the GGUF's config, dense weights of the point's dtype built on
+        # the device (values do not change memory; no host copy).
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{path}: no such GGUF file")
+        config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
+        with torch.device(device):
+            return config, AutoModelForCausalLM.from_config(config, **kw)
     if kind == "gguf":
         p = Path(path)
         if not p.is_file():
@@ -673,7 +708,7 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
     config = AutoConfig.from_pretrained(str(cfg_path))
     # Encoders train as masked LMs (BertForMaskedLM), as vramlab's bert does.
     auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
-    if kind == "hf":
+    if kind == "hf" and not emulated():
         model = auto.from_pretrained(str(cfg_path.parent), config=config, **kw).to(device)
     else:
         with torch.device(device):
@@ -713,6 +748,8 @@ def run(args) -> int:
         meter = CudaMeter(torch, device)
         props = torch.cuda.get_device_properties(device)
         dev_name, cuda_v = props.name, str(torch.version.cuda)
+        if emulated():
+            dev_name += " (emulated)"
         drv = ""
         try:
             drv = Path("/proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
@@ -720,6 +757,9 @@ def run(args) -> int:
             pass
         pool = {"meter": meter.kind, "allocator": torch.cuda.get_allocator_backend(),
                 "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+        if emulated():
+            pool["emulated"] = {"context_bytes": int(os.environ.get("VRAMLAB_EMU_CONTEXT", "0")),
+                                "weights": "built from each config on the device, not read"}
         gpu = dict(name=props.name, total_memory=props.total_memory,
                    compute_capability=f"{props.major}.{props.minor}")
     dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -1585,14 +1625,33 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
     meter.trim()
 
 
+def run_emulated(args, argv: list) -> int:
+    """`--device emu:GPU`: this probe again, as cuda:0, under `vramlab emulate --gpu GPU`."""
+    gpu = args.device.split(":", 1)[1]
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--device":
+            skip = True
+        elif not a.startswith("--device="):
+            rest.append(a)
+    cmd = [vramlab_bin(), "emulate", "--gpu", gpu, "--", sys.executable,
+           str(Path(__file__).resolve()), *rest, "--out", str(args.out), "--device", "cuda:0"]
+    # The probe's own progress is on stderr; emulate's per-step table is not needed here.
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    return done.returncode
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("scenario", type=Path)
     ap.add_argument("--out", type=Path, help="output CSV (manifest beside it)")
-    ap.add_argument("--device", default="cuda:0", help="cuda:N (torch's caching allocator) or cpu "
-                    "(the preload meter; use scripts/torch-cpu.sh)")
+    ap.add_argument("--device", default="cuda:0", help="cuda:N (torch's caching allocator), cpu "
+                    "(the preload meter; use scripts/torch-cpu.sh) or emu:GPU (an emulated GPU, "
+                    "e.g. emu:h100-80gb)")
     ap.add_argument("--torch-optim", choices=["foreach", "for-loop", "fused"], default="foreach",
                     help="the optimizer implementation (recorded in the optimizer column)")
     ap.add_argument("--attention", choices=["eager", "sdpa"], default="eager",
@@ -1613,8 +1672,10 @@ def main(argv=None) -> int:
             args.out = Path("results") / f"{spec['name']}-torch.csv"
         if args.out.suffix != ".csv":
             raise InputError(f"--out {args.out}: must end in .csv")
+        if args.device.startswith("emu:"):
+            return run_emulated(args, argv if argv is not None else sys.argv[1:])
         if args.device != "cpu" and not re.fullmatch(r"cuda(:[0-9]+)?", args.device):
-            raise InputError(f"--device {args.device}: must be cpu or cuda:N")
+            raise InputError(f"--device {args.device}: must be cpu, cuda:N or emu:GPU")
         return run(args)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -359,3 +359,54 @@ fn the_readmes_emulate_example_runs_as_written() {
         assert!(stdout.lines().any(|l| l.starts_with(phase)), "{stdout}");
     }
 }
+
+#[test]
+fn fit_refuses_emulated_rows_beside_measured_ones_and_labels_emulated_constants() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let emu = root.join("results/emulated/h100-80gb-cpu-train-smollm2.csv");
+    let cpu = root.join("results/cpu-torch/cpu-train-smollm2-foreach.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c.toml");
+    let mixed = Command::cargo_bin("vramlab")
+        .unwrap()
+        .arg("fit")
+        .arg("--out")
+        .arg(&out)
+        .arg(&cpu)
+        .arg(&emu)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&mixed.stderr);
+    assert_eq!(mixed.status.code(), Some(2), "{err}");
+    assert!(err.contains("mix emulated rows"), "{err}");
+    assert!(!out.exists());
+    Command::cargo_bin("vramlab")
+        .unwrap()
+        .arg("fit")
+        .arg("--out")
+        .arg(&out)
+        .arg(&emu)
+        .assert()
+        .success();
+    let constants = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        constants.contains("device = \"NVIDIA H100 80GB HBM3 (emulated)\""),
+        "{constants}"
+    );
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn the_programs_own_peaks_survive_vramlabs_step_boundaries() {
+    let r = emulate(&["--gpu", "h100-80gb"], &data("program_peaks.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let e = r.expect.expect("EXPECT line");
+    // torch's foreach AdamW: exp_avg_sq's square root, one tensor per parameter.
+    assert_eq!(u(&e["transient"]), u(&e["param_bytes"]));
+    // vramlab's own step rows see it too.
+    let steps = r.json["steps"].as_array().unwrap();
+    assert_eq!(
+        u(&steps[1]["max_memory_allocated"]) - u(&steps[1]["end_allocated"]),
+        u(&e["param_bytes"])
+    );
+}

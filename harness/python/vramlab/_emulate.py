@@ -69,6 +69,9 @@ def _after_torch(torch) -> None:
         _NOTES.append("attention: SDPA's cuDNN backend is off (flash, memory-efficient or math)")
     rec = recorder()
     rec._started = True  # nothing is on the device before torch: the run's baselines are 0
+    from .phase import _keep_program_peaks
+
+    _keep_program_peaks(torch)
     _STEP["open"] = Span("step_total", 1)
     rec._open.append(_STEP["open"])
     rec.current_step = 1

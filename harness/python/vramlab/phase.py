@@ -4,6 +4,10 @@ PyTorch keeps one high-water mark per statistic. Nested or overlapping spans (a 
 optimizer step, the whole run around both) therefore share it: at every boundary the current
 high-water marks are folded into every open span, then reset. Each span's peak is the maximum
 of the folds made while it was open, so no boundary loses a peak and no span sees another's.
+
+The program's own view stays whole: once a recorder exists, `torch.cuda.memory_stats` (and so
+`max_memory_allocated` and `max_memory_reserved`) report the peak since the program's own last
+`reset_peak_memory_stats`, however many boundaries reset the allocator's marks in between.
 """
 
 from __future__ import annotations
@@ -67,6 +71,45 @@ def emulator_stats() -> Optional[dict]:
     return {k: v.value for k, v in zip(keys, vals)}
 
 
+# The program's peaks since its own last reset, folded in at every boundary (see above).
+_SHADOW = {"allocated": 0, "reserved": 0}
+_PATCHED = {"done": False}
+
+
+def _raw(torch):
+    """The allocator's own (current, peak) of allocated and reserved bytes, unpatched."""
+    s = torch._C._cuda_memoryStats(torch.cuda.current_device())
+    a, r = s["allocated_bytes"]["all"], s["reserved_bytes"]["all"]
+    return a["current"], a["peak"], r["current"], r["peak"]
+
+
+def _keep_program_peaks(torch) -> None:
+    """Makes torch.cuda's peak statistics include the peaks a boundary reset away."""
+    if _PATCHED["done"]:
+        return
+    _PATCHED["done"] = True
+    mem = torch.cuda.memory
+    stats, reset = mem.memory_stats, mem.reset_peak_memory_stats
+
+    def memory_stats(device=None):
+        d = stats(device)
+        if d:
+            for key, name in (("allocated_bytes.all.peak", "allocated"),
+                              ("reserved_bytes.all.peak", "reserved")):
+                d[key] = max(d.get(key, 0), _SHADOW[name])
+        return d
+
+    def reset_peak_memory_stats(device=None):
+        reset(device)
+        if torch.cuda.is_initialized():
+            a, _, r, _ = _raw(torch)
+            _SHADOW.update(allocated=a, reserved=r)
+
+    for owner in (mem, torch.cuda):
+        owner.memory_stats = memory_stats
+        owner.reset_peak_memory_stats = reset_peak_memory_stats
+
+
 class Recorder:
     """Keeps the spans of one process, closed in the order they closed."""
 
@@ -88,6 +131,7 @@ class Recorder:
         if not self._started:
             self._started = True
             torch = self._torch()
+            _keep_program_peaks(torch)
             self.run.baseline_allocated = torch.cuda.memory_allocated()
             self.run.baseline_reserved = torch.cuda.memory_reserved()
             self.run._t0 = time.perf_counter()
@@ -95,18 +139,20 @@ class Recorder:
     def fold(self) -> None:
         """Folds the high-water marks into every open span and the run, then resets them."""
         torch = self._torch()
+        _keep_program_peaks(torch)
         if not torch.cuda.is_initialized():
             return  # nothing allocated yet; the statistics start at zero
         torch.cuda.synchronize()
-        a = torch.cuda.max_memory_allocated()
-        r = torch.cuda.max_memory_reserved()
+        _, a, _, r = _raw(torch)
+        _SHADOW["allocated"] = max(_SHADOW["allocated"], a)
+        _SHADOW["reserved"] = max(_SHADOW["reserved"], r)
         d = emulator_stats()["peak"] if self._emu else None
         for s in self._open + [self.run]:
             s.peak_allocated = max(s.peak_allocated, a)
             s.peak_reserved = max(s.peak_reserved, r)
             if d is not None:
                 s.peak_driver = max(s.peak_driver or 0, d)
-        torch.cuda.reset_peak_memory_stats()
+        torch._C._cuda_resetPeakMemoryStats(torch.cuda.current_device())
         if self._emu:
             self._emu[1]()
 

@@ -43,9 +43,18 @@ pub fn run(a: Args) -> Result<()> {
         }
         records.extend(rs);
     }
-    // One constants file describes one runtime on one backend (`estimate` matches on both).
+    // One constants file describes one runtime on one backend (`estimate` matches on both),
+    // and emulated rows are their own source: never fitted together with measured ones.
     for r in &records {
         let first = &records[0];
+        let emulated =
+            |r: &crate::record::Record| r.meter == crate::vocab::MeterKind::TorchEmulated;
+        if emulated(r) != emulated(first) {
+            return Err(bad_file(
+                &a.csv[0],
+                "the CSVs mix emulated rows (meter torch-emulated) with measured ones; fit them separately",
+            ));
+        }
         if (r.meter.runtime(), r.backend) != (first.meter.runtime(), first.backend) {
             return Err(bad_file(
                 &a.csv[0],

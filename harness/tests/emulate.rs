@@ -410,3 +410,62 @@ fn the_programs_own_peaks_survive_vramlabs_step_boundaries() {
         u(&e["param_bytes"])
     );
 }
+
+/// `vramlab estimate ... --emulate GPU --json`: the `emulated` object.
+fn estimate_emulated(args: &[&str]) -> Value {
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .args(["estimate", "--runtime", "torch", "--json", "--python"])
+        .arg(torch_python())
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_str(&stdout).unwrap();
+    json["emulated"].clone()
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn estimate_emulate_answers_with_pytorchs_allocator_and_a_verdict() {
+    let base = [
+        "--model",
+        "smollm2-135m",
+        "--mode",
+        "train",
+        "--precision",
+        "bf16",
+        "--context",
+        "256",
+    ];
+    let fits: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--batch", "2", "--emulate", "l4"])
+        .collect();
+    let e = estimate_emulated(&fits);
+    assert_eq!(e["fits"], true, "{e}");
+    assert!(e["gpu"].as_str().unwrap().ends_with("(emulated)"));
+    // Weights, gradients and AdamW's two moments in bf16: 2 + 2 + 4 bytes per parameter stay
+    // resident at the step; allocated can only be above them.
+    let params = 134_515_008u64;
+    assert!(u(&e["max_memory_allocated"]) > 8 * params, "{e}");
+    assert!(u(&e["max_memory_reserved"]) >= u(&e["max_memory_allocated"]));
+    assert!(u(&e["nvml_used"]) > u(&e["max_memory_reserved"]));
+    // The logits alone at batch 128 × 2048 tokens × 49,152 vocabulary in bf16 are 25.8 GB:
+    // more than an L4's 23.6 GB.
+    let big: Vec<&str> = base[..6]
+        .iter()
+        .copied()
+        .chain(["--context", "2048", "--batch", "128", "--emulate", "l4"])
+        .collect();
+    let e = estimate_emulated(&big);
+    assert_eq!(e["fits"], false, "{e}");
+    assert_eq!(e["status"], "oom", "{e}");
+}

@@ -100,6 +100,10 @@ def _keep_program_peaks(torch) -> None:
         return d
 
     def reset_peak_memory_stats(device=None):
+        # The spans keep what the program resets away: fold first, then start the program's
+        # own peak again from the current figures.
+        if _RECORDER is not None:
+            _RECORDER.fold()
         reset(device)
         if torch.cuda.is_initialized():
             a, _, r, _ = _raw(torch)

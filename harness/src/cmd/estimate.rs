@@ -123,6 +123,17 @@ pub struct Args {
     /// Generation models, `--vae-decode tiled`: overlap of neighbouring tiles in pixels.
     #[arg(long, default_value_t = 64)]
     pub overlap: usize,
+    /// Also run this exact query under PyTorch on an emulated GPU (h200, h100-80gb, h100-pcie,
+    /// a100-80gb, a100-40gb, l40s, l4, rtx-4090, rtx-3090, v100-16gb, v100-32gb): PyTorch's
+    /// own allocator gives max_memory_allocated, max_memory_reserved and the NVML-equivalent
+    /// "used", printed beside the analytic total, with "fits on GPU: yes/no" from a run at
+    /// that GPU's capacity. Seconds; needs the torch environment (--python).
+    #[arg(long, value_name = "GPU")]
+    pub emulate: Option<String>,
+    /// With --emulate: the Python of the torch environment (default: $VRAMLAB_TORCH_PYTHON,
+    /// else python3 on PATH).
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -158,6 +169,8 @@ struct Report<'a> {
     /// `--best-format`: every format's fit, most bits first, and the one chosen.
     best_format: Option<&'a BestFormat>,
     notes: &'a [String],
+    /// `--emulate GPU`: PyTorch's figures on the emulated GPU, integer bytes.
+    emulated: Option<&'a crate::emulate::query::Emulated>,
 }
 
 /// `--best-format`'s answer.
@@ -385,6 +398,10 @@ pub fn run(a: Args) -> Result<()> {
         ));
     }
     let total = e.total();
+    let emulated = match &a.emulate {
+        None => None,
+        Some(g) => Some(emulate_query(&a, g, &m, precision, quant.is_some())?),
+    };
     let small = smallest_gpu(total, a.headroom);
     let fit = gpu.map(|(name, bytes)| {
         estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
@@ -413,6 +430,7 @@ pub fn run(a: Args) -> Result<()> {
             weights: quant.as_ref(),
             best_format: best.as_ref(),
             notes: &notes,
+            emulated: emulated.as_ref(),
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -446,7 +464,82 @@ pub fn run(a: Args) -> Result<()> {
         fit.as_ref(),
         &notes,
     );
+    if let Some(em) = &emulated {
+        print_emulated(em, total);
+    }
     Ok(())
+}
+
+/// `--emulate GPU`: the query under PyTorch on that emulated GPU.
+fn emulate_query(
+    a: &Args,
+    gpu: &str,
+    m: &crate::model::config::Config,
+    precision: Precision,
+    quantized: bool,
+) -> Result<crate::emulate::query::Emulated> {
+    use crate::emulate::{catalogue, query};
+    let g = catalogue::resolve(Some(gpu), None).map_err(InputError::arg)?;
+    if quantized {
+        return Err(InputError::arg(
+            "--emulate runs dense precisions (PyTorch keeps no GGUF blocks): pass --precision",
+        )
+        .into());
+    }
+    if a.runtime != Runtime::Torch || a.gpus != 1 {
+        return Err(InputError::arg(
+            "--emulate runs one GPU under torch (--runtime torch, --gpus 1)",
+        )
+        .into());
+    }
+    let explicit = a
+        .python
+        .clone()
+        .or_else(|| std::env::var_os("VRAMLAB_TORCH_PYTHON").map(PathBuf::from));
+    let python = crate::emulate::python_for(&[], explicit.as_deref())?;
+    let stubs = crate::emulate::stubs_for(&python)?;
+    let config = m.to_hf_json();
+    let q = query::Query {
+        config: &config,
+        mode: a.mode,
+        precision,
+        batch: a.batch,
+        context: a.context,
+        optimizer: a.optimizer,
+        optimizer_impl: a.optimizer_impl,
+        checkpointing: a.checkpointing,
+        trainable: a.trainable,
+        attention: a.attention,
+        kv_cache: a.kv_cache,
+    };
+    query::run(&q, &g, &python, &stubs)
+}
+
+fn print_emulated(em: &crate::emulate::query::Emulated, analytic_total: u64) {
+    let pct = |b: u64| (b as f64 / analytic_total.max(1) as f64 - 1.0) * 100.0;
+    println!();
+    println!(
+        "emulated on {} (PyTorch {}'s allocator over a stub CUDA runtime; not a GPU measurement):",
+        em.gpu,
+        em.torch.as_deref().unwrap_or("?")
+    );
+    for (name, b) in [
+        ("max_memory_allocated", em.max_memory_allocated),
+        ("max_memory_reserved", em.max_memory_reserved),
+        ("nvml_used", em.nvml_used),
+    ] {
+        println!(
+            "  {name:<21} {:>24}  ({} vs the analytic total)",
+            crate::units::gb_gib(b),
+            crate::units::signed_pct(pct(b))
+        );
+    }
+    let verdict = if em.fits {
+        "yes".to_string()
+    } else {
+        format!("no ({}: {})", em.status, em.message)
+    };
+    println!("fits on {}: {verdict}", em.gpu);
 }
 
 /// `--best-format`'s table: every format's weights and total, and whether it fits.

@@ -7,6 +7,7 @@
 //! environment by `scripts/emulator-build.sh` (from the CUDA headers of the wheels that torch
 //! depends on; nothing is committed).
 pub mod catalogue;
+pub mod query;
 pub mod report;
 
 use crate::error::InputError;
@@ -23,7 +24,7 @@ pub fn python_dir() -> PathBuf {
 }
 
 /// The repository's scripts folder (the stub build script lives there).
-fn scripts_dir() -> PathBuf {
+pub(crate) fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
 }
 

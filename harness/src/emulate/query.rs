@@ -1,0 +1,175 @@
+//! An estimate's query run for real on an emulated GPU (`vramlab estimate --emulate GPU`): the
+//! torch probe runs that one configuration (three training steps, or a prefill and decode) with
+//! the model built from its config on the device, and PyTorch's own allocator answers.
+use super::catalogue::Gpu;
+use super::report::{Outcome, Report};
+use super::{scripts_dir, Launch};
+use crate::record::Status;
+use crate::vocab::{Attention, KvKind, Mode, Optimizer, OptimizerImpl, Precision, Trainable};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The configuration to run.
+pub struct Query<'a> {
+    /// The model's `config.json` (the normalized config written back in HF's form).
+    pub config: &'a serde_json::Value,
+    pub mode: Mode,
+    pub precision: Precision,
+    pub batch: u64,
+    pub context: u64,
+    pub optimizer: Optimizer,
+    pub optimizer_impl: OptimizerImpl,
+    pub checkpointing: bool,
+    pub trainable: Trainable,
+    pub attention: Attention,
+    pub kv_cache: KvKind,
+}
+
+/// PyTorch's answer for the query on the emulated GPU, in integer bytes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Emulated {
+    /// "<name> (emulated)".
+    pub gpu: String,
+    /// The device's total memory (the run's capacity is this less the CUDA context).
+    pub gpu_total_bytes: u64,
+    pub max_memory_allocated: u64,
+    pub max_memory_reserved: u64,
+    /// Reserved plus any other cudaMalloc, plus the CUDA context and modules.
+    pub nvml_used: u64,
+    /// The run finished at the GPU's real capacity (PyTorch freed its cache and retried before
+    /// it gave up, so reserved beyond the capacity is not by itself out of memory).
+    pub fits: bool,
+    pub status: Status,
+    pub message: String,
+    pub torch: Option<String>,
+}
+
+/// The scenario the probe runs: one point.
+fn scenario(q: &Query, config: &Path) -> String {
+    let mut s = format!(
+        "name = \"estimate-emulated\"\ndevice = \"cuda:0\"\n[model]\nsource = \"synthetic:{}\"\n\
+         [sweep]\nmode = [\"{}\"]\nprecision = [\"{}\"]\nbatch = [{}]\ncontext = [{}]\n",
+        config.display(),
+        q.mode,
+        q.precision,
+        q.batch,
+        q.context
+    );
+    match q.mode {
+        Mode::Train => s.push_str(&format!(
+            "optimizer = [\"{}\"]\ncheckpointing = [\"{}\"]\ntrainable = [\"{}\"]\n\
+             train_steps = 3\n",
+            if q.optimizer.is_sgd() { "sgd" } else { "adamw" },
+            if q.checkpointing { "layer" } else { "none" },
+            q.trainable
+        )),
+        Mode::Infer => s.push_str(&format!(
+            "kv_cache = [\"{}\"]\ndecode_steps = {}\n",
+            q.kv_cache,
+            16.min(q.context.saturating_sub(1)).max(1)
+        )),
+        _ => {}
+    }
+    s
+}
+
+/// Runs the query under `python`'s torch on `gpu`, with the stubs in `stubs`.
+pub fn run(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path) -> Result<Emulated> {
+    let dir = std::env::temp_dir().join(format!("vramlab-estimate-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = run_in(q, gpu, python, stubs, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Result<Emulated> {
+    let config = dir.join("config.json");
+    std::fs::write(&config, serde_json::to_string_pretty(q.config)?)?;
+    let scen = dir.join("scenario.toml");
+    std::fs::write(&scen, scenario(q, &config))?;
+    let csv = dir.join("rows.csv");
+    let report = dir.join("report.json");
+    let launch = Launch {
+        gpu,
+        stubs,
+        no_weights: false,
+        report: &report,
+    };
+    let attention = match q.attention {
+        Attention::Eager => "eager",
+        _ => "sdpa",
+    };
+    let argv: Vec<String> = vec![
+        python.to_string_lossy().into_owned(),
+        scripts_dir()
+            .join("torch_probe.py")
+            .to_string_lossy()
+            .into_owned(),
+        scen.to_string_lossy().into_owned(),
+        "--device".into(),
+        "cuda:0".into(),
+        "--out".into(),
+        csv.to_string_lossy().into_owned(),
+        "--torch-optim".into(),
+        q.optimizer_impl.as_str().into(),
+        "--attention".into(),
+        attention.into(),
+    ];
+    let mut cmd: Command = launch.command(&argv);
+    let out = cmd
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_OFFLINE", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("running the torch probe on the emulated GPU")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    anyhow::ensure!(
+        csv.exists() && report.exists(),
+        "the torch probe on the emulated GPU failed (exit {}): {last}",
+        out.status.code().unwrap_or(-1)
+    );
+    let rows = crate::export::csv::read(&csv)?;
+    let rep = Report::read(&report)?;
+    // An out-of-memory error the probe did not catch (in its warm-up, say) ends the run: the
+    // report has it. A row the probe recorded `oom` or `error` is the other way to fail.
+    let uncaught = match rep.outcome {
+        Outcome::Ok => None,
+        Outcome::Oom => Some((Status::Oom, rep.message.clone())),
+        Outcome::Error => anyhow::bail!(
+            "the torch probe failed on the emulated GPU: {}",
+            rep.message.lines().next().unwrap_or("")
+        ),
+    };
+    anyhow::ensure!(
+        uncaught.is_some() || !rows.is_empty(),
+        "the torch probe wrote no rows on the emulated GPU (exit {}): {last}",
+        out.status.code().unwrap_or(-1)
+    );
+    let failed = uncaught.or_else(|| {
+        rows.iter()
+            .find(|r| matches!(r.status, Some(Status::Oom) | Some(Status::Error)))
+            .map(|r| (r.status.unwrap_or(Status::Error), r.message.clone()))
+    });
+    let run = rep.run.clone().unwrap_or_default();
+    Ok(Emulated {
+        gpu: gpu.row_name(),
+        gpu_total_bytes: gpu.total_bytes,
+        max_memory_allocated: run.peak_allocated,
+        max_memory_reserved: run.peak_reserved,
+        nvml_used: run.nvml_used(),
+        fits: failed.is_none(),
+        status: failed.as_ref().map_or(Status::Ok, |f| f.0),
+        message: failed
+            .map(|f| f.1.lines().next().unwrap_or("").to_string())
+            .unwrap_or_default(),
+        torch: rep.torch,
+    })
+}

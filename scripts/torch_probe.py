@@ -905,7 +905,12 @@ def warm_up(torch, transformers, model, group, device, lkw):
             out = model(ids, use_cache=True, **cache_kw(model, cache), **lkw)
             model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache), **lkw)
             del ids, cache, out
-    if train:
+    if train and device.type != "cpu":
+        # On a GPU, a full-model forward and backward can exceed memory that the point itself
+        # (LoRA, checkpointing) fits in: rehearse the largest point as it will run.
+        big = max(train, key=lambda p: (p["batch"] // p["train"]["grad_accum"], p["context"]))
+        train_point(torch, model, big, device, NullMeter(), "foreach", rehearse=True)
+    elif train:
         b = max(p["batch"] // p["train"]["grad_accum"] for p in train)
         s = max(p["context"] for p in train)
         g = torch.Generator(device="cpu").manual_seed(7)
@@ -1067,8 +1072,13 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
     g = torch.Generator(device="cpu").manual_seed(42)
     rows = []
     model.train()
+    # With a frozen base, checkpointed layers need inputs that require grad (as PEFT users set
+    # with enable_input_require_grads), or no gradient reaches the adapters inside them.
+    frozen_inputs = t["checkpointing"] == "layer" and t["trainable"] != "full"
     if t["checkpointing"] == "layer":
         model.gradient_checkpointing_enable()
+    if frozen_inputs:
+        model.enable_input_require_grads()
     if t["trainable"] == "frozen-embeddings":
         model.get_input_embeddings().weight.requires_grad_(False)
     lora = []
@@ -1121,6 +1131,8 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
         remove_lora(lora)
         for q in model.parameters():
             q.requires_grad_(True)
+        if frozen_inputs:
+            model.disable_input_require_grads()
         if t["checkpointing"] == "layer":
             model.gradient_checkpointing_disable()
         model.eval()

@@ -507,6 +507,9 @@ class Writer:
         self.f.flush()
 
     def write(self, row: dict):
+        if row.get("mode") == "generate" and emulated() and row.get("status") == "ok":
+            # Every emulated generation row says how its convolutions ran.
+            row = dict(row, message="; ".join(filter(None, (row.get("message"), EMU_CONV_NOTE))))
         out = {}
         for c in COLUMNS:
             v = row.get(c)
@@ -657,6 +660,10 @@ def check_generate(path: Path, spec: dict, s: dict):
         if lay["family"] == "wan" and "frames" not in s:
             raise InputError(f"{path}: `frames` is missing: {p['model_id']} is a video model "
                              "(frames 4k+1, e.g. [5, 9])")
+
+
+EMU_CONV_NOTE = ("emulated: convolutions on PyTorch's native CUDA path (cuDNN off); cuDNN's "
+                 "algorithm and workspace are not modeled")
 
 
 def emulated() -> bool:
@@ -1246,7 +1253,7 @@ def weights_file(cdir: Path):
     return None
 
 
-def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn: str):
+def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn: str, device):
     """One component from its directory: the real class's from_pretrained when the weights are
     there, from_config (random values, the real shapes) when only config.json is. Weights
     loaded from a file are copied into the heap: torch's CPU from_pretrained leaves safetensors
@@ -1266,10 +1273,14 @@ def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn:
             cls, ccls = transformers.CLIPTextModelWithProjection, transformers.CLIPTextConfig
         else:
             cls, ccls = transformers.CLIPTextModel, transformers.CLIPTextConfig
+        if emulated():
+            wf = None  # the emulated GPU: shapes from config.json, no weights read
         if wf is not None:
             model = cls.from_pretrained(str(cdir), dtype=dtype, attn_implementation=text_attn)
         else:
-            model = cls._from_config(ccls.from_dict(cfg), attn_implementation=text_attn, dtype=dtype)
+            with torch.device(device):
+                model = cls._from_config(ccls.from_dict(cfg), attn_implementation=text_attn,
+                                         dtype=dtype)
     else:
         cls = getattr(diffusers, GEN_CLASSES[family][name])
         over = {}
@@ -1280,14 +1291,18 @@ def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn:
             for k, v in (("down_block_types", "DownEncoderBlock2D"), ("up_block_types", "UpDecoderBlock2D")):
                 if k not in cfg:
                     over[k] = [v] * n
+        if emulated():
+            wf = None
         if wf is not None:
             model = cls.from_pretrained(str(cdir), torch_dtype=dtype, **over)
         else:
-            model = cls.from_config(dict(cfg, **over)).to(dtype)
+            with torch.device(device):
+                model = cls.from_config(dict(cfg, **over)).to(dtype)
     if wf is not None:
         with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):
                 t.data = t.data.clone()
+        model = model.to(device)
     model.eval()
     wrong = {n for n, q in model.named_parameters() if q.dtype != dtype and not kept_f32(model, n, q, dtype)}
     if wrong:
@@ -1580,7 +1595,8 @@ def run_generate_group(torch, group: list, common: dict, writer, meter, device, 
         for c in lay["components"]:
             started = meter.start()
             cdtype = vae_dtype if c == "vae" else dtype
-            pipe[c] = build_component(torch, lay["family"], c, lay["root"] / c, cdtype, text_attn)
+            pipe[c] = build_component(torch, lay["family"], c, lay["root"] / c, cdtype, text_attn,
+                                      device)
             mem, ms = meter.finish(started)
             loads.append(load_row(c, pipe[c], cdtype, mem, ms))
         load_err = None

@@ -93,7 +93,7 @@ CFLAGS=(-O2 -fPIC -Wall -Wno-unused-parameter -Wno-format-truncation -fvisibilit
 IFS=: read -r -a inc_dirs <<<"$INCS"
 for d in "${inc_dirs[@]}"; do CFLAGS+=(-I "$d"); done
 if ! printf '#include <cuda_runtime_api.h>\n#include <cublasLt.h>\n' | cc "${CFLAGS[@]}" -E -x c - >/dev/null 2>&1; then
-  log "no CUDA headers (cuda_runtime_api.h, cublasLt.h) under $INCS for torch $TORCH_VERSION+cu$TORCH_CUDA"
+  log "no CUDA headers (cuda_runtime_api.h, cublasLt.h) under $INCS$([ "$MODE" = torch ] && echo " for torch $TORCH_VERSION+cu$TORCH_CUDA")"
   exit 2
 fi
 if [ "$MODE" = headers ]; then

@@ -50,7 +50,12 @@ fn main() {
     );
     println!("cargo:rustc-env=VRAMLAB_CUDARC={}", version_of("cudarc"));
     println!("cargo:rerun-if-changed=../Cargo.lock");
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/index");
+    // Where git keeps them: `../.git/` in a clone, `.git/worktrees/NAME/` for a worktree (whose
+    // `.git` is a file; a path that does not exist would rerun this script on every build).
+    for what in ["HEAD", "index"] {
+        let path = run("git", &["rev-parse", "--git-path", what])
+            .unwrap_or_else(|| format!("../.git/{what}"));
+        println!("cargo:rerun-if-changed={path}");
+    }
     println!("cargo:rerun-if-changed=build.rs");
 }

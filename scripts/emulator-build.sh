@@ -5,22 +5,31 @@
 # or the CUDA 12 wheels' nvidia/*/include), so the stubs match the CUDA major of that torch.
 #
 #   scripts/emulator-build.sh [PYTHON]     # PYTHON defaults to scripts/torch-env.sh's
+#   scripts/emulator-build.sh --headers INC[:INC...] OUT
 #
 # The hand-written entry points are harness/emulator/emu.c. Every other CUDA runtime and cuBLAS
-# function the torch libraries import gets a generated stub that returns success, so no call
-# reaches the real libcudart (which would look for a driver). Output, cached by a hash of the
-# sources, torch's version and the header version, in $VRAMLAB_EMU_CACHE (default
-# ~/.cache/vramlab-emu): libvramlab_emu.so (preloaded) and libcuda.so.1 (the same code under
-# the driver's soname, for torch's NVRTC module, which links libcuda).
+# function gets a generated stub that returns success, so no call reaches the real libcudart
+# (which would look for a driver). For a torch environment these are the functions its torch
+# libraries import; the output is cached by a hash of the sources, torch's version and the
+# header version, in $VRAMLAB_EMU_CACHE (default ~/.cache/vramlab-emu). With --headers (the
+# wheel's build, scripts/build-wheel.sh, which has no torch) they are every function the
+# headers under INC... declare, and the libraries are written to OUT, uncached.
+# Output: libvramlab_emu.so (preloaded), libcuda.so.1 (the same code under the driver's
+# soname, for torch's NVRTC module, which links libcuda) and BUILD-INFO.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${1:-}"
-if [ -z "$PY" ]; then
-  PY="$("$ROOT/scripts/torch-env.sh")"
-fi
 log() { printf 'emulator-build: %s\n' "$*" >&2; }
+MODE=torch
+if [ "${1:-}" = --headers ]; then
+  [ $# -eq 3 ] || { log "usage: $0 --headers INC[:INC...] OUT"; exit 2; }
+  MODE=headers INCS=$2 OUT=$3 TORCH_VERSION=none TORCH_CUDA=none
+else
+  PY="${1:-}"
+  if [ -z "$PY" ]; then
+    PY="$("$ROOT/scripts/torch-env.sh")"
+  fi
 
-info="$("$PY" - <<'PYEOF'
+  info="$("$PY" - <<'PYEOF'
 import importlib.util, os, sys, sysconfig
 spec = importlib.util.find_spec("torch")
 if spec is None:
@@ -39,16 +48,21 @@ for root in sorted(os.listdir(nv)) if os.path.isdir(nv) else []:
         incs.append(inc)
 print(tv, cv.group(1) if cv else "none", os.path.join(torch_dir, "lib"), ":".join(incs))
 PYEOF
-)"
-case "$info" in ERR*) log "${info#ERR }: $PY has no torch"; exit 2;; esac
-read -r TORCH_VERSION TORCH_CUDA TORCH_LIB INCS <<<"$info"
-if [ "$TORCH_CUDA" = none ]; then
-  log "torch $TORCH_VERSION in $PY is a CPU-only build: the emulator needs a CUDA build of torch"
-  exit 2
+  )"
+  case "$info" in ERR*) log "${info#ERR }: $PY has no torch"; exit 2;; esac
+  read -r TORCH_VERSION TORCH_CUDA TORCH_LIB INCS <<<"$info"
+  if [ "$TORCH_CUDA" = none ]; then
+    log "torch $TORCH_VERSION in $PY is a CPU-only build: the emulator needs a CUDA build of torch"
+    exit 2
+  fi
+  CACHE="${VRAMLAB_EMU_CACHE:-$HOME/.cache/vramlab-emu}"
 fi
-CACHE="${VRAMLAB_EMU_CACHE:-$HOME/.cache/vramlab-emu}"
-mkdir -p "$CACHE"
-tmp="$(mktemp -d "$CACHE/build.XXXXXX")"
+if [ "$MODE" = torch ]; then
+  mkdir -p "$CACHE"
+  tmp="$(mktemp -d "$CACHE/build.XXXXXX")"
+else
+  tmp="$(mktemp -d)"
+fi
 trap 'rm -rf "$tmp"' EXIT
 # The wheels ship the runtime's headers without crt/host_defines.h (it comes with nvcc); host C
 # needs only its qualifier macros, empty here.
@@ -70,25 +84,52 @@ mkdir -p "$tmp/shim/crt"
   echo '#define __no_return__ __attribute__((noreturn))'
   echo '#define __thread__ __thread'
 } >"$tmp/shim/crt/host_defines.h"
-CFLAGS=(-O2 -fPIC -Wall -Wno-unused-parameter -Wno-format-truncation -fvisibility=hidden -I "$tmp/shim")
+# cuda_fp16.h includes CCCL's <nv/target> (nvidia-cuda-cccl), whose macros only its C++ part
+# uses: an empty one, searched after every real include dir, stands in where CCCL is absent.
+mkdir -p "$tmp/shim-last/nv"
+echo '#pragma once' >"$tmp/shim-last/nv/target"
+CFLAGS=(-O2 -fPIC -Wall -Wno-unused-parameter -Wno-format-truncation -fvisibility=hidden -I "$tmp/shim"
+        -idirafter "$tmp/shim-last")
 IFS=: read -r -a inc_dirs <<<"$INCS"
 for d in "${inc_dirs[@]}"; do CFLAGS+=(-I "$d"); done
 if ! printf '#include <cuda_runtime_api.h>\n#include <cublasLt.h>\n' | cc "${CFLAGS[@]}" -E -x c - >/dev/null 2>&1; then
-  log "no CUDA headers (cuda_runtime_api.h, cublasLt.h) under $INCS for torch $TORCH_VERSION+cu$TORCH_CUDA"
+  log "no CUDA headers (cuda_runtime_api.h, cublasLt.h) under $INCS$([ "$MODE" = torch ] && echo " for torch $TORCH_VERSION+cu$TORCH_CUDA")"
   exit 2
 fi
-key="$(cat "$ROOT"/harness/emulator/*.c "$ROOT/scripts/emulator-build.sh" | sha256sum | cut -c1-12)"
-OUT="$CACHE/torch-$TORCH_VERSION-cu$TORCH_CUDA-$key"
-if [ -f "$OUT/libvramlab_emu.so" ] && [ -f "$OUT/libcuda.so.1" ]; then
-  echo "$OUT"
-  exit 0
+if [ "$MODE" = headers ]; then
+  TORCH_CUDA="$(printf '#include <cuda_runtime_api.h>\nCUDART_VERSION\n' | cc "${CFLAGS[@]}" -E -P -x c - | tail -n 1)"
+fi
+if [ "$MODE" = torch ]; then
+  key="$(cat "$ROOT"/harness/emulator/*.c "$ROOT/scripts/emulator-build.sh" | sha256sum | cut -c1-12)"
+  OUT="$CACHE/torch-$TORCH_VERSION-cu$TORCH_CUDA-$key"
+  if [ -f "$OUT/libvramlab_emu.so" ] && [ -f "$OUT/libcuda.so.1" ]; then
+    echo "$OUT"
+    exit 0
+  fi
 fi
 cc "${CFLAGS[@]}" -c "$ROOT/harness/emulator/emu.c" -o "$tmp/emu.o"
 cc -O2 -fPIC -Wall -fvisibility=hidden -c "$ROOT/harness/emulator/refused.c" -o "$tmp/refused.o"
 # The names emu.c and refused.c define; every other CUDA runtime or cuBLAS name torch imports gets a stub.
 nm --defined-only -g "$tmp/emu.o" "$tmp/refused.o" | awk '{print $3}' | sort -u >"$tmp/defined"
-for lib in "$TORCH_LIB"/*.so; do nm -D --undefined-only "$lib" 2>/dev/null; done |
-  awk '{print $2}' | sed 's/@.*//' | grep -E '^(cuda|__cuda|cublas)' | sort -u >"$tmp/imported"
+if [ "$MODE" = torch ]; then
+  for lib in "$TORCH_LIB"/*.so; do nm -D --undefined-only "$lib" 2>/dev/null; done |
+    awk '{print $2}' | sed 's/@.*//' | grep -E '^(cuda|__cuda|cublas)' | sort -u >"$tmp/imported"
+else
+  # Every function the headers declare, under its linked name (the preprocessor applies the
+  # headers' renames: cublasSgemm is cublasSgemm_v2, CUDA 12's cudaGetDeviceProperties is
+  # cudaGetDeviceProperties_v2). Typedefs (function-pointer types) are left out.
+  printf '#include <cuda_runtime_api.h>\n#include <cublas_v2.h>\n#include <cublasLt.h>\n#include <cublasXt.h>\n' |
+    cc "${CFLAGS[@]}" -E -P -x c - | tr '\n' ' ' | tr ';{}' '\n\n\n' | grep -v '^[[:space:]]*typedef' |
+    grep -oE '(^|[^A-Za-z0-9_])(__cuda|cuda|cublas)[A-Za-z0-9_]*[[:space:]]*\(' |
+    sed -E 's/^[^A-Za-z_]*//; s/[[:space:]]*\($//' >"$tmp/declared"
+  # What nvcc's host code calls to register and launch kernels (crt/host_runtime.h, which ships
+  # with nvcc, not with the wheels).
+  printf '%s\n' __cudaRegisterFatBinary __cudaRegisterFatBinaryEnd __cudaUnregisterFatBinary \
+    __cudaRegisterFunction __cudaRegisterVar __cudaRegisterManagedVar __cudaInitModule \
+    __cudaRegisterTexture __cudaRegisterSurface __cudaPushCallConfiguration \
+    __cudaPopCallConfiguration __cudaGetKernel __cudaLaunchKernel >>"$tmp/declared"
+  sort -u "$tmp/declared" >"$tmp/imported"
+fi
 comm -23 "$tmp/imported" "$tmp/defined" >"$tmp/generated"
 {
   echo '/* Generated by scripts/emulator-build.sh: each returns success (0) without acting. */'
@@ -99,9 +140,14 @@ comm -23 "$tmp/imported" "$tmp/defined" >"$tmp/generated"
 cc -O2 -fPIC -c "$tmp/generated.c" -o "$tmp/generated.o"
 cc -shared -o "$tmp/libvramlab_emu.so" "$tmp/emu.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
 cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "$tmp/emu.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
-printf 'torch %s\ncuda %s\nhand-written %s\ngenerated %s\n' "$TORCH_VERSION" "$TORCH_CUDA" \
+printf '%s %s\ncuda %s\nhand-written %s\ngenerated %s\n' \
+  "$([ "$MODE" = torch ] && echo torch || echo headers)" "$([ "$MODE" = torch ] && echo "$TORCH_VERSION" || echo "$INCS")" "$TORCH_CUDA" \
   "$(wc -l <"$tmp/defined")" "$(wc -l <"$tmp/generated")" >"$tmp/BUILD-INFO"
 mkdir -p "$OUT"
 cp "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$OUT/"
-log "built for torch $TORCH_VERSION (CUDA $TORCH_CUDA): $(tr '\n' ' ' <"$OUT/BUILD-INFO")"
+if [ "$MODE" = torch ]; then
+  log "built for torch $TORCH_VERSION (CUDA $TORCH_CUDA): $(tr '\n' ' ' <"$OUT/BUILD-INFO")"
+else
+  log "built from the headers under $INCS: $(tr '\n' ' ' <"$OUT/BUILD-INFO")"
+fi
 echo "$OUT"

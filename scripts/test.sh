@@ -22,10 +22,13 @@ cargo test --workspace
 # PyTorch on CPU (docs/src/guides/torch-probe.md) and on the emulated GPU
 # (docs/src/guides/emulator.md; stubs built by scripts/emulator-build.sh in seconds): the cached
 # torch venv from PyPI (about 3 minutes and
-# 5.6 GB from cold, instant when warm), then the torch tests that need it (a few minutes).
+# 5.6 GB from cold, instant when warm), then the torch tests that need it (a few minutes). The
+# wheel test builds the wheel with scripts/build-wheel.sh (a release build of vramlab: minutes
+# from cold, and a one-time download of the pinned NVIDIA header wheels) and installs it into
+# a fresh venv (docs/src/guides/install.md).
 VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
 export VRAMLAB_TORCH_PYTHON
-cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate -- --ignored --test-threads=1
+cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test wheel -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh
 fi

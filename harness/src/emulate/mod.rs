@@ -3,9 +3,10 @@
 //! allocated and reserved bytes, and its own out-of-memory error, with no device.
 //!
 //! This module starts the program with the stubs preloaded and vramlab's Python boot on its
-//! path, then reads the report the boot writes at exit. The stubs are built per PyTorch
-//! environment by `scripts/emulator-build.sh` (from the CUDA headers of the wheels that torch
-//! depends on; nothing is committed).
+//! path, then reads the report the boot writes at exit. In a source checkout the stubs are built
+//! per PyTorch environment by `scripts/emulator-build.sh` (from the CUDA headers of the wheels
+//! that torch depends on; nothing is committed); an installed wheel carries them, one set per
+//! CUDA major (`vramlab/_stubs/cu12`, `cu13`; `scripts/build-wheel.sh`).
 pub mod catalogue;
 pub mod query;
 pub mod report;
@@ -16,11 +17,54 @@ use catalogue::Gpu;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where vramlab's Python package is: `$VRAMLAB_PYTHON_DIR`, or the checkout's `harness/python`.
+/// Where vramlab's Python package is: `$VRAMLAB_PYTHON_DIR`; for a binary installed from the
+/// wheel (a Python beside it, as in a venv's `bin/`, or no checkout at its build path), the
+/// folder holding the installed `vramlab` package, as that Python imports it; else the
+/// checkout's `harness/python`.
 pub fn python_dir() -> PathBuf {
-    std::env::var_os("VRAMLAB_PYTHON_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("python"))
+    if let Some(d) = std::env::var_os("VRAMLAB_PYTHON_DIR") {
+        return PathBuf::from(d);
+    }
+    let checkout = checkout_python_dir();
+    let beside = python_beside_exe();
+    if beside.is_some() || !checkout.is_dir() {
+        if let Some(d) = beside
+            .or_else(|| which("python3"))
+            .and_then(|py| installed_package_root(&py))
+        {
+            return d;
+        }
+    }
+    checkout
+}
+
+fn checkout_python_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
+}
+
+/// The Python beside this executable (pip puts a wheel's scripts in the `bin/` of the
+/// environment's Python).
+fn python_beside_exe() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?;
+    ["python3", "python"]
+        .iter()
+        .map(|n| bin.join(n))
+        .find(|p| p.is_file())
+}
+
+/// The folder holding the `vramlab` package that `python` imports (its site-packages).
+fn installed_package_root(python: &Path) -> Option<PathBuf> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import vramlab, os; print(os.path.dirname(os.path.dirname(vramlab.__file__)))",
+        ])
+        .env_remove("PYTHONPATH")
+        .output()
+        .ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && dir.join("vramlab").is_dir()).then_some(dir)
 }
 
 /// The repository's scripts folder (the stub build script lives there).
@@ -65,11 +109,42 @@ pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf
     })
 }
 
-/// The folder of stub libraries for `python`'s torch: `$VRAMLAB_EMU_STUBS`, or what
-/// `scripts/emulator-build.sh` builds (cached; seconds when warm).
+/// The folder of stub libraries for `python`'s torch: `$VRAMLAB_EMU_STUBS`; for an installed
+/// package, its `_stubs/cu<major>` for the CUDA major of that torch; else what
+/// `scripts/emulator-build.sh` builds (cached; seconds when warm). A Python without torch, a
+/// CPU-only torch or a CUDA major without stubs is bad input (one line, exit 2).
 pub fn stubs_for(python: &Path) -> Result<PathBuf> {
     if let Some(d) = std::env::var_os("VRAMLAB_EMU_STUBS") {
         return Ok(PathBuf::from(d));
+    }
+    let package = python_dir();
+    if package != checkout_python_dir() || !scripts_dir().join("emulator-build.sh").is_file() {
+        let (version, cuda) = torch_cuda(python)?;
+        let major = cuda.split('.').next().unwrap_or("");
+        let dir = package.join("vramlab/_stubs").join(format!("cu{major}"));
+        if dir.join("libvramlab_emu.so").is_file() {
+            return Ok(dir);
+        }
+        let have: Vec<String> = std::fs::read_dir(package.join("vramlab/_stubs"))
+            .map(|rd| {
+                let mut v: Vec<String> = rd
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect();
+                v.sort();
+                v
+            })
+            .unwrap_or_default();
+        return Err(InputError::arg(format!(
+            "torch {version} in {} is built for CUDA {cuda}: this vramlab has no emulator stubs \
+             for CUDA {major} (it has: {})",
+            python.display(),
+            if have.is_empty() {
+                "none".into()
+            } else {
+                have.join(", ")
+            }
+        ))
+        .into());
     }
     let script = scripts_dir().join("emulator-build.sh");
     let out = Command::new(&script)
@@ -98,6 +173,46 @@ pub fn stubs_for(python: &Path) -> Result<PathBuf> {
         dir.display()
     );
     Ok(dir)
+}
+
+/// `python`'s torch version and CUDA version, read from `torch/version.py` without importing
+/// torch (seconds saved). No torch, or a CPU-only one, is bad input.
+fn torch_cuda(python: &Path) -> Result<(String, String)> {
+    const PROBE: &str = "import importlib.util, os\n\
+s = importlib.util.find_spec('torch')\n\
+if s is None:\n    print('missing')\n\
+else:\n    ns = {}\n    exec(open(os.path.join(os.path.dirname(s.origin), 'version.py')).read(), ns)\n    \
+print(ns.get('__version__'), ns.get('cuda') or 'none')\n";
+    let out = Command::new(python)
+        .args(["-c", PROBE])
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        ["missing"] => Err(InputError::arg(format!(
+            "{}: no module named 'torch' (the emulator runs PyTorch programs: install torch there, \
+             or give --python)",
+            python.display()
+        ))
+        .into()),
+        [version, "none"] => Err(InputError::arg(format!(
+            "torch {version} in {} is a CPU-only build: the emulator needs a CUDA build of torch",
+            python.display()
+        ))
+        .into()),
+        [version, cuda] => Ok((version.to_string(), cuda.to_string())),
+        _ => Err(InputError::arg(format!(
+            "{} could not tell its torch's CUDA version: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output")
+        ))
+        .into()),
+    }
 }
 
 /// One emulated run of a command.

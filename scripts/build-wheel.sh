@@ -15,6 +15,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_DIR="${1:-$ROOT/target/wheels}"
+# The cargo profile of the binary: release for a wheel to ship; the wheel test builds with
+# VRAMLAB_WHEEL_PROFILE=dev, which reuses the test build's compiled dependencies.
+PROFILE="${VRAMLAB_WHEEL_PROFILE:-release}"
 CACHE="${VRAMLAB_WHEEL_CACHE:-$HOME/.cache/vramlab-wheel}"
 MATURIN=maturin==1.16.0
 # The CUDA runtime and cuBLAS headers of each major that PyTorch wheels use.
@@ -64,9 +67,9 @@ done
 
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-log "maturin build --release (the vramlab binary, without the cuda feature)"
+log "maturin build --profile $PROFILE (the vramlab binary, without the cuda feature)"
 mlog="$CACHE/maturin.log"
-(cd "$ROOT" && "$VENV/bin/maturin" build --release -o "$OUT_DIR") 2>&1 | tee "$mlog" >&2
+(cd "$ROOT" && "$VENV/bin/maturin" build --profile "$PROFILE" -o "$OUT_DIR") 2>&1 | tee "$mlog" >&2
 wheel="$(sed -n 's/.*Built wheel to //p' "$mlog" | tail -n 1)"
 if [ ! -f "$wheel" ]; then
   log "maturin reported no wheel (its output: $mlog)"

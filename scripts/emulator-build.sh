@@ -143,8 +143,16 @@ cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "$tmp/emu.o" "$tmp/re
 printf '%s %s\ncuda %s\nhand-written %s\ngenerated %s\n' \
   "$([ "$MODE" = torch ] && echo torch || echo headers)" "$([ "$MODE" = torch ] && echo "$TORCH_VERSION" || echo "$INCS")" "$TORCH_CUDA" \
   "$(wc -l <"$tmp/defined")" "$(wc -l <"$tmp/generated")" >"$tmp/BUILD-INFO"
-mkdir -p "$OUT"
-cp "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$OUT/"
+if [ "$MODE" = torch ]; then
+  # Published whole with one rename (the build folder is in the cache, on the same file
+  # system): concurrent builds of the same key never see half a folder; the first one wins.
+  mkdir -p "$tmp/pub"
+  cp "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$tmp/pub/"
+  mv -T "$tmp/pub" "$OUT" 2>/dev/null || [ -f "$OUT/libcuda.so.1" ]
+else
+  mkdir -p "$OUT"
+  cp "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$OUT/"
+fi
 if [ "$MODE" = torch ]; then
   log "built for torch $TORCH_VERSION (CUDA $TORCH_CUDA): $(tr '\n' ' ' <"$OUT/BUILD-INFO")"
 else

@@ -60,6 +60,18 @@ fn emulate(gpu: &[&str], script: &str, args: &[&str]) -> Run {
     }
 }
 
+/// Runs a command that must succeed; its stdout.
+fn ok_stdout(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
 }
@@ -240,20 +252,13 @@ fn no_weights_builds_from_config_json() {
     )
     .unwrap();
     let py = torch_python();
-    let out = Command::cargo_bin("vramlab")
-        .unwrap()
-        .args(["emulate", "--json", "--no-weights", "--gpu", "h200", "--"])
-        .arg(&py)
-        .arg(&script)
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = ok_stdout(
+        Command::cargo_bin("vramlab")
+            .unwrap()
+            .args(["emulate", "--json", "--no-weights", "--gpu", "h200", "--"])
+            .arg(&py)
+            .arg(&script)
+            .arg(dir.path()),
     );
     let json: Value = serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
     // Each tensor in bf16, rounded to 512 B: embeddings and head, per layer q, k, v, o, gate,
@@ -335,20 +340,13 @@ fn the_readmes_emulate_example_runs_as_written() {
     let words: Vec<&str> = line.split_whitespace().collect();
     let sep = words.iter().position(|w| *w == "--").unwrap();
     assert_eq!(words[sep + 1], "python", "{line}");
-    let out = Command::cargo_bin("vramlab")
-        .unwrap()
-        .current_dir(&root)
-        .args(&words[1..=sep])
-        .arg(torch_python())
-        .args(&words[sep + 2..])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = ok_stdout(
+        Command::cargo_bin("vramlab")
+            .unwrap()
+            .current_dir(&root)
+            .args(&words[1..=sep])
+            .arg(torch_python())
+            .args(&words[sep + 2..]),
     );
     // What the README says it prints.
     assert!(
@@ -413,19 +411,12 @@ fn the_programs_own_peaks_survive_vramlabs_step_boundaries() {
 
 /// `vramlab estimate ... --emulate GPU --json`: the `emulated` object.
 fn estimate_emulated(args: &[&str]) -> Value {
-    let out = Command::cargo_bin("vramlab")
-        .unwrap()
-        .args(["estimate", "--runtime", "torch", "--json", "--python"])
-        .arg(torch_python())
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = ok_stdout(
+        Command::cargo_bin("vramlab")
+            .unwrap()
+            .args(["estimate", "--runtime", "torch", "--json", "--python"])
+            .arg(torch_python())
+            .args(args),
     );
     let json: Value = serde_json::from_str(&stdout).unwrap();
     json["emulated"].clone()

@@ -37,6 +37,12 @@ mkdir -p "$BUNDLE"
 strip -o "$BUNDLE/vramlab" "$TARGET/release/vramlab"
 strip -o "$BUNDLE/cuda_ops" "$ops"
 gzip -9 "$BUNDLE/cuda_ops"
+# The emulated GPU's stubs for CUDA 13 torch builds (the device's PyTorch is one), from the torch
+# environment's CUDA headers: the device run measures the same torch scenarios emulated, beside
+# the real ones (docs/src/guides/emulator.md).
+TORCH_PY="$("$ROOT/scripts/torch-env.sh")"
+EMU_INC="$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include"
+"$ROOT/scripts/emulator-build.sh" --headers "$EMU_INC" "$BUNDLE/emu-cu13" >/dev/null
 # What the run needs from the tree, so the bundle also works on its own (run.sh prefers the
 # working tree's copies when it runs from a clone).
 mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu"

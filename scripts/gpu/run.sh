@@ -28,6 +28,9 @@
 # 3. for each scenario (gpu-smoke, then gpu-gen-sd15): `vramlab sweep` on the device, then
 #    scripts/torch_probe.py on the same scenario (skipped, and said so, where torch is not
 #    importable, or diffusers for a generation scenario);
+#    then the same torch probe on an emulated H200 (`vramlab emulate --gpu h200`, the stubs
+#    from the bundle's emu-cu13, or built from the torch environment in a rehearsal): the
+#    emulator's calibration against the real run, in $stem-torch-emulated.csv;
 # 4. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
 set -uo pipefail
 
@@ -63,6 +66,7 @@ else
   SCENARIOS="${VRAMLAB_SCENARIOS:-scenarios/gpu-smoke.toml scenarios/gpu-gen-sd15.toml}"
   BIN="${VRAMLAB_BIN:-$BUNDLE/vramlab}"
 fi
+EMU_GPU="${VRAMLAB_EMU_GPU:-h200}"   # the emulated twin of the device
 CUDA_OPS="${VRAMLAB_CUDA_OPS:-}"
 [ -z "$CUDA_OPS" ] && [ "$MODE" = device ] && CUDA_OPS="$BUNDLE/cuda_ops"
 T0=$SECONDS
@@ -237,6 +241,18 @@ for scenario in $SCENARIOS; do
     rc=$?
     STEPS+=("torch $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-torch.csv")")
     say "torch_probe $stem exit $rc"
+    [ "$rc" -eq 0 ] || torch_rc=$rc
+    t="$(limit "$TORCH_TIMEOUT")"
+    say "torch_probe.py $scenario on an emulated $EMU_GPU (limit ${t}s)"
+    t1=$SECONDS
+    emu_env=(VRAMLAB_PYTHON_DIR="$ROOT/harness/python")
+    [ "$MODE" = device ] && emu_env+=(VRAMLAB_EMU_STUBS="$BUNDLE/emu-cu13")
+    timeout -k 10 "$t" env "${emu_env[@]}" "$BIN" emulate --gpu "$EMU_GPU" -- "$PYTHON" \
+      scripts/torch_probe.py "$scenario" --device cuda:0 --out "$WORK/$stem-torch-emulated.csv" \
+      >>"$LOG" 2>&1
+    rc=$?
+    STEPS+=("torch emulated $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-torch-emulated.csv")")
+    say "torch_probe emulated $stem exit $rc"
     [ "$rc" -eq 0 ] || torch_rc=$rc
   else
     STEPS+=("torch $stem: skipped (no torch + transformers in $PYTHON)")

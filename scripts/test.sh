@@ -27,7 +27,10 @@ cargo test --workspace
 # from cold, and a one-time download of the pinned NVIDIA header wheels) and installs it into
 # a fresh venv (docs/src/guides/install.md).
 VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
-export VRAMLAB_TORCH_PYTHON
+# The older stack (torch 2.2, CUDA 12 build), for the emulator's CUDA 12 stubs: about 3 minutes
+# and 5 GB from cold, instant when warm.
+VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
+export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON
 cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test wheel -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh

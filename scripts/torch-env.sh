@@ -10,11 +10,33 @@
 # PyPI's Linux torch wheel is the CUDA build: it declares the CUDA runtime wheels as dependencies
 # and `import torch` dlopens them (cuBLAS, cuDNN, NCCL...) even on CPU, so the full dependency set
 # is installed. Progress goes to stderr; stdout is the python path alone.
+#
+#   scripts/torch-env.sh                    # the default stack (the pins below)
+#   scripts/torch-env.sh --stack torch-2.2  # another pinned software stack, in a venv of its own
+#
+# Stacks are an axis for the emulated GPU (docs/src/guides/emulator.md): the same program under
+# an older PyTorch and transformers. torch-2.2: torch 2.2.2 (CUDA 12.1 build), transformers
+# 4.39.3, peft 0.11.1, accelerate 0.32.1 (about 2.5 GB more).
 set -euo pipefail
 CACHE=${VRAMLAB_TORCH_CACHE:-$HOME/.cache/vramlab-torch}
-PKGS=(torch==2.15.0 transformers==5.24.0 numpy==2.4.6 gguf==0.19.0 accelerate==1.15.0
-      diffusers==0.42.1 peft==0.21.2)
-VENV=$CACHE/venv
+STACK=default
+if [ "${1:-}" = --stack ]; then
+  STACK=${2:?--stack NAME}
+fi
+case "$STACK" in
+  default)
+    PKGS=(torch==2.15.0 transformers==5.24.0 numpy==2.4.6 gguf==0.19.0 accelerate==1.15.0
+          diffusers==0.42.1 peft==0.21.2)
+    CHECK='import torch, transformers, numpy, gguf, accelerate, diffusers, peft'
+    VENV=$CACHE/venv ;;
+  torch-2.2)
+    PKGS=(torch==2.2.2 transformers==4.39.3 peft==0.11.1 accelerate==0.32.1 numpy==1.26.4)
+    CHECK='import torch, transformers, numpy, accelerate, peft'
+    VENV=$CACHE/stacks/torch-2.2/venv ;;
+  *)
+    echo "scripts/torch-env.sh: unknown stack \`$STACK' (known: default, torch-2.2)" >&2
+    exit 2 ;;
+esac
 STAMP=$VENV/.vramlab-stamp
 WANT="${PKGS[*]}"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
@@ -27,7 +49,7 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   exit 2
 fi
 t0=$(date +%s)
-mkdir -p "$CACHE"
+mkdir -p "$(dirname "$VENV")"
 # A venv left by another pin set is updated in place: pip fetches only what changed.
 if [ ! -x "$VENV/bin/python" ]; then
   rm -rf "$VENV"
@@ -35,7 +57,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
 fi
 "$VENV/bin/python" -m pip install --quiet "${PKGS[@]}" >&2
-"$VENV/bin/python" -c 'import torch, transformers, numpy, gguf, accelerate, diffusers, peft; torch.ones(2) @ torch.ones(2)' >&2
+"$VENV/bin/python" -c "$CHECK; torch.ones(2) @ torch.ones(2)" >&2
 echo "$WANT" > "$STAMP"
 echo "scripts/torch-env.sh: installed into $VENV in $(( $(date +%s) - t0 )) s ($(du -sh "$VENV" | cut -f1))" >&2
 echo "$VENV/bin/python"

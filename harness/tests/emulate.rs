@@ -29,14 +29,18 @@ struct Run {
 /// `vramlab emulate --json <gpu args> -- python SCRIPT ARGS`: the JSON it printed, and the
 /// `EXPECT {...}` line the program printed before it.
 fn emulate(gpu: &[&str], script: &str, args: &[&str]) -> Run {
-    let py = torch_python();
+    emulate_with(&torch_python(), gpu, script, args)
+}
+
+/// [`emulate`] under another Python (another software stack).
+fn emulate_with(py: &str, gpu: &[&str], script: &str, args: &[&str]) -> Run {
     let out = Command::cargo_bin("vramlab")
         .unwrap()
         .arg("emulate")
         .arg("--json")
         .args(gpu)
         .arg("--")
-        .arg(&py)
+        .arg(py)
         .arg(script)
         .args(args)
         .output()
@@ -459,4 +463,32 @@ fn estimate_emulate_answers_with_pytorchs_allocator_and_a_verdict() {
     let e = estimate_emulated(&big);
     assert_eq!(e["fits"], false, "{e}");
     assert_eq!(e["status"], "oom", "{e}");
+}
+
+#[test]
+#[ignore = "needs the torch-2.2 stack (scripts/torch-env.sh --stack torch-2.2; scripts/test.sh)"]
+fn the_torch_2_2_stack_runs_on_cuda_12_stubs_with_the_same_exact_terms() {
+    let py = std::env::var("VRAMLAB_TORCH22_PYTHON")
+        .expect("VRAMLAB_TORCH22_PYTHON: scripts/torch-env.sh --stack torch-2.2");
+    let r = emulate_with(&py, &["--gpu", "a100-40gb"], &data("bert_step.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.json["cuda"].as_str().unwrap().starts_with("12."),
+        "{}",
+        r.json
+    );
+    let e = r.expect.expect("EXPECT line");
+    let phases = r.json["phases"].as_array().unwrap();
+    let end = |name: &str| {
+        u(&phases
+            .iter()
+            .find(|p| p["name"] == name && p["step"] == 1)
+            .unwrap()["end_allocated"])
+    };
+    assert_eq!(end("load"), u(&e["state"]));
+    assert_eq!(end("optimizer") - end("backward"), 2 * u(&e["params"]));
+    // A full fine-tune (the embedding's backward included) runs on torch 2.2 too.
+    let full = emulate_with(&py, &["--gpu", "a100-40gb"], &data("mistral_full.py"), &[]);
+    assert_eq!(full.code, 0, "{}", full.stderr);
+    assert_eq!(full.json["steps"].as_array().unwrap().len(), 3);
 }

@@ -16,7 +16,9 @@ base.enable_input_require_grads()
 model = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
 model.train()
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-scaler = torch.amp.GradScaler("cuda")
+# torch.amp.GradScaler is torch >= 2.3; torch.cuda.amp.GradScaler the older spelling.
+scaler = (torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler")
+          else torch.cuda.amp.GradScaler())
 ids = torch.zeros(2, 128, dtype=torch.long, device="cuda")
 for step in range(3):
     with torch.autocast("cuda", dtype=torch.float16):

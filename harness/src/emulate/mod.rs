@@ -234,6 +234,25 @@ fn prepend(var: &str, first: &Path) -> std::ffi::OsString {
     std::env::join_paths(parts).expect("paths without separators")
 }
 
+/// The stub folder as the dynamic loader can take it: ld.so splits LD_PRELOAD at spaces and
+/// colons, so a folder whose path has either is copied (once per path) under the temporary
+/// folder.
+fn loadable(stubs: &Path) -> PathBuf {
+    let text = stubs.to_string_lossy();
+    if !text.contains([' ', ':']) {
+        return stubs.to_path_buf();
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let copy = std::env::temp_dir().join(format!("vramlab-emu-stubs-{:016x}", h.finish()));
+    let _ = std::fs::create_dir_all(&copy);
+    for lib in ["libvramlab_emu.so", "libcuda.so.1"] {
+        let _ = std::fs::copy(stubs.join(lib), copy.join(lib));
+    }
+    copy
+}
+
 impl Launch<'_> {
     /// The command with the emulator's environment: the stubs preloaded, libcuda on the
     /// library path, the boot on PYTHONPATH, the GPU described.
@@ -241,7 +260,8 @@ impl Launch<'_> {
         let py = python_dir();
         let mut c = Command::new(&argv[0]);
         c.args(&argv[1..]);
-        let preload = self.stubs.join("libvramlab_emu.so");
+        let stubs = loadable(self.stubs);
+        let preload = stubs.join("libvramlab_emu.so");
         let mut ld_preload = preload.into_os_string();
         if let Some(old) = std::env::var_os("LD_PRELOAD") {
             ld_preload.push(":");
@@ -257,7 +277,7 @@ impl Launch<'_> {
             v
         };
         c.env("LD_PRELOAD", ld_preload)
-            .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", self.stubs))
+            .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &stubs))
             .env("PYTHONPATH", pythonpath)
             .env("VRAMLAB_EMU_REPORT", self.report)
             .env(

@@ -65,6 +65,9 @@ for major in 12 13; do
   sed -i "1s|.*|headers ${pins[*]}|" "$STUBS/cu$major/BUILD-INFO"
 done
 
+# The torch probe, runnable from the wheel as `python -m vramlab.probe`.
+cp "$ROOT/scripts/torch_probe.py" "$ROOT/harness/python/vramlab/_torch_probe.py"
+
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 log "maturin build --profile $PROFILE (the vramlab binary, without the cuda feature)"

@@ -492,3 +492,43 @@ fn the_torch_2_2_stack_runs_on_cuda_12_stubs_with_the_same_exact_terms() {
     assert_eq!(full.code, 0, "{}", full.stderr);
     assert_eq!(full.json["steps"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn a_programs_own_recorder_writes_rows_vramlab_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("rows.csv");
+    let r = emulate(
+        &["--gpu", "l4"],
+        &data("recorder_csv.py"),
+        &[csv.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let rows = vramlab::export::csv::read(&csv).unwrap();
+    // Three phases a step and the step's own `step_total` row (the emulator counts optimizer
+    // steps), two steps.
+    assert_eq!(rows.len(), 8);
+    let row = |phase: &str, step: u64| {
+        rows.iter()
+            .find(|r| r.phase.map(|p| p.as_str()) == Some(phase) && r.step == Some(step))
+            .unwrap_or_else(|| panic!("no {phase} row of step {step}"))
+    };
+    assert!(rows
+        .iter()
+        .all(|r| r.meter == vramlab::vocab::MeterKind::TorchEmulated
+            && r.device_name == "NVIDIA L4 (emulated)"));
+    // The weight (256 × 256 f32) and bias (256 f32), each rounded to 512 B, stay resident.
+    let weights = (256 * 256 * 4u64).div_ceil(512) * 512 + (256 * 4u64).div_ceil(512) * 512;
+    assert!(row("forward", 1).baseline_allocated.unwrap() >= weights);
+    // After the first optimizer step: weights plus AdamW's two moments, the input, and the loss
+    // the program still holds (a scalar: one 512 B block).
+    let input = (8 * 256 * 4u64).div_ceil(512) * 512;
+    assert_eq!(
+        row("optimizer", 1).end_allocated,
+        Some(3 * weights + input + 512)
+    );
+    assert_eq!(
+        row("step_total", 2).status,
+        Some(vramlab::record::Status::Ok)
+    );
+}

@@ -147,6 +147,22 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         "{}",
         stdout(&imported)
     );
+    // The torch probe from the package: its point ids are vramlab's.
+    let scenario = root().join("scenarios/smoke.toml");
+    let ids = run(Command::new(&py)
+        .current_dir(&work)
+        .env_remove("PYTHONPATH")
+        .args(["-m", "vramlab.probe"])
+        .arg(&scenario)
+        .arg("--dry-run"));
+    let want = run(vramlab(&venv, &work)
+        .args(["sweep", "--dry-run"])
+        .arg(&scenario));
+    let ids = stdout(&ids);
+    assert!(!ids.is_empty());
+    for id in ids.lines() {
+        assert!(stdout(&want).contains(id), "{id} not in vramlab's dry run");
+    }
     // 3. a tiny training loop on an emulated H100, rows written as CSV.
     std::fs::write(work.join("train.py"), TRAIN).unwrap();
     let csv = work.join("X.csv");

@@ -197,6 +197,41 @@ class Recorder:
         return self.run
 
 
+    def write_csv(self, path, *, model_id: str, precision: str, mode: str = "train",
+                  batch: int = 1, context: int = 0, param_count: int = 0) -> int:
+        """Writes the closed phases (or, if none, the run) as rows of vramlab's CSV schema, the
+        torch probe's columns: meter `torch-cuda` on a GPU, `torch-emulated` (and a device name
+        ending in "(emulated)") under `vramlab emulate`. `precision` and `mode` are vramlab's
+        words (f32, bf16, mixed-bf16, ...; infer, train). Returns the number of rows."""
+        import datetime
+        import os
+
+        from . import probe
+
+        torch = self._torch()
+        p = probe.load()
+        emulated = self._emu is not None
+        name = torch.cuda.get_device_name() + (" (emulated)" if emulated else "")
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        base = dict(schema_version=p["SCHEMA_VERSION"], run_id=f"recorder-{os.getpid():x}",
+                    point_id=f"{model_id}/{mode}/{precision}/b{batch}/c{context}",
+                    started_at=stamp, vramlab_version="vramlab.phase", backend="cuda",
+                    device_name=name, cuda_version=str(torch.version.cuda), model_id=model_id,
+                    mode=mode, precision=precision, batch=batch, context=context,
+                    param_count=param_count,
+                    optimizer="none", kernels="reference", attention="eager",
+                    meter="torch-emulated" if emulated else "torch-cuda", status="ok")
+        spans = self.spans or [self.finish()]
+        w = p["Writer"](__import__("pathlib").Path(path))
+        for s in spans:
+            w.write(dict(base, phase=s.name, step=s.step,
+                         baseline_allocated=s.baseline_allocated,
+                         peak_allocated=s.peak_allocated, end_allocated=s.end_allocated,
+                         baseline_reserved=s.baseline_reserved, peak_reserved=s.peak_reserved,
+                         elapsed_ms=s.elapsed_ms))
+        return len(spans)
+
+
 _RECORDER: Optional[Recorder] = None
 
 

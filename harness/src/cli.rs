@@ -5,7 +5,14 @@ use clap::{Parser, Subcommand};
 ///
 /// Byte figures in CSV and JSON are raw integers; tables show GB (1e9) and GiB (2^30).
 #[derive(Debug, Parser)]
-#[command(name = "vramlab", version, about, long_about = None)]
+#[command(
+    name = "vramlab",
+    version,
+    about,
+    help_expected = true,
+    after_help = "Exit codes: 0 success; 1 a failure (each subcommand's --help says when); 2 bad \
+input: an unusable file or argument, named on one line."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -53,13 +60,13 @@ pub enum Command {
     /// curve, training phases, predicted vs measured, candle vs torch.
     Plot(crate::cmd::plot::Args),
     /// Check the estimator against published measurements (a peers file such as
-    /// results/peers/published.json): per row the estimate, the measurement, the signed error
-    /// and which terms the metric includes (NVML "used" includes the CUDA context and the
-    /// caching allocator's reserve; `max_memory_allocated` neither; analytic rows are paper
-    /// formulas), then the median and worst absolute error. Rows the estimator cannot express
-    /// (Adafactor, 8-bit Adam, bitsandbytes int8/4-bit) are listed as not expressible.
+    /// results/peers/published.json).
     ///
-    /// An unknown metric or a malformed file is a one-line error naming the file (exit 2).
+    /// Per row the estimate, the measurement, the signed error and which terms the metric
+    /// includes (NVML "used" includes the CUDA context and the caching allocator's reserve;
+    /// `max_memory_allocated` neither; analytic rows are paper formulas), then the median and
+    /// worst absolute error. Rows the estimator cannot express (Adafactor, 8-bit Adam,
+    /// bitsandbytes int8/4-bit) are listed as not expressible.
     Validate(crate::cmd::validate::Args),
     /// Run a PyTorch program on an emulated GPU: PyTorch's own allocator reports allocated,
     /// reserved and out-of-memory for any catalogued GPU, with no GPU.

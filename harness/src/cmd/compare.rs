@@ -16,8 +16,10 @@ Default margins (a change within max(PCT of the baseline, ABS) passes):
         device_used (the whole machine) not gated
   cuda: peak_allocated, end_allocated 0.5% or 2 MiB; peak_reserved 2% or 32 MiB;
         device_used 5% or 256 MiB
-Exit codes: 0 within margins (improvements are reported), 1 a regression (or an improvement
-with --fail-on-improvement, or baseline points missing from NEW), 2 unusable input.")]
+
+Exit codes: 0 within margins (improvements are reported); 1 a regression (or an improvement with \
+--fail-on-improvement, or baseline points missing from NEW); 2 bad input: an unusable or \
+incompatible CSV, or flag value (one line naming it).")]
 pub struct Args {
     /// The expected results (a CSV written by `vramlab sweep`, `merge` or `--write-baseline`).
     pub baseline: PathBuf,

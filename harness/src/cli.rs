@@ -77,3 +77,75 @@ pub enum Command {
     /// (reserved plus the CUDA context and modules), in GB and GiB; `--json` gives integer bytes.
     Emulate(crate::cmd::emulate::Args),
 }
+
+/// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).
+pub const REFERENCE_WIDTH: usize = 100;
+
+/// The command-line reference page (docs/src/reference/cli.md), generated from this
+/// definition: a table of the subcommands, then the top-level help and every subcommand's
+/// `--help` as printed at [`REFERENCE_WIDTH`] columns. The test `harness/tests/help.rs` fails
+/// when the committed page differs; `VRAMLAB_BLESS=1 cargo test -p vramlab --test help`
+/// rewrites it.
+pub fn markdown_reference() -> String {
+    use clap::CommandFactory;
+    use std::fmt::Write as _;
+    let mut top = Cli::command().term_width(REFERENCE_WIDTH);
+    top.build();
+    let subs: Vec<clap::Command> = top
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        .cloned()
+        .collect();
+    let mut md = String::new();
+    md.push_str(
+        "# Command-line reference\n\n\
+         <!-- Generated from the clap definition (harness/src/cli.rs, harness/src/cmd/) by \
+         `VRAMLAB_BLESS=1 cargo test -p vramlab --test help`; do not edit by hand. -->\n\n\
+         Every subcommand's `--help`, as `vramlab SUBCOMMAND --help` prints it at 100 columns \
+         (`-h` prints a summary). Byte figures in CSV and JSON are raw integers; tables show GB \
+         (1e9) and GiB (2^30).\n\n\
+         | Subcommand | What it does |\n|---|---|\n",
+    );
+    for s in &subs {
+        let about = s.get_about().map(|a| a.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "| [`{name}`](#vramlab-{name}) | {} |",
+            about.replace('|', "\\|"),
+            name = s.get_name()
+        );
+    }
+    // Through the parser, as `vramlab ... --help` prints it (the long form only where some
+    // argument has a long help, as clap decides).
+    let help = |args: &[&str]| {
+        let argv = std::iter::once("vramlab").chain(args.iter().copied());
+        match top.clone().try_get_matches_from(argv) {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.render().to_string(),
+            _ => unreachable!("`{}` prints help", args.join(" ")),
+        }
+    };
+    let _ = write!(
+        md,
+        "\n## vramlab\n\n```text\n{}\n```\n",
+        trim_lines(&help(&["--help"]))
+    );
+    for s in &subs {
+        let name = s.get_name();
+        let _ = write!(
+            md,
+            "\n## vramlab {name}\n\n```text\n{}\n```\n",
+            trim_lines(&help(&[name, "--help"]))
+        );
+    }
+    md
+}
+
+/// `text` with each line's trailing whitespace removed, and no trailing blank lines.
+pub fn trim_lines(text: &str) -> String {
+    text.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_end()
+        .to_string()
+}

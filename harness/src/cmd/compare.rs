@@ -25,7 +25,7 @@ pub struct Args {
     pub baseline: PathBuf,
     /// The run to check.
     pub new: PathBuf,
-    /// Override a metric's margin: METRIC=PCT[,ABS], e.g. `peak_reserved=3,64MiB`. METRIC is
+    /// Override a metric's margin: `METRIC=PCT[,ABS]`, e.g. `peak_reserved=3,64MiB`. METRIC is
     /// peak_allocated, end_allocated, peak_reserved or device_used; ABS is a size (bytes, MiB,
     /// GB...). Repeatable.
     #[arg(long, value_name = "METRIC=PCT[,ABS]")]

@@ -28,7 +28,7 @@ pub struct Args {
     /// Scenario file (TOML; see scenarios/ and docs/src/reference/scenario.md for the keys).
     pub scenario: PathBuf,
     /// Output CSV; the manifest goes beside it as NAME.manifest.json.
-    /// Default: results/<scenario name>.csv.
+    /// Default: `results/<scenario name>.csv`.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Device to measure on: `cpu` or `cuda:N`. Overrides the scenario's `device`.

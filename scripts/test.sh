@@ -18,6 +18,7 @@ scripts/fetch-test-models.sh
 export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 cargo test --workspace
 # PyTorch on CPU (docs/src/guides/torch-probe.md) and on the emulated GPU
 # (docs/src/guides/emulator.md; stubs built by scripts/emulator-build.sh in seconds): the cached

@@ -5,7 +5,14 @@ use clap::{Parser, Subcommand};
 ///
 /// Byte figures in CSV and JSON are raw integers; tables show GB (1e9) and GiB (2^30).
 #[derive(Debug, Parser)]
-#[command(name = "vramlab", version, about, long_about = None)]
+#[command(
+    name = "vramlab",
+    version,
+    about,
+    help_expected = true,
+    after_help = "Exit codes: 0 success; 1 a failure (each subcommand's --help says when); 2 bad \
+input: an unusable file or argument, named on one line."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -53,13 +60,13 @@ pub enum Command {
     /// curve, training phases, predicted vs measured, candle vs torch.
     Plot(crate::cmd::plot::Args),
     /// Check the estimator against published measurements (a peers file such as
-    /// results/peers/published.json): per row the estimate, the measurement, the signed error
-    /// and which terms the metric includes (NVML "used" includes the CUDA context and the
-    /// caching allocator's reserve; `max_memory_allocated` neither; analytic rows are paper
-    /// formulas), then the median and worst absolute error. Rows the estimator cannot express
-    /// (Adafactor, 8-bit Adam, bitsandbytes int8/4-bit) are listed as not expressible.
+    /// results/peers/published.json).
     ///
-    /// An unknown metric or a malformed file is a one-line error naming the file (exit 2).
+    /// Per row the estimate, the measurement, the signed error and which terms the metric
+    /// includes (NVML "used" includes the CUDA context and the caching allocator's reserve;
+    /// `max_memory_allocated` neither; analytic rows are paper formulas), then the median and
+    /// worst absolute error. Rows the estimator cannot express (Adafactor, 8-bit Adam,
+    /// bitsandbytes int8/4-bit) are listed as not expressible.
     Validate(crate::cmd::validate::Args),
     /// Run a PyTorch program on an emulated GPU: PyTorch's own allocator reports allocated,
     /// reserved and out-of-memory for any catalogued GPU, with no GPU.
@@ -69,4 +76,76 @@ pub enum Command {
     /// `torch.cuda.max_memory_allocated`, `max_memory_reserved`, and the NVML-equivalent "used"
     /// (reserved plus the CUDA context and modules), in GB and GiB; `--json` gives integer bytes.
     Emulate(crate::cmd::emulate::Args),
+}
+
+/// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).
+pub const REFERENCE_WIDTH: usize = 100;
+
+/// The command-line reference page (docs/src/reference/cli.md), generated from this
+/// definition: a table of the subcommands, then the top-level help and every subcommand's
+/// `--help` as printed at [`REFERENCE_WIDTH`] columns. The test `harness/tests/help.rs` fails
+/// when the committed page differs; `VRAMLAB_BLESS=1 cargo test -p vramlab --test help`
+/// rewrites it.
+pub fn markdown_reference() -> String {
+    use clap::CommandFactory;
+    use std::fmt::Write as _;
+    let mut top = Cli::command().term_width(REFERENCE_WIDTH);
+    top.build();
+    let subs: Vec<clap::Command> = top
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        .cloned()
+        .collect();
+    let mut md = String::new();
+    md.push_str(
+        "# Command-line reference\n\n\
+         <!-- Generated from the clap definition (harness/src/cli.rs, harness/src/cmd/) by \
+         `VRAMLAB_BLESS=1 cargo test -p vramlab --test help`; do not edit by hand. -->\n\n\
+         Every subcommand's `--help`, as `vramlab SUBCOMMAND --help` prints it at 100 columns \
+         (`-h` prints a summary). Byte figures in CSV and JSON are raw integers; tables show GB \
+         (1e9) and GiB (2^30).\n\n\
+         | Subcommand | What it does |\n|---|---|\n",
+    );
+    for s in &subs {
+        let about = s.get_about().map(|a| a.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "| [`{name}`](#vramlab-{name}) | {} |",
+            about.replace('|', "\\|"),
+            name = s.get_name()
+        );
+    }
+    // Through the parser, as `vramlab ... --help` prints it (the long form only where some
+    // argument has a long help, as clap decides).
+    let help = |args: &[&str]| {
+        let argv = std::iter::once("vramlab").chain(args.iter().copied());
+        match top.clone().try_get_matches_from(argv) {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.render().to_string(),
+            _ => unreachable!("`{}` prints help", args.join(" ")),
+        }
+    };
+    let _ = write!(
+        md,
+        "\n## vramlab\n\n```text\n{}\n```\n",
+        trim_lines(&help(&["--help"]))
+    );
+    for s in &subs {
+        let name = s.get_name();
+        let _ = write!(
+            md,
+            "\n## vramlab {name}\n\n```text\n{}\n```\n",
+            trim_lines(&help(&[name, "--help"]))
+        );
+    }
+    md
+}
+
+/// `text` with each line's trailing whitespace removed, and no trailing blank lines.
+pub fn trim_lines(text: &str) -> String {
+    text.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_end()
+        .to_string()
 }

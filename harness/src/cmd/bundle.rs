@@ -4,6 +4,11 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 the bundle was written and verified, or --verify found \
+every file intact; 1 --verify found a file modified, added or removed, or another failure; 2 \
+bad input: an unusable results folder, bundle name or archive (one line naming it)."
+)]
 pub struct Args {
     /// The results folder to pack: its CSVs, manifests, constants (*.constants.toml) and
     /// plots (*.svg, *.png), subfolders included.

@@ -16,14 +16,16 @@ Default margins (a change within max(PCT of the baseline, ABS) passes):
         device_used (the whole machine) not gated
   cuda: peak_allocated, end_allocated 0.5% or 2 MiB; peak_reserved 2% or 32 MiB;
         device_used 5% or 256 MiB
-Exit codes: 0 within margins (improvements are reported), 1 a regression (or an improvement
-with --fail-on-improvement, or baseline points missing from NEW), 2 unusable input.")]
+
+Exit codes: 0 within margins (improvements are reported); 1 a regression (or an improvement with \
+--fail-on-improvement, or baseline points missing from NEW); 2 bad input: an unusable or \
+incompatible CSV, or flag value (one line naming it).")]
 pub struct Args {
     /// The expected results (a CSV written by `vramlab sweep`, `merge` or `--write-baseline`).
     pub baseline: PathBuf,
     /// The run to check.
     pub new: PathBuf,
-    /// Override a metric's margin: METRIC=PCT[,ABS], e.g. `peak_reserved=3,64MiB`. METRIC is
+    /// Override a metric's margin: `METRIC=PCT[,ABS]`, e.g. `peak_reserved=3,64MiB`. METRIC is
     /// peak_allocated, end_allocated, peak_reserved or device_used; ABS is a size (bytes, MiB,
     /// GB...). Repeatable.
     #[arg(long, value_name = "METRIC=PCT[,ABS]")]

@@ -8,6 +8,11 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 the constants were written; 1 a failure (writing --out, \
+say); 2 bad input: an unusable CSV (unreadable, no fittable rows, runtimes, backends or \
+emulated and measured rows mixed) or flag value (one line naming it)."
+)]
 pub struct Args {
     /// Calibration CSVs written by `vramlab sweep`.
     #[arg(required = true)]

@@ -7,6 +7,11 @@ use crate::vocab::{Compute, Precision, QMatmul};
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 the tokens were generated; 1 loading or running the model \
+failed; 2 bad input: an unusable model source or weights file, or a precision the source cannot \
+take (one line naming it)."
+)]
 pub struct Args {
     /// Model source: `gguf:FILE`, `hf:DIR` or `synthetic:CONFIG.json`.
     #[arg(long)]

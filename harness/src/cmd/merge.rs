@@ -4,6 +4,11 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 merged; 1 a failure (writing OUT, say); 2 bad input: an \
+input that cannot be merged (unreadable, another schema, scenario or weights, or a point \
+measured twice with different figures) or an unusable OUT (one line naming the files)."
+)]
 pub struct Args {
     /// The merged CSV to write (its manifest goes beside it as OUT.manifest.json).
     pub out: PathBuf,

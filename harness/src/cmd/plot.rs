@@ -15,7 +15,11 @@ Figures (per model, runtime, backend and device in the input; axes in GiB):
   *-parity          predicted (--constants) vs measured, with ±1% and ±5% bands
   *-candle-vs-torch per phase, when both runtimes are in the input (torch probe CSVs)
   *-gen-phases      a generation point's peak built up by text encode, denoise and VAE decode
-  *-decode-pixels   the VAE decode's peak over its baseline vs output pixels, per decode kind")]
+  *-decode-pixels   the VAE decode's peak over its baseline vs output pixels, per decode kind
+
+Exit codes: 0 the figures were written; 1 drawing or writing them failed; 2 bad input: an \
+unusable CSV or constants file, nothing to plot, or an --out that cannot be created (one line \
+naming it).")]
 pub struct Args {
     /// Calibration CSVs (from `vramlab sweep`, `merge`, or the torch probe).
     #[arg(required = true)]

@@ -18,11 +18,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 every point finished (rows `ok`, `oom` or `skipped`), or \
+--dry-run listed them; 1 some points failed (rows `error`, or points missing after a worker \
+died) or the sweep failed otherwise; 2 bad input: an unusable scenario, weights file or flag \
+value (one line naming it)."
+)]
 pub struct Args {
     /// Scenario file (TOML; see scenarios/ and docs/src/reference/scenario.md for the keys).
     pub scenario: PathBuf,
     /// Output CSV; the manifest goes beside it as NAME.manifest.json.
-    /// Default: results/<scenario name>.csv.
+    /// Default: `results/<scenario name>.csv`.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Device to measure on: `cpu` or `cuda:N`. Overrides the scenario's `device`.

@@ -8,6 +8,11 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 the weights were written (or created, with --in-memory); \
+1 writing or creating them failed; 2 bad input: an unusable config.json, --dtype or --device \
+(one line naming it)."
+)]
 pub struct Args {
     /// HF config.json whose shapes to use.
     #[arg(long)]

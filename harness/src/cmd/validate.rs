@@ -9,6 +9,11 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 the table was printed, whatever the errors it shows; 1 a \
+failure; 2 bad input: an unusable peers file (malformed, or an unknown metric) or constants \
+file (one line naming it)."
+)]
 pub struct Args {
     /// A peers file: a JSON array of published measurements (see results/peers/published.json
     /// and its sources, results/peers/SOURCES.md).

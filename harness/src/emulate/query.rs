@@ -30,7 +30,7 @@ pub struct Query<'a> {
 /// PyTorch's answer for the query on the emulated GPU, in integer bytes.
 #[derive(Clone, Debug, Serialize)]
 pub struct Emulated {
-    /// "<name> (emulated)".
+    /// `"<name> (emulated)"`.
     pub gpu: String,
     /// The device's total memory (the run's capacity is this less the CUDA context).
     pub gpu_total_bytes: u64,

@@ -355,7 +355,7 @@ fn sse(fam: &[GenTerms], samples: &[GenSample]) -> f64 {
         .sum()
 }
 
-/// The largest of the phase's [`max_families`], fitted by alternating NNLS for a fixed
+/// The largest of the phase's `max_families`, fitted by alternating NNLS for a fixed
 /// assignment of points to families with re-assigning each point to its largest family
 /// (several starts split by the denoiser's activation term; the lowest squared error wins).
 pub fn fit_max(samples: &[GenSample]) -> Option<Fitted> {

@@ -549,7 +549,7 @@ fn sse(m: &Model, samples: &[Sample]) -> f64 {
         .sum()
 }
 
-/// Resident terms plus the largest of the transient [`FAMILIES`], fitted by alternating
+/// Resident terms plus the largest of the transient `FAMILIES`, fitted by alternating
 /// between NNLS for a fixed assignment of rows to families and re-assigning each row to the
 /// family that is largest there. Several starts (split by the attention term); the lowest
 /// squared error wins.

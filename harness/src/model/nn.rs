@@ -191,7 +191,7 @@ impl candle_core::CustomOp1 for FrozenConv2d {
 }
 
 /// A 2D convolution with a bias (torch's `Conv2d`, groups 1, dilation 1); a frozen kernel
-/// under training takes no gradient (see [`FrozenConv2d`]).
+/// under training takes no gradient (see `FrozenConv2d`).
 pub struct Conv2d {
     pub w: Tensor,
     pub b: Tensor,

@@ -9,13 +9,14 @@
 //! - the UNet and the VAE are candle-transformers 0.11.1's `stable_diffusion::{unet_2d, vae}`,
 //!   built from [`UNetConfig`]/[`VaeConfig`] (their configs have public fields). candle's UNet
 //!   has no SDXL `add_embedding` (the `text_time` micro-conditioning): its two linears are
-//!   stored in the checkpoint, so [`unet_shapes`] adds them and [`Sd::load`] loads them, but
+//!   stored in the checkpoint, so `unet_shapes` adds them and [`Sd::load`] loads them, but
 //!   the forward does not use them (a (b, 1280) vector: no memory to speak of).
 //! - the CLIP text encoders are this file's own [`ClipText`]: candle's `clip::Config` has
 //!   private fields (only its presets can be built), so it cannot read a `config.json` or a
 //!   tiny test config.
 //!
-//! Tensor shapes come from building each module over a recording [`SimpleBackend`] (every
+//! Tensor shapes come from building each module over a recording
+//! [`SimpleBackend`](candle_nn::var_builder::SimpleBackend) (every
 //! `vb.get` is a stored tensor); [`params_analytic`] counts the same parameters from the config
 //! alone, and the tests check the two agree and match the published counts.
 use super::pipeline::{record, write_config, Pipeline, Shapes};
@@ -691,7 +692,7 @@ pub fn clip_params(c: &ClipConfig) -> u64 {
         + proj
 }
 
-/// A CLIP text transformer (transformers' CLIPTextModel[WithProjection]), built from candle
+/// A CLIP text transformer (transformers' `CLIPTextModel[WithProjection]`), built from candle
 /// ops: embeddings, pre-norm causal self-attention layers, final LayerNorm. Returns the last
 /// hidden state (b, s, hidden), what the UNet's cross-attention reads.
 pub struct ClipText {

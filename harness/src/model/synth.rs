@@ -1,6 +1,6 @@
 //! Synthetic weights: the real shapes of a config.json with seeded random values. Memory does
 //! not depend on the values. `vramlab synth-weights` writes them as safetensors for the real
-//! loader ([`write`]); a sweep's `synthetic:` source creates them directly in the target dtype
+//! loader ([`write()`]); a sweep's `synthetic:` source creates them directly in the target dtype
 //! on the target device, in parallel, and never writes them to disk ([`generate`]): an 8B model
 //! is 16 GB of bf16, which no device run has the time or disk to write and read back.
 use super::Config;
@@ -58,7 +58,7 @@ fn values<T: Copy>(name: &str, n: usize, seed: u64, from: impl Fn(f32) -> T) -> 
 /// The seed of the synthetic weights of sweeps.
 pub const SEED: u64 = 0x5eed;
 
-/// Creates the tensors of `cfg` in `dtype` on `device`, with the values [`write`] would store.
+/// Creates the tensors of `cfg` in `dtype` on `device`, with the values [`write()`] would store.
 /// Each tensor is allocated once, at its exact size in `dtype`. On the CPU they are made one
 /// after another, so the load row's peak is the same in every run (tensors made in parallel
 /// would overlap their temporaries differently each time); for a GPU each is built on the host

@@ -197,7 +197,7 @@ impl Pipeline for Wan {
     }
 
     /// Loads one component through candle's mmaped-safetensors VarBuilder, in its dtype. The
-    /// attention reaches the DiT (only) through [`build_dit`].
+    /// attention reaches the DiT (only) through `build_dit`.
     fn load(&mut self, dir: &Path, c: Component, attention: Attention, dev: &Device) -> Result<()> {
         if let Some(p) = attention_problem(attention) {
             return Err(crate::error::InputError::arg(p).into());

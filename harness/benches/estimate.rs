@@ -17,8 +17,8 @@ fn from_config(c: &mut Criterion) {
     c.bench_function("estimate from config.json (+ h100-80 fit search)", |b| {
         b.iter(|| {
             let m = resolve(black_box(path)).unwrap().config;
-            let e = estimate(&m, &q, None);
-            let g = gpu_fit(&m, &q, None, "h100-80", 80_000_000_000, 0.1);
+            let e = estimate(&m, &q, None).unwrap();
+            let g = gpu_fit(&m, &q, None, "h100-80", 80_000_000_000, 0.1).unwrap();
             black_box((e.total(), g.largest_batch))
         })
     });
@@ -36,7 +36,8 @@ fn grid(c: &mut Criterion) {
                         context: 128 * k,
                         ..Query::default()
                     };
-                    sum = sum.wrapping_add(estimate(&m, black_box(&q), None).total());
+                    let total = estimate(&m, black_box(&q), None).and_then(|e| e.total());
+                    sum = sum.wrapping_add(total.unwrap());
                 }
             }
             black_box(sum)

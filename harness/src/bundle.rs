@@ -165,11 +165,12 @@ pub fn report(dir: &Path, name: &str, files: &[PathBuf]) -> Result<String> {
     for preset in PRESETS {
         let m = resolve(preset)?.config;
         for (label, c) in &sets {
-            let e = estimate(&m, &q, c.as_ref());
+            let e = estimate(&m, &q, c.as_ref())?;
+            let total = e.total()?;
             s += &format!(
                 "| {preset} | {label} | {} | {} | {} | {} | {} |\n",
-                gb(e.total()),
-                gib(e.total()),
+                gb(total),
+                gib(total),
                 gib(e.weights),
                 gib(e.kv),
                 e.source

@@ -1,5 +1,6 @@
 //! Analytic features of a point and phase, computed from the normalized [`Config`] alone
 //! (ARCHITECTURE.md §9). They fill the `feature_*` CSV columns; `fit` regresses on them.
+use crate::checked::{Checked, Overflow};
 use crate::model::{Config, KvKind};
 use crate::record::Phase;
 use crate::vocab::Trainable;
@@ -30,32 +31,61 @@ pub struct InferShape {
     pub dtype_bytes: usize,
 }
 
-/// Features of an inference phase. `kv_tokens` is the live token count at the phase's end
-/// (what the cache holds: at most a capped window).
-pub fn infer(cfg: &Config, p: &InferShape, phase: Phase, kv_tokens: usize) -> Features {
-    let (b, w) = (p.batch as u64, p.dtype_bytes as u64);
-    let weight_bytes = counts(cfg, Trainable::Full).params * w;
-    if phase == Phase::Load {
-        return Features {
-            weight_bytes,
+impl Features {
+    /// The features of checked figures, or the [`Overflow`] of the first that exceeds 64 bits.
+    fn checked(
+        weight: Checked,
+        kv: Checked,
+        act: Checked,
+        logits: Checked,
+        optimizer: Checked,
+    ) -> Result<Features, Overflow> {
+        Ok(Features {
+            weight_bytes: weight.bytes("weights")?,
+            kv_bytes: kv.bytes("KV cache")?,
+            act_bytes: act.bytes("activations")?,
+            logits_bytes: logits.bytes("logits")?,
+            optimizer_bytes: optimizer.bytes("optimizer state")?,
+        })
+    }
+
+    /// The `load` phase's features: the weights alone.
+    fn load(weight: Checked) -> Result<Features, Overflow> {
+        Ok(Features {
+            weight_bytes: weight.bytes("weights")?,
             ..Default::default()
-        };
+        })
+    }
+}
+
+/// Features of an inference phase. `kv_tokens` is the live token count at the phase's end
+/// (what the cache holds: at most a capped window). An overflow: a figure past 2^64 B.
+pub fn infer(
+    cfg: &Config,
+    p: &InferShape,
+    phase: Phase,
+    kv_tokens: usize,
+) -> Result<Features, Overflow> {
+    let (b, w) = (Checked::from(p.batch), p.dtype_bytes);
+    let weight = Checked::from(counts(cfg, Trainable::Full)?.params) * w;
+    if phase == Phase::Load {
+        return Features::load(weight);
     }
     let held = match p.kv {
         KvKind::Preallocated => cfg.kv_tokens_held(p.context, p.kv_window),
         KvKind::Growing => cfg.kv_tokens_held(kv_tokens, p.kv_window),
-    } as u64;
+    };
     let s = match phase {
         Phase::Decode => 1,
-        _ => p.prompt_len as u64,
+        _ => p.prompt_len,
     };
-    Features {
-        weight_bytes,
-        kv_bytes: cfg.kv_bytes_per_token(p.dtype_bytes) * held * b,
-        act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * w,
-        logits_bytes: b * cfg.vocab_size as u64 * w,
-        optimizer_bytes: 0,
-    }
+    Features::checked(
+        weight,
+        cfg.kv_bytes_per_token(p.dtype_bytes) * held * b,
+        b * s * cfg.hidden_size * cfg.num_layers * w,
+        b * cfg.vocab_size * w,
+        Checked::ZERO,
+    )
 }
 
 /// Features of an encoder's phase (`mode = "encode"`): one forward over `batch` sequences of
@@ -66,20 +96,13 @@ pub fn encode(
     seq: usize,
     dtype_bytes: usize,
     phase: Phase,
-) -> Features {
-    let w = dtype_bytes as u64;
-    let weight_bytes = cfg.param_count() * w;
+) -> Result<Features, Overflow> {
+    let weight = cfg.params() * dtype_bytes;
     if phase == Phase::Load {
-        return Features {
-            weight_bytes,
-            ..Default::default()
-        };
+        return Features::load(weight);
     }
-    Features {
-        weight_bytes,
-        act_bytes: (batch * seq * cfg.hidden_size * cfg.num_layers) as u64 * w,
-        ..Default::default()
-    }
+    let act = Checked::from(batch) * seq * cfg.hidden_size * cfg.num_layers * dtype_bytes;
+    Features::checked(weight, Checked::ZERO, act, Checked::ZERO, Checked::ZERO)
 }
 
 /// What [`train`] needs to know about a training point.
@@ -97,13 +120,13 @@ pub struct TrainShape {
 
 /// Parameters of the LoRA adapters a trainable set adds: rank · (in + out) per target module
 /// (zero unless `lora-rN`).
-pub fn adapter_params(cfg: &Config, trainable: Trainable) -> u64 {
-    counts(cfg, trainable).adapters
+pub fn adapter_params(cfg: &Config, trainable: Trainable) -> Result<u64, Overflow> {
+    Ok(counts(cfg, trainable)?.adapters)
 }
 
 /// Parameters the optimizer updates.
-pub fn trainable_params(cfg: &Config, trainable: Trainable) -> u64 {
-    counts(cfg, trainable).trainable
+pub fn trainable_params(cfg: &Config, trainable: Trainable) -> Result<u64, Overflow> {
+    Ok(counts(cfg, trainable)?.trainable)
 }
 
 /// The parameter counts of a config under a trainable set.
@@ -124,8 +147,8 @@ pub struct Counts {
 /// config hundreds of times, so each thread remembers the last few answers. The memo holds
 /// no heap memory (a sweep measures this process's allocations): it is keyed by a 64-bit
 /// hash of the whole config's `Debug` form (every field, so a changed field is a new key)
-/// and the trainable set.
-pub fn counts(cfg: &Config, trainable: Trainable) -> Counts {
+/// and the trainable set. An overflow: a config whose counts exceed 64 bits.
+pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
     use std::hash::{Hash, Hasher};
     struct HashWrite<'a>(&'a mut std::hash::DefaultHasher);
     impl std::fmt::Write for HashWrite<'_> {
@@ -135,66 +158,70 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Counts {
         }
     }
     const SLOTS: usize = 8;
-    type Memo = [Option<(u64, Counts)>; SLOTS];
+    // `None`: the counts overflow.
+    type Memo = [Option<(u64, Option<Counts>)>; SLOTS];
     thread_local!(static MEMO: std::cell::Cell<Memo> = const { std::cell::Cell::new([None; SLOTS]) });
     let mut h = std::hash::DefaultHasher::new();
     std::fmt::write(&mut HashWrite(&mut h), format_args!("{cfg:?}")).expect("hashing cannot fail");
     trainable.hash(&mut h);
     let key = h.finish();
     let mut memo = MEMO.get();
+    let overflow = || Overflow::new("parameter count");
     if let Some((_, c)) = memo.iter().flatten().find(|(k, _)| *k == key) {
-        return *c;
+        return c.ok_or_else(overflow);
     }
     let shapes = cfg.tensor_shapes();
-    let size = |s: &[usize]| s.iter().product::<usize>() as u64;
     let adapters = match trainable {
         Trainable::Lora(r) => shapes
             .iter()
             .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
-            .map(|(_, i, o)| r as u64 * (i + o) as u64)
+            .map(|(_, i, o)| (Checked::from(i) + o) * u64::from(r))
             .sum(),
-        _ => 0,
+        _ => Checked::ZERO,
     };
-    let c = Counts {
-        params: cfg.param_count(),
-        trainable: shapes
-            .iter()
-            .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
-            .map(|(_, s)| size(s))
-            .sum::<u64>()
-            + adapters,
-        adapters,
-        largest_tensor: shapes.iter().map(|(_, s)| size(s)).max().unwrap_or(0),
-    };
+    let trainable_base: Checked = shapes
+        .iter()
+        .filter(|(n, _)| !crate::model::is_frozen(cfg, trainable, n))
+        .map(|(_, s)| Checked::product(s))
+        .sum();
+    let largest = shapes
+        .iter()
+        .map(|(_, s)| Checked::product(s))
+        .fold(Checked::ZERO, Checked::max);
+    let c = (|| {
+        Some(Counts {
+            params: cfg.params().get()?,
+            trainable: (trainable_base + adapters).get()?,
+            adapters: adapters.get()?,
+            largest_tensor: largest.get()?,
+        })
+    })();
     memo.rotate_right(1);
     memo[0] = Some((key, c));
     MEMO.set(memo);
-    c
+    c.ok_or_else(overflow)
 }
 
 /// Features of a training phase (the same for each of a step's phases, except `load`).
 /// `weight_bytes` counts LoRA adapters with the base weights.
-pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Features {
-    let n = counts(cfg, p.trainable);
-    let weight_bytes = (n.params + n.adapters) * p.weight_bytes as u64;
+pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Result<Features, Overflow> {
+    let n = counts(cfg, p.trainable)?;
+    let weight = (Checked::from(n.params) + n.adapters) * p.weight_bytes;
     if phase == Phase::Load {
-        return Features {
-            weight_bytes,
-            ..Default::default()
-        };
+        return Features::load(weight);
     }
-    let (b, s, c) = (p.batch as u64, p.seq as u64, p.compute_bytes as u64);
-    Features {
-        weight_bytes,
-        kv_bytes: 0,
-        act_bytes: b * s * (cfg.hidden_size * cfg.num_layers) as u64 * c,
-        logits_bytes: b * s * cfg.vocab_size as u64 * c,
-        optimizer_bytes: if p.adamw {
-            2 * n.trainable * p.weight_bytes as u64
+    let (bs, c) = (Checked::from(p.batch) * p.seq, p.compute_bytes);
+    Features::checked(
+        weight,
+        Checked::ZERO,
+        bs * cfg.hidden_size * cfg.num_layers * c,
+        bs * cfg.vocab_size * c,
+        if p.adamw {
+            Checked::new(2) * n.trainable * p.weight_bytes
         } else {
-            0
+            Checked::ZERO
         },
-    }
+    )
 }
 
 #[cfg(test)]
@@ -219,7 +246,7 @@ mod tests {
             kv_window: Default::default(),
             dtype_bytes: 4,
         };
-        let f = infer(&c, &shape, Phase::Prefill, 100);
+        let f = infer(&c, &shape, Phase::Prefill, 100).unwrap();
         assert_eq!(f.weight_bytes, 134_515_008 * 4);
         assert_eq!(f.kv_bytes, 46_080 * 128 * 2);
         assert_eq!(f.act_bytes, 2 * 100 * 576 * 30 * 4);
@@ -232,16 +259,17 @@ mod tests {
             },
             Phase::Decode,
             107,
-        );
+        )
+        .unwrap();
         assert_eq!(g.kv_bytes, 46_080 * 107 * 2);
         assert_eq!(g.act_bytes, 2 * 576 * 30 * 4);
-        assert_eq!(infer(&c, &shape, Phase::Load, 0).kv_bytes, 0);
+        assert_eq!(infer(&c, &shape, Phase::Load, 0).unwrap().kv_bytes, 0);
     }
 
     #[test]
     fn counts_follow_every_change_of_the_config() {
         let c = cfg();
-        let full = counts(&c, Trainable::Full);
+        let full = counts(&c, Trainable::Full).unwrap();
         assert_eq!(full.params, 134_515_008);
         assert_eq!(full.trainable, full.params);
         assert_eq!(full.largest_tensor, 49_152 * 576);
@@ -252,11 +280,14 @@ mod tests {
         };
         // One more layer: two norms, q and o (576²), k and v (192 · 576), the MLP (3 · 576 · 1536).
         let layer = 2 * 576 + 2 * 576 * 576 + 2 * 192 * 576 + 3 * 576 * 1536;
-        assert_eq!(counts(&deeper, Trainable::Full).params, full.params + layer);
-        let r2 = counts(&c, Trainable::Lora(2));
+        assert_eq!(
+            counts(&deeper, Trainable::Full).unwrap().params,
+            full.params + layer
+        );
+        let r2 = counts(&c, Trainable::Lora(2)).unwrap();
         assert_eq!(r2.adapters, 30 * 2 * (576 + 576 + 576 + 192));
         assert_eq!((r2.trainable, r2.params), (r2.adapters, full.params));
-        assert_eq!(counts(&c, Trainable::Full), full);
+        assert_eq!(counts(&c, Trainable::Full), Ok(full));
     }
 
     #[test]
@@ -270,7 +301,7 @@ mod tests {
             adamw: true,
             trainable: Trainable::Full,
         };
-        let f = train(&c, &t, Phase::Backward);
+        let f = train(&c, &t, Phase::Backward).unwrap();
         assert_eq!(f.optimizer_bytes, 2 * 134_515_008 * 4);
         assert_eq!(f.logits_bytes, 2 * 64 * 49_152 * 2);
         let frozen = train(
@@ -280,9 +311,10 @@ mod tests {
                 ..t
             },
             Phase::Backward,
-        );
+        )
+        .unwrap();
         assert_eq!(frozen.optimizer_bytes, 2 * (134_515_008 - 49_152 * 576) * 4);
-        let sgd = train(&c, &TrainShape { adamw: false, ..t }, Phase::Optimizer);
+        let sgd = train(&c, &TrainShape { adamw: false, ..t }, Phase::Optimizer).unwrap();
         assert_eq!(sgd.optimizer_bytes, 0);
         // LoRA r8 on q (576→576) and v (576→192) of 30 layers: 8·(576+576 + 576+192) each.
         let lora = TrainShape {
@@ -290,9 +322,64 @@ mod tests {
             ..t
         };
         let adapters = 30 * 8 * (576 + 576 + 576 + 192);
-        assert_eq!(adapter_params(&c, lora.trainable), adapters);
-        let f = train(&c, &lora, Phase::Optimizer);
+        assert_eq!(adapter_params(&c, lora.trainable), Ok(adapters));
+        let f = train(&c, &lora, Phase::Optimizer).unwrap();
         assert_eq!(f.optimizer_bytes, 2 * adapters * 4);
         assert_eq!(f.weight_bytes, (134_515_008 + adapters) * 4);
+    }
+
+    /// Figures past 2^64 B are an overflow naming the figure, never a wrapped or saturated
+    /// value; counts of a config beyond `Config::validate`'s bounds overflow too.
+    #[test]
+    fn figures_past_64_bits_overflow() {
+        let c = cfg();
+        let shape = InferShape {
+            batch: usize::MAX,
+            context: 128,
+            prompt_len: 100,
+            kv: KvKind::Preallocated,
+            kv_window: Default::default(),
+            dtype_bytes: 2,
+        };
+        let e = infer(&c, &shape, Phase::Prefill, 100).unwrap_err();
+        assert_eq!(e.figure, "KV cache");
+        // The weights alone still fit.
+        assert!(infer(&c, &shape, Phase::Load, 0).is_ok());
+        let t = TrainShape {
+            batch: 1 << 40,
+            seq: 1 << 20,
+            weight_bytes: 4,
+            compute_bytes: 2,
+            adamw: true,
+            trainable: Trainable::Full,
+        };
+        assert_eq!(
+            train(&c, &t, Phase::Forward).unwrap_err().figure,
+            "activations"
+        );
+        assert_eq!(
+            encode(&c, 1 << 40, 1 << 20, 4, Phase::Forward)
+                .unwrap_err()
+                .figure,
+            "activations"
+        );
+        let huge = Config {
+            hidden_size: 1 << 40,
+            intermediate_size: 1 << 40,
+            head_dim: 1 << 34,
+            ..c.clone()
+        };
+        assert_eq!(
+            counts(&huge, Trainable::Full).unwrap_err().figure,
+            "parameter count"
+        );
+        // The memo remembers the overflow, too.
+        assert!(counts(&huge, Trainable::Full).is_err());
+        assert!(huge.params().is_overflow());
+        let kv_heads = Config {
+            num_kv_heads: 1 << 62,
+            ..c
+        };
+        assert!(kv_heads.kv_bytes_per_token(2).is_overflow());
     }
 }

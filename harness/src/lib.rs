@@ -2,6 +2,7 @@
 //! See ARCHITECTURE.md §2 for the data flow:
 //! scenario → grid → runner (workload × meter) → records → exporter → CSV.
 pub mod bundle;
+pub mod checked;
 pub mod cli;
 pub mod cmd;
 pub mod compare;

@@ -281,8 +281,8 @@ impl Runner<'_> {
                         continue;
                     }
                 }
-                let features = |phase: Phase, kv_tokens: usize| -> features::Features {
-                    match p.mode {
+                let features = |phase: Phase, kv_tokens: usize| -> Result<features::Features> {
+                    let f = match p.mode {
                         Mode::Train => features::train(&prep.config, &train_shape(p), phase),
                         Mode::Infer => {
                             features::infer(&prep.config, &infer_shape(p), phase, kv_tokens)
@@ -295,15 +295,16 @@ impl Runner<'_> {
                             p.precision.dtype().size_in_bytes(),
                             phase,
                         ),
-                    }
+                    };
+                    f.map_err(|e| anyhow::anyhow!("point {}, {phase}: features: {e}", p.id))
                 };
                 let quant = quant.get(&p.id);
-                let row = |phase: Phase, kv_tokens: usize| {
-                    let mut f = features(phase, kv_tokens);
+                let row = |phase: Phase, kv_tokens: usize| -> Result<Record> {
+                    let mut f = features(phase, kv_tokens)?;
                     if let Some(q) = quant {
                         f.weight_bytes = q.weight_bytes;
                     }
-                    Record {
+                    Ok(Record {
                         phase: Some(phase),
                         feature_weight_bytes: Some(f.weight_bytes),
                         feature_kv_bytes: Some(f.kv_bytes),
@@ -311,12 +312,12 @@ impl Runner<'_> {
                         feature_logits_bytes: Some(f.logits_bytes),
                         feature_optimizer_bytes: Some(f.optimizer_bytes),
                         ..base.clone()
-                    }
+                    })
                 };
                 // What the allocator caches goes back before the point's first phase, so its
                 // reserved figures do not carry a larger earlier point's.
                 self.meter.trim()?;
-                let mut load = row(Phase::Load, 0);
+                let mut load = row(Phase::Load, 0)?;
                 load.set_memory(&load_mem);
                 load.elapsed_ms = Some(load_ms);
                 load.status = Some(Status::Ok);
@@ -333,7 +334,7 @@ impl Runner<'_> {
 
                 let exporter = &mut *self.exporter;
                 let mut emit = |r: PhaseResult, loss: Option<f32>| {
-                    let mut rec = row(r.phase, r.kv_tokens as usize);
+                    let mut rec = row(r.phase, r.kv_tokens as usize)?;
                     rec.step = r.step;
                     if p.mode == Mode::Infer {
                         rec.kv_tokens = Some(r.kv_tokens);
@@ -375,7 +376,7 @@ impl Runner<'_> {
                     Err(e) => {
                         let oom = crate::device::is_oom(&e);
                         // The phase that was running, not the last one that wrote a row.
-                        let mut rec = row(crate::supervisor::running_phase(), 0);
+                        let mut rec = row(crate::supervisor::running_phase(), 0)?;
                         rec.status = Some(if oom { Status::Oom } else { Status::Error });
                         rec.message = crate::error::one_line(&e);
                         self.exporter.write(&rec)?;

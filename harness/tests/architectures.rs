@@ -94,7 +94,7 @@ fn published_parameter_counts_by_hand() {
     assert_eq!(c.param_count(), sc);
     // Multi-query KV: 2 · 40 layers · 1 head · 128 · 2 B = 20,480 B per token in bf16 (48×
     // less than multi-head attention's 983,040).
-    assert_eq!(c.kv_bytes_per_token(2), 20_480);
+    assert_eq!(c.kv_bytes_per_token(2).get(), Some(20_480));
 
     // GPT-2 small: V 50,257, 1,024 positions, d 768, 12 layers; (its 12 `attn.bias` mask
     // buffers are not parameters and are not loaded). 124,439,808.
@@ -227,10 +227,15 @@ fn tiny_configs_match_the_hand_counts() {
         assert_eq!(c.architecture.name(), t.name);
         assert_eq!(c.param_count(), t.params, "{}", t.name);
         assert_eq!(c.tensor_count() as u64, t.tensors, "{}", t.name);
-        assert_eq!(c.kv_bytes_per_token(1), t.kv_elems, "{}", t.name);
+        assert_eq!(
+            c.kv_bytes_per_token(1).get(),
+            Some(t.kv_elems),
+            "{}",
+            t.name
+        );
         assert_eq!(
             vramlab::features::adapter_params(&c, Trainable::Lora(1)),
-            t.lora_per_rank,
+            Ok(t.lora_per_rank),
             "{}",
             t.name
         );

@@ -257,7 +257,7 @@ fn denoise(l: &mut Lab) {
             backend: Backend::Cpu,
             attention: Attention::Eager,
         };
-        let e = estimate(&arch, &q, None);
+        let e = estimate(&arch, &q, None).unwrap();
         let prior = e.phases.iter().find(|p| p.name == Phase::Denoise).unwrap();
         let measured = a.max(c);
         println!(

@@ -89,7 +89,7 @@ fn heldout_within_margin() {
             (Phase::Denoise, denoise),
             (Phase::VaeDecode, m.vae_decode.0.peak_allocated),
         ] {
-            let s = GenSample::new(&arch, q, phase, &id, (peak - start) as f64);
+            let s = GenSample::new(&arch, q, phase, &id, (peak - start) as f64).unwrap();
             if held(i) {
                 out.push(s);
             } else {
@@ -203,7 +203,7 @@ fn committed_peak_phases() {
             }
             let tile = tiles.get(&r.point_id).copied().unwrap_or((0, 0));
             let q = vramlab::fit::generate::query_of(&r, tile).unwrap();
-            let e = gen::estimate(&arch, &q, Some(&c.generation));
+            let e = gen::estimate(&arch, &q, Some(&c.generation)).unwrap();
             assert_eq!(Some(e.peak_phase), r.peak_phase, "{}", r.point_id);
             if e.peak_phase == Phase::VaeDecode {
                 vae_point = Some(q);

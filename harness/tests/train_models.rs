@@ -384,7 +384,7 @@ fn lora_attaches(arch: &str, cfg: &Config, tensors: HashMap<String, Tensor>) {
     );
     let params: usize = adapters.iter().map(|v| v.elem_count()).sum();
     assert_eq!(
-        params as u64,
+        Ok(params as u64),
         vramlab::features::adapter_params(cfg, Set::Lora(4)),
         "{arch}"
     );

@@ -1,10 +1,11 @@
 //! `vramlab estimate`: breakdown, smallest GPU of the catalog, largest batch and context for a
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content.
+use crate::checked::Checked;
 use crate::error::InputError;
 use crate::estimate::{
     self, gpu_by_name, smallest_gpu, Attention, Backend, Breakdown, Compute, GpuFit, KvWindow,
-    Mode, Optimizer, OptimizerImpl, Precision, Query, Resolved, Runtime, Sharding, Trainable,
-    CATALOG,
+    Mode, Optimizer, OptimizerImpl, Overflow, Precision, Query, Resolved, Runtime, Sharding,
+    Trainable, CATALOG,
 };
 use crate::fit::Constants;
 use crate::model::Config;
@@ -443,7 +444,24 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
     let q = query(&a, precision, quant.as_ref().map(|w| w.bytes));
-    let e = estimate::estimate(&m, &q, constants.as_ref());
+    // A figure past 2^64 B: bad input, naming the flags that cause it.
+    let bad = |o: Overflow| {
+        let sizes = [
+            Size::of("--batch", a.batch, a.batch > 1),
+            Size::of("--context", a.context, a.context > 1),
+            Size::of("--constants", constants_flag(&a), constants.is_some()),
+        ];
+        overflow_error(o, &a.model, &sizes, |reset| {
+            let q = Query {
+                batch: if reset[0] { 1 } else { q.batch },
+                context: if reset[1] { 1 } else { q.context },
+                ..q
+            };
+            let c = constants.as_ref().filter(|_| !reset[2]);
+            estimate::estimate(&m, &q, c).is_ok()
+        })
+    };
+    let e = estimate::estimate(&m, &q, constants.as_ref()).map_err(bad)?;
     let used = match (&a.constants, &constants) {
         (Some(p), Some(c)) => format!(
             "{} ({} on {}, {}; models {}); {}",
@@ -471,10 +489,11 @@ pub fn run(a: Args) -> Result<()> {
             }
         });
     }
-    if let Some((g, _)) = constants
-        .as_ref()
-        .and_then(|c| estimate::fitted_group(c, &m, &q))
-    {
+    let fitted = match &constants {
+        Some(c) => estimate::fitted_group(c, &m, &q).map_err(bad)?,
+        None => None,
+    };
+    if let Some((g, _)) = fitted {
         for (t, why) in &g.model.held {
             notes.push(format!("{}: term {t} {why}", g.key.label()));
         }
@@ -485,15 +504,18 @@ pub fn run(a: Args) -> Result<()> {
             a.context, m.max_position_embeddings
         ));
     }
-    let total = e.total();
+    let total = e.total().map_err(bad)?;
     let emulated = match &a.emulate {
         None => None,
         Some(g) => Some(emulate_query(&a, g, &m, precision, quant.is_some())?),
     };
     let small = smallest_gpu(total, a.headroom);
-    let fit = gpu.map(|(name, bytes)| {
-        estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
-    });
+    let fit = gpu
+        .map(|(name, bytes)| {
+            estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
+        })
+        .transpose()
+        .map_err(bad)?;
     if a.json {
         let report = Report {
             model: ModelJson {
@@ -551,7 +573,8 @@ pub fn run(a: Args) -> Result<()> {
         small,
         fit.as_ref(),
         &notes,
-    );
+    )
+    .map_err(bad)?;
     if let Some(em) = &emulated {
         print_emulated(em, total);
     }
@@ -681,8 +704,8 @@ fn print_text(
     small: Option<&estimate::GpuClass>,
     fit: Option<&GpuFit>,
     notes: &[String],
-) {
-    let total = e.total();
+) -> Result<(), Overflow> {
+    let total = e.total()?;
     let params = m.param_count();
     println!(
         "{} ({}, {} params): {} {}, batch {}, context {}{}",
@@ -737,7 +760,8 @@ fn print_text(
     );
     println!("total: {}", gb_gib(total));
     if q.mode == Mode::Train {
-        let states = e.weights + e.gradients + e.optimizer;
+        let states =
+            (Checked::from(e.weights) + e.gradients + e.optimizer).bytes("model states")?;
         println!(
             "model states (weights + gradients + optimizer): {} = {:.2} B/param per GPU",
             gb_gib(states),
@@ -772,7 +796,7 @@ fn print_text(
                     "no FSDP degree up to {} fits {}: activations and logits alone need {}; try --checkpointing or a smaller batch/context",
                     estimate::MAX_GPUS,
                     f.gpu,
-                    gb_gib(e.activations + e.logits)
+                    gb_gib((Checked::from(e.activations) + e.logits).bytes("activations")?)
                 ),
             }
         }
@@ -802,6 +826,64 @@ fn print_text(
     for n in notes {
         println!("note: {n}");
     }
+    Ok(())
+}
+
+/// A flag of the query that can make its figures exceed 64 bits, as the user gave it.
+struct Size {
+    flag: &'static str,
+    value: String,
+    /// Whether the flag is above its smallest value (or given at all).
+    set: bool,
+}
+
+impl Size {
+    fn of(flag: &'static str, value: impl std::fmt::Display, set: bool) -> Size {
+        Size {
+            flag,
+            value: value.to_string(),
+            set,
+        }
+    }
+}
+
+/// `--constants`' value, as given.
+fn constants_flag(a: &Args) -> String {
+    a.constants
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// An estimate whose figures exceed 2^64 B, as bad input (exit 2) on one line naming its
+/// cause: the set `sizes` each of which, alone brought back to its smallest value (`fits` gets
+/// which ones are), makes the estimate representable; else all the set ones, if together
+/// they do; else the model.
+fn overflow_error(
+    o: Overflow,
+    model: &str,
+    sizes: &[Size],
+    fits: impl Fn(&[bool]) -> bool,
+) -> anyhow::Error {
+    let only = |i: usize| -> Vec<bool> { (0..sizes.len()).map(|j| j == i).collect() };
+    let set: Vec<bool> = sizes.iter().map(|s| s.set).collect();
+    let mut named: Vec<&Size> = (0..sizes.len())
+        .filter(|&i| sizes[i].set && fits(&only(i)))
+        .map(|i| &sizes[i])
+        .collect();
+    if named.is_empty() && set.contains(&true) && fits(&set) {
+        named = sizes.iter().filter(|s| s.set).collect();
+    }
+    let flags: Vec<String> = named
+        .iter()
+        .map(|s| format!("{} {}", s.flag, s.value))
+        .collect();
+    let flags = if flags.is_empty() {
+        format!("--model {model}")
+    } else {
+        flags.join(" ")
+    };
+    InputError::arg(format!("{flags}: {o}")).into()
 }
 
 /// A generation model's estimate (docs/src/guides/generation.md): the exact weights per component
@@ -914,7 +996,35 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         (c, _) => c.map(|(p, c)| (p.as_path(), c)),
     };
     let groups = constants.as_ref().map(|(_, c)| c.generation.as_slice());
-    let e = gen::estimate(&arch, &q, groups);
+    // A figure past 2^64 B: bad input, naming the flags that cause it.
+    let bad = |o: Overflow| {
+        let f = arch.factor;
+        let sizes = [
+            Size::of("--batch", q.batch, q.batch > 1),
+            Size::of(
+                "--resolution",
+                q.resolution,
+                q.resolution.width.max(q.resolution.height) > f,
+            ),
+            Size::of("--frames", q.frames, q.frames > 1),
+            Size::of("--constants", constants_flag(a), a.constants.is_some()),
+        ];
+        overflow_error(o, &a.model, &sizes, |reset| {
+            let smallest = crate::vocab::Resolution {
+                width: f,
+                height: f,
+            };
+            let q = GenQuery {
+                batch: if reset[0] { 1 } else { q.batch },
+                resolution: if reset[1] { smallest } else { q.resolution },
+                frames: if reset[2] { 1 } else { q.frames },
+                ..q
+            };
+            gen::estimate(&arch, &q, groups.filter(|_| !reset[3])).is_ok()
+        })
+    };
+    let e = gen::estimate(&arch, &q, groups).map_err(bad)?;
+    let denoiser_batch = arch.pass_batch(&q).bytes("denoiser batch").map_err(bad)?;
     let used = match &constants {
         Some((p, c)) if !c.generation.is_empty() => {
             let sha: Vec<String> = c
@@ -983,7 +1093,7 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         let v = serde_json::json!({
             "model": {"name": m.as_str(), "architecture": arch.architecture, "params": arch.params()},
             "query": q,
-            "denoiser_batch": arch.pass_batch(&q),
+            "denoiser_batch": denoiser_batch,
             "headroom": a.headroom,
             "constants": used,
             "exact": rows(&e.exact),
@@ -1010,7 +1120,7 @@ fn generation(a: &Args, m: crate::vocab::GenModel) -> Result<()> {
         },
         q.batch,
         if q.cfg { ", cfg" } else { "" },
-        arch.pass_batch(&q),
+        denoiser_batch,
         Precision::of_dense(q.vae_dtype),
         q.vae_decode,
         if q.vae_decode == crate::vocab::VaeDecode::Tiled {

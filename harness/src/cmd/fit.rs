@@ -182,7 +182,7 @@ fn fit_generation(
     csv_sha256: std::collections::BTreeMap<String, String>,
     c: &Constants,
 ) -> Result<Vec<GenGroupFit>> {
-    let samples = generate::samples(records, tiles);
+    let samples = generate::samples(records, tiles)?;
     if samples.is_empty() {
         return Ok(Vec::new());
     }

@@ -26,6 +26,7 @@
 //! The architecture enters only through [`GenArch`] (components and their parameters, the
 //! VAE factor, widths, the first attention level), so every generation family gives the same
 //! terms from its own config.
+use crate::checked::{Checked, Overflow};
 use crate::estimate::{budget, largest, Backend, CATALOG};
 pub use crate::fit::gen_terms::*;
 use crate::fit::generate::{activation, find, find_transfer, GenConstants, GenGroupKey};
@@ -126,24 +127,32 @@ pub fn device_rows(backend: Backend) -> Vec<(String, u64)> {
     }
 }
 
-/// The estimate of `q`: each phase's peak, the peak phase and its composition.
-pub fn estimate(a: &GenArch, q: &GenQuery, constants: Option<&GenConstants>) -> GenEstimate {
+/// The estimate of `q`: each phase's peak, the peak phase and its composition. An overflow
+/// names the first row, activation or peak past 2^64 B (a regressed activation that is not
+/// finite, too).
+pub fn estimate(
+    a: &GenArch,
+    q: &GenQuery,
+    constants: Option<&GenConstants>,
+) -> Result<GenEstimate, Overflow> {
     let device = device_rows(q.backend);
-    let dev: u64 = device.iter().map(|d| d.1).sum();
+    let dev: Checked = device.iter().map(|d| d.1).sum();
     let mut phases = Vec::new();
     let mut compositions = Vec::new();
     for phase in GEN_PHASES {
-        let t = phase_terms(a, q, phase);
+        let t = phase_terms(a, q, phase)?;
         let (coef, source) = coefficients(a, q, phase, constants);
-        let act = activation(&coef, &t.x).max(0.0).round() as u64;
-        let exact: u64 = t.exact.iter().map(|e| e.1).sum();
-        let mut rows = t.exact.clone();
-        rows.push((format!("{phase} activations"), act));
+        let name = format!("{phase} activations");
+        let act = Checked::from_f64(activation(&coef, &t.x)).bytes(&name)?;
+        let exact: Checked = t.exact.iter().map(|e| e.1).sum();
+        let peak = (exact + act + dev).bytes(&format!("{phase} peak"))?;
+        let mut rows = t.exact;
+        rows.push((name, act));
         rows.extend(device.iter().cloned());
         compositions.push(rows);
         phases.push(PhaseEstimate {
             name: phase,
-            peak_bytes: exact + act + dev,
+            peak_bytes: peak,
             activation_bytes: act,
             source,
         });
@@ -154,14 +163,14 @@ pub fn estimate(a: &GenArch, q: &GenQuery, constants: Option<&GenConstants>) -> 
         .enumerate()
         .max_by_key(|(i, p)| (p.peak_bytes, *i))
         .expect("four phases");
-    GenEstimate {
-        exact: exact_rows(a, q),
+    Ok(GenEstimate {
+        exact: exact_rows(a, q)?,
         device,
         peak_phase: top.name,
         total_bytes: top.peak_bytes,
         breakdown: compositions.swap_remove(i),
         phases,
-    }
+    })
 }
 
 /// What one GPU class holds at the query's settings.
@@ -189,14 +198,17 @@ pub const MAX_GEN_BATCH: u64 = 1 << 16;
 /// Largest square side searched, in output pixels.
 pub const MAX_SIDE: u64 = 1 << 15;
 
-/// The catalog: each class's largest batch and square resolution.
+/// The catalog: each class's largest batch and square resolution (a candidate whose estimate
+/// overflows does not fit).
 pub fn gpu_fits(
     a: &GenArch,
     q: &GenQuery,
     constants: Option<&GenConstants>,
     headroom: f64,
 ) -> Vec<GenGpuFit> {
-    let total = |q: &GenQuery| estimate(a, q, constants).total_bytes;
+    // None: past 2^64 B.
+    let total = |q: &GenQuery| estimate(a, q, constants).ok().map(|e| e.total_bytes);
+    let fits = |q: &GenQuery, b: u64| total(q).is_some_and(|t| t <= b);
     let f = a.factor as u64;
     let t = a.temporal_factor as u64;
     let video = t > 1;
@@ -204,8 +216,7 @@ pub fn gpu_fits(
         .iter()
         .map(|c| {
             let b = budget(c.gb * 1_000_000_000, headroom);
-            let largest_batch =
-                largest(MAX_GEN_BATCH, |n| total(&GenQuery { batch: n, ..*q }) <= b);
+            let largest_batch = largest(MAX_GEN_BATCH, |n| fits(&GenQuery { batch: n, ..*q }, b));
             // A tiled decode's tile shrinks with images smaller than it (what the decode does).
             let at = |k: u64| {
                 let side = (k * f) as usize;
@@ -217,12 +228,12 @@ pub fn gpu_fits(
                     ..*q
                 }
             };
-            let k = largest(MAX_SIDE / f, |k| total(&at(k)) <= b);
+            let k = largest(MAX_SIDE / f, |k| fits(&at(k), b));
             GenGpuFit {
                 gb: c.gb,
                 examples: c.examples,
                 budget_bytes: b,
-                fits: total(q) <= b,
+                fits: fits(q, b),
                 largest_batch,
                 largest_square: (k > 0).then(|| at(k).resolution),
                 largest_frames: video
@@ -230,10 +241,13 @@ pub fn gpu_fits(
                         // n chunks after the first: n·t + 1 frames.
                         let frames = |n: u64| n * t + 1;
                         let n = largest(MAX_CHUNKS, |n| {
-                            total(&GenQuery {
-                                frames: frames(n - 1),
-                                ..*q
-                            }) <= b
+                            fits(
+                                &GenQuery {
+                                    frames: frames(n - 1),
+                                    ..*q
+                                },
+                                b,
+                            )
                         });
                         (n > 0).then(|| frames(n - 1))
                     })
@@ -282,7 +296,7 @@ mod tests {
                 backend: Backend::Cuda,
                 attention: Attention::Eager,
             };
-            let e = estimate(&a, &q, Some(&c.generation));
+            let e = estimate(&a, &q, Some(&c.generation)).unwrap();
             for p in e.phases {
                 assert!(
                     p.source.starts_with("transferred") && p.source.contains(from),

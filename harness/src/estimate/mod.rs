@@ -9,6 +9,8 @@
 pub mod generate;
 pub mod model;
 
+use crate::checked::Checked;
+pub use crate::checked::Overflow;
 use crate::features::{self as feat, Features, InferShape, TrainShape};
 pub use crate::fit::Runtime;
 use crate::fit::{self, Constants, GroupKey, Target, TrainGroup};
@@ -152,8 +154,14 @@ pub struct Breakdown {
 }
 
 impl Breakdown {
-    pub fn total(&self) -> u64 {
-        self.rows().iter().map(|(_, b)| b).sum()
+    /// The sum of the rows; an [`Overflow`] past 2^64 B ([`estimate`] returns only
+    /// breakdowns whose total fits).
+    pub fn total(&self) -> Result<u64, Overflow> {
+        self.rows()
+            .iter()
+            .map(|(_, b)| *b)
+            .sum::<Checked>()
+            .bytes("total")
     }
     /// The table rows, in display order.
     pub fn rows(&self) -> Vec<(&'static str, u64)> {
@@ -176,47 +184,44 @@ impl Breakdown {
 
 /// Inference features of the point (`features::infer`, what `sweep` writes into the CSV), for
 /// the `total` phase with the prompt filling the context.
-pub fn infer_features(c: &Config, q: &Query) -> Features {
+pub fn infer_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
+    // A count past usize (a 32-bit target) is an overflow too.
+    let size = |v: u64| usize::try_from(v).map_err(|_| Overflow::new("activations"));
     let shape = InferShape {
-        batch: q.batch as usize,
-        context: q.context as usize,
-        prompt_len: q.context as usize,
+        batch: size(q.batch)?,
+        context: size(q.context)?,
+        prompt_len: size(q.context)?,
         kv: q.kv_cache,
         kv_window: q.kv_window,
-        dtype_bytes: q.act_bytes() as usize,
+        dtype_bytes: size(q.act_bytes())?,
     };
-    let f = feat::infer(c, &shape, Phase::Total, q.context as usize);
-    Features {
+    let f = feat::infer(c, &shape, Phase::Total, shape.context)?;
+    Ok(Features {
         weight_bytes: q.weight_bytes.unwrap_or(f.weight_bytes),
         ..f
-    }
+    })
 }
 
-fn analytic_infer(c: &Config, q: &Query) -> Breakdown {
+fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflow> {
     let w = q.act_bytes();
-    let f = infer_features(c, q);
-    let (b, s) = (q.batch, q.context);
-    let (hidden, ffn, heads) = (
-        c.hidden_size as u64,
-        c.intermediate_size as u64,
-        c.num_heads as u64,
-    );
+    let f = infer_features(c, q)?;
+    let bs = Checked::from(q.batch) * q.context;
     // The largest per-layer transient of the prefill: the MLP intermediates (gate, up and
     // their product) plus f32 norm copies, or the materialized attention scores with their
     // f32 softmax copies.
-    let mlp = b * s * (3 * ffn * w + 2 * hidden * 4);
+    let mlp = bs * (Checked::new(3) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
     let scores = match q.attention {
-        Attention::Flash | Attention::Sdpa => 0,
-        Attention::Eager | Attention::Sliced => b * heads * s * s * (w + 8),
+        Attention::Flash | Attention::Sdpa => Checked::ZERO,
+        Attention::Eager | Attention::Sliced => bs * c.num_heads * q.context * (w + 8),
     };
-    Breakdown {
+    Ok(Breakdown {
         weights: f.weight_bytes,
         kv: f.kv_bytes,
-        activations: mlp.max(scores),
-        logits: b * c.vocab_size as u64 * 4,
+        activations: mlp.max(scores).bytes("activations")?,
+        logits: (Checked::from(q.batch) * c.vocab_size * 4u64).bytes("logits")?,
         source: "analytic".into(),
         ..device_terms(q)
-    }
+    })
 }
 
 /// How much of a layer's activations the backward recomputes instead of keeping
@@ -250,21 +255,24 @@ pub fn layer_activations(
     recompute: Recompute,
     tp: u64,
     sequence_parallel: bool,
-) -> u64 {
+) -> Checked {
     let (b, s, t) = (batch, seq, tp.max(1));
-    let (h, a) = (c.hidden_size as u64, c.num_heads as u64);
-    let sbh = s * b * h;
+    let sbh = Checked::from(s) * b * c.hidden_size;
     let replicated = if sequence_parallel {
-        10 * sbh / t
+        sbh * 10u64 / t
     } else {
-        10 * sbh
+        sbh * 10u64
     };
     let at16 = match recompute {
-        Recompute::Full => 2 * sbh / if sequence_parallel { t } else { 1 },
-        Recompute::Selective => replicated + 24 * sbh / t,
+        Recompute::Full => sbh * 2u64 / if sequence_parallel { t } else { 1 },
+        Recompute::Selective => replicated + sbh * 24u64 / t,
         Recompute::None => {
-            let score = if scores { 5 * a * s * s * b / t } else { 0 };
-            replicated + 24 * sbh / t + score
+            let score = if scores {
+                Checked::new(5) * c.num_heads * s * s * b / t
+            } else {
+                Checked::ZERO
+            };
+            replicated + sbh * 24u64 / t + score
         }
     };
     at16 * act_bytes / 2
@@ -278,12 +286,19 @@ pub fn layer_activations(
 /// non-leaf input afresh for every matmul (its cast cache holds only leaf weights), so
 /// separate q, k and v projections save three 16-bit copies of their input, two more than the
 /// formula's one (+4·s·b·h; none with a fused qkv projection).
-fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> u64 {
-    let (h, a) = (c.hidden_size as u64, c.num_heads as u64);
-    let sbh = s * b * h;
-    let norms = 2 * 2 * sbh;
-    let casts = if c.fused_qkv { 0 } else { 2 * 2 * sbh };
-    let softmax = if scores { 2 * a * s * s * b } else { 0 };
+fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> Checked {
+    let sbh = Checked::from(s) * b * c.hidden_size;
+    let norms = sbh * 4u64;
+    let casts = if c.fused_qkv {
+        Checked::ZERO
+    } else {
+        sbh * 4u64
+    };
+    let softmax = if scores {
+        Checked::new(2) * c.num_heads * s * s * b
+    } else {
+        Checked::ZERO
+    };
     norms + casts + softmax
 }
 
@@ -295,9 +310,11 @@ fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> u64 {
 /// ZeRO stage it is DeepSpeed's: 16-bit weights and gradients (2 + 2 B) and an optimizer state
 /// of K = 12 B (f32 master weights and both moments); stage 1 shards the optimizer state,
 /// stage 2 also the gradients, stage 3 (= FSDP) also the weights, each over `gpus`.
-pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
+pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdown, Overflow> {
     let n = q.gpus.max(1);
-    let shard = |bytes: u64, sharded: bool| if sharded { bytes.div_ceil(n) } else { bytes };
+    let shard = |bytes: Checked, sharded: bool, figure: &str| {
+        if sharded { bytes.div_ceil(n) } else { bytes }.bytes(figure)
+    };
     let (s1, s2, s3) = match q.sharding {
         Sharding::Ddp => (false, false, false),
         Sharding::Zero1 => (true, false, false),
@@ -308,7 +325,7 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
     let wb = q.state_bytes();
     // Stored weight and gradient bytes per parameter: 16-bit under a ZeRO stage's mixed
     // precision, where the f32 master copy is part of the optimizer state.
-    let (w, g) = if zero_mixed { (2, 2) } else { (wb, wb) };
+    let (w, g) = if zero_mixed { (2u64, 2u64) } else { (wb, wb) };
     // Under a ZeRO stage's mixed precision the state also holds the f32 master weights.
     let master = if zero_mixed { wb } else { 0 };
     let opt_per_param = match q.optimizer {
@@ -316,23 +333,28 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
         o if o.is_sgd() => master,
         _ => 0,
     };
-    let grads = if q.optimizer.updates() { t * g } else { 0 };
+    let (p, t) = (Checked::from(p), Checked::from(t));
+    let grads = if q.optimizer.updates() {
+        t * g
+    } else {
+        Checked::ZERO
+    };
     // A quantized base (QLoRA) is its exact block bytes; the adapters are dense.
-    let base = q.weight_bytes.unwrap_or(p * w);
-    Breakdown {
-        weights: shard(base + adapters * w, s3),
+    let base = q.weight_bytes.map_or(p * w, Checked::from);
+    Ok(Breakdown {
+        weights: shard(base + Checked::from(adapters) * w, s3, "weights")?,
         weight_copies: if q.precision.is_mixed() && !zero_mixed {
-            shard(p * 2, s3)
+            shard(p * 2u64, s3, "weight copies")?
         } else {
             0
         },
-        gradients: shard(grads, s2),
-        optimizer: shard(t * opt_per_param, s1),
+        gradients: shard(grads, s2, "gradients")?,
+        optimizer: shard(t * opt_per_param, s1, "optimizer state")?,
         ..Default::default()
-    }
+    })
 }
 
-fn analytic_train(c: &Config, q: &Query) -> Breakdown {
+fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflow> {
     // All parameters, the updated ones (gradients and optimizer state follow them) and the
     // LoRA adapters.
     let feat::Counts {
@@ -340,54 +362,58 @@ fn analytic_train(c: &Config, q: &Query) -> Breakdown {
         trainable: t,
         adapters,
         ..
-    } = feat::counts(c, q.trainable);
-    let states = model_states(p, t, adapters, q);
+    } = feat::counts(c, q.trainable)?;
+    let states = model_states(p, t, adapters, q)?;
     let (b, s) = (q.batch, q.context);
     let aw = q.act_bytes();
     let scores = q.attention == Attention::Eager;
-    let layers = c.num_layers as u64;
+    let layers = c.num_layers;
     let amp = q.runtime == Runtime::Torch && q.precision.is_mixed();
     let per_layer = layer_activations(c, b, s, aw, scores, Recompute::None, 1, false)
         + if amp {
             autocast_extra(c, b, s, scores)
         } else {
-            0
+            Checked::ZERO
         };
     // Under autocast the residual stream, and so each checkpointed layer input, is f32.
-    let input =
-        layer_activations(c, b, s, aw, scores, Recompute::Full, 1, false) * if amp { 2 } else { 1 };
+    let input = layer_activations(c, b, s, aw, scores, Recompute::Full, 1, false)
+        * if amp { 2u64 } else { 1 };
     let activations = if q.checkpointing == Checkpointing::Layer {
         // Every layer's input, plus the one layer being recomputed.
-        layers * input + per_layer
+        input * layers + per_layer
     } else {
-        layers * per_layer
+        per_layer * layers
     };
+    let activations = activations.bytes("activations")?;
     // Decoders' LM head: logits in the compute dtype and their f32 log-softmax. Encoders
     // train through a pooled head (a sequence classifier, or vramlab's pooled regression):
     // no per-token logits.
     let logits = match c.architecture.role() {
-        crate::model::arch::Role::Decoder => b * s * c.vocab_size as u64 * (aw + 4),
-        crate::model::arch::Role::Encoder => 0,
-    };
+        crate::model::arch::Role::Decoder => Checked::from(b) * s * c.vocab_size * (aw + 4),
+        crate::model::arch::Role::Encoder => Checked::ZERO,
+    }
+    .bytes("logits")?;
     // The step's transient, over this GPU's share of the updated parameters.
     let transient = if states.optimizer == 0 {
-        0
+        Checked::ZERO
     } else {
         let updated = if q.sharding == Sharding::Ddp {
             t
         } else {
             t.div_ceil(q.gpus.max(1))
         };
-        step_transient(c, q, updated)
+        step_transient(c, q, updated)?
     };
-    Breakdown {
+    Ok(Breakdown {
         activations,
         logits,
-        step_transient: transient.saturating_sub(activations + logits),
+        step_transient: transient
+            .saturating_sub(Checked::from(activations) + logits)
+            .bytes("optimizer step transient")?,
         source: "analytic".into(),
         ..device_terms(q)
     }
-    .with_states(&states)
+    .with_states(&states))
 }
 
 impl Breakdown {
@@ -407,12 +433,12 @@ impl Breakdown {
 /// about 14 × the largest tensor (measured on CPU, docs/src/results/cpu-train-smollm2-kernels.md);
 /// torch foreach 1 × the parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the
 /// largest tensor; fused none. SGD keeps no state and has no transient here.
-fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
+fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
     let wb = q.state_bytes();
-    let largest = feat::counts(c, q.trainable).largest_tensor.min(t) * wb;
-    match q.runtime_optimizer() {
-        Optimizer::Adamw => 14 * largest,
-        Optimizer::AdamwForeach => t * wb,
+    let largest = Checked::from(feat::counts(c, q.trainable)?.largest_tensor.min(t)) * wb;
+    Ok(match q.runtime_optimizer() {
+        Optimizer::Adamw => largest * 14u64,
+        Optimizer::AdamwForeach => Checked::from(t) * wb,
         Optimizer::AdamwForLoop => largest,
         // In place, one kernel (vramlab-kernels' on candle, `fused=True` on torch); SGD
         // keeps no state.
@@ -421,8 +447,8 @@ fn step_transient(c: &Config, q: &Query, t: u64) -> u64 {
         | Optimizer::Sgd
         | Optimizer::SgdForeach
         | Optimizer::SgdForLoop
-        | Optimizer::SgdFused => 0,
-    }
+        | Optimizer::SgdFused => Checked::ZERO,
+    })
 }
 
 /// The device rows of a query: the sourced defaults on CUDA, none on the CPU.
@@ -439,21 +465,23 @@ fn device_terms(q: &Query) -> Breakdown {
 }
 
 /// Gradient bytes of a training query (unsharded: fits know one GPU).
-pub fn grad_bytes(c: &Config, q: &Query) -> u64 {
+pub fn grad_bytes(c: &Config, q: &Query) -> Result<u64, Overflow> {
     if !q.optimizer.updates() {
-        0
+        Ok(0)
     } else {
-        feat::trainable_params(c, q.trainable) * q.state_bytes()
+        (Checked::from(feat::trainable_params(c, q.trainable)?) * q.state_bytes())
+            .bytes("gradients")
     }
 }
 
 /// Training features of the point (`features::train`, what `sweep` writes into the CSV).
-pub fn train_features(c: &Config, q: &Query) -> Features {
+pub fn train_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
+    let size = |v: u64| usize::try_from(v).map_err(|_| Overflow::new("activations"));
     let shape = TrainShape {
-        batch: q.batch as usize,
-        seq: q.context as usize,
-        weight_bytes: q.state_bytes() as usize,
-        compute_bytes: q.act_bytes() as usize,
+        batch: size(q.batch)?,
+        seq: size(q.context)?,
+        weight_bytes: size(q.state_bytes())?,
+        compute_bytes: size(q.act_bytes())?,
         adamw: q.optimizer.is_adamw(),
         trainable: q.trainable,
     };
@@ -495,10 +523,10 @@ pub fn group_key(c: &Config, q: &Query, backend: Backend) -> Option<GroupKey> {
 }
 
 /// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
-pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
-    match q.mode {
+pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> Result<fit::Terms, Overflow> {
+    Ok(match q.mode {
         Mode::Infer | Mode::Encode | Mode::Generate => fit::terms(
-            &infer_features(c, q),
+            &infer_features(c, q)?,
             q.batch,
             q.context,
             q.context,
@@ -507,7 +535,7 @@ pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
         // The steady state: every step after the first holds the optimizer state throughout;
         // gradients are live from the backward on.
         Mode::Train => fit::train_terms(
-            &train_features(c, q),
+            &train_features(c, q)?,
             q.batch,
             q.context,
             1,
@@ -516,24 +544,26 @@ pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> fit::Terms {
             if phase == Phase::Forward {
                 0
             } else {
-                grad_bytes(c, q)
+                grad_bytes(c, q)?
             },
         ),
-    }
+    })
 }
 
 /// The fitted group for a query ([`group_key`]) on the constants' own backend, with the
 /// query's terms in that group's phase. For training, a step's peak is the largest of its
 /// phases' peaks (that is how `step_total` is measured), so where the forward, backward and
 /// optimizer groups are all fitted, the phase predicting the most answers; else the
-/// `step_total` group.
+/// `step_total` group. An overflow: the query's terms exceed 64-bit bytes.
 pub fn fitted_group<'a>(
     c: &'a Constants,
     cfg: &Config,
     q: &Query,
-) -> Option<(&'a fit::GroupFit, fit::Terms)> {
-    let key = group_key(cfg, q, c.backend)?;
-    let at = |g: &'a fit::GroupFit| (g, query_terms(cfg, q, g.key.phase));
+) -> Result<Option<(&'a fit::GroupFit, fit::Terms)>, Overflow> {
+    let Some(key) = group_key(cfg, q, c.backend) else {
+        return Ok(None);
+    };
+    let at = |g: &'a fit::GroupFit| Ok((g, query_terms(cfg, q, g.key.phase)?));
     if q.mode == Mode::Train {
         let phases: Option<Vec<_>> = fit::STEP_PHASES
             .iter()
@@ -542,16 +572,17 @@ pub fn fitted_group<'a>(
                     phase: *ph,
                     ..key.clone()
                 };
-                c.find(&k, Target::PeakAllocated).map(at)
+                c.find(&k, Target::PeakAllocated)
             })
             .collect();
         if let Some(p) = phases {
-            return p
+            let p = p.into_iter().map(at).collect::<Result<Vec<_>, _>>()?;
+            return Ok(p
                 .into_iter()
-                .max_by(|a, b| a.0.model.predict(&a.1).total_cmp(&b.0.model.predict(&b.1)));
+                .max_by(|a, b| a.0.model.predict(&a.1).total_cmp(&b.0.model.predict(&b.1))));
         }
     }
-    c.find(&key, Target::PeakAllocated).map(at)
+    c.find(&key, Target::PeakAllocated).map(at).transpose()
 }
 
 /// Estimates a query. Weights, KV cache, gradients and optimizer state are always the
@@ -559,19 +590,37 @@ pub fn fitted_group<'a>(
 /// (runtime constant, activations, logits), each term at its fitted coefficient or, where the
 /// group could not identify it, at the analytic prior the fit held it at (and subtracted:
 /// the fitted constant is consistent with it). Device rows are the sourced defaults.
-pub fn estimate(c: &Config, q: &Query, constants: Option<&Constants>) -> Breakdown {
+///
+/// An [`Overflow`] when a row or the total exceeds 2^64 B: a breakdown returned is one whose
+/// [`Breakdown::total`] fits.
+pub fn estimate(
+    c: &Config,
+    q: &Query,
+    constants: Option<&Constants>,
+) -> Result<Breakdown, Overflow> {
+    let e = fitted(c, q, constants)?;
+    e.total()?;
+    Ok(e)
+}
+
+/// [`estimate`]'s rows, before the total is checked.
+fn fitted(c: &Config, q: &Query, constants: Option<&Constants>) -> Result<Breakdown, Overflow> {
     let mut e = match q.mode {
-        Mode::Infer => analytic_infer(c, q),
+        Mode::Infer => analytic_infer(c, q)?,
         // One forward over the batch: no cache, no LM head.
         Mode::Encode | Mode::Generate => Breakdown {
             kv: 0,
             logits: 0,
-            ..analytic_infer(c, q)
+            ..analytic_infer(c, q)?
         },
-        Mode::Train => analytic_train(c, q),
+        Mode::Train => analytic_train(c, q)?,
     };
-    let Some((g, x)) = constants.and_then(|k| fitted_group(k, c, q)) else {
-        return e;
+    let fitted = match constants {
+        Some(k) => fitted_group(k, c, q)?,
+        None => None,
+    };
+    let Some((g, x)) = fitted else {
+        return Ok(e);
     };
     e.source = format!(
         "fitted {} ({}, {} model)",
@@ -580,7 +629,7 @@ pub fn estimate(c: &Config, q: &Query, constants: Option<&Constants>) -> Breakdo
         g.model.kind()
     );
     // Bytes of `terms` in the resident part and the active candidate.
-    let part = |terms: &[&str], resident_const: bool| -> u64 {
+    let part = |terms: &[&str], resident_const: bool| -> Checked {
         let idx = |t: &str| fit::TERMS.iter().position(|n| *n == t).expect("term");
         let mut sum = 0.0;
         for t in terms {
@@ -595,15 +644,15 @@ pub fn estimate(c: &Config, q: &Query, constants: Option<&Constants>) -> Breakdo
                 }
             }
         }
-        sum.max(0.0).round() as u64
+        Checked::from_f64(sum)
     };
     // The fitted phases (forward, backward, optimizer) already carry the step's transient.
     e.step_transient = 0;
-    e.runtime_constant = part(&["const"], true);
-    e.activations = part(&["act", "attn"], true);
+    e.runtime_constant = part(&["const"], true).bytes("runtime constant")?;
+    e.activations = part(&["act", "attn"], true).bytes("activations")?;
     // The head family's constant (a converted weight) belongs with the logits.
-    e.logits = part(&["logits", "const"], false);
-    e
+    e.logits = part(&["logits", "const"], false).bytes("logits")?;
+    Ok(e)
 }
 
 /// A GPU memory class of the catalog, with example products and the `--gpu` names it answers to.
@@ -732,6 +781,8 @@ pub const MAX_CONTEXT: u64 = 1 << 24;
 /// Largest FSDP degree searched.
 pub const MAX_GPUS: u64 = 4096;
 
+/// What the estimate of `q` says about one GPU: an [`Overflow`] when `q`'s own estimate
+/// overflows; a searched candidate that overflows does not fit.
 pub fn gpu_fit(
     cfg: &Config,
     q: &Query,
@@ -739,13 +790,17 @@ pub fn gpu_fit(
     gpu: &str,
     gpu_bytes: u64,
     headroom: f64,
-) -> GpuFit {
+) -> Result<GpuFit, Overflow> {
     let cap = budget(gpu_bytes, headroom);
-    let fits = |q: &Query| estimate(cfg, q, c).total() <= cap;
+    let fits = |q: &Query| fits_in(cfg, q, c, cap);
     let (kv_tokens, concurrency) = if q.mode == Mode::Infer {
-        let e = estimate(cfg, q, c);
-        let per_token = cfg.kv_bytes_per_token(q.act_bytes() as usize);
-        let tokens = cap.saturating_sub(e.total() - e.kv) / per_token.max(1);
+        let e = estimate(cfg, q, c)?;
+        // A KV row per token past 2^64 B holds no token.
+        let per_token = cfg
+            .kv_bytes_per_token(q.act_bytes() as usize)
+            .get()
+            .unwrap_or(u64::MAX);
+        let tokens = cap.saturating_sub(e.total()? - e.kv) / per_token.max(1);
         let per_sequence = cfg.kv_tokens_held(q.context as usize, q.kv_window);
         (Some(tokens), Some(tokens as f64 / per_sequence as f64))
     } else {
@@ -764,7 +819,7 @@ pub fn gpu_fit(
             (n <= MAX_GPUS).then_some(n)
         })
         .flatten();
-    GpuFit {
+    Ok(GpuFit {
         gpu: gpu.to_string(),
         gpu_bytes,
         budget_bytes: cap,
@@ -774,7 +829,14 @@ pub fn gpu_fit(
         kv_capacity_tokens: kv_tokens,
         max_concurrency: concurrency,
         min_fsdp_gpus,
-    }
+    })
+}
+
+/// Whether the estimate of `q` fits `cap` bytes; one that overflows does not.
+pub fn fits_in(cfg: &Config, q: &Query, c: Option<&Constants>, cap: u64) -> bool {
+    estimate(cfg, q, c)
+        .and_then(|e| e.total())
+        .is_ok_and(|t| t <= cap)
 }
 
 /// The quantized formats `--best-format` weighs after the unquantized one (the GGUF's own
@@ -817,34 +879,36 @@ pub fn format_fits(
     let params = cfg.param_count().max(1) as f64;
     let mut out: Vec<FormatFit> = candidates
         .iter()
-        .map(|(p, w)| match w {
-            Ok(w) => {
-                let e = estimate(
-                    cfg,
-                    &Query {
-                        precision: *p,
-                        weight_bytes: *w,
-                        ..*q
-                    },
-                    c,
-                );
-                FormatFit {
-                    precision: *p,
-                    weight_bytes: Some(e.weights),
-                    bits_per_weight: Some(e.weights as f64 * 8.0 / params),
-                    total_bytes: Some(e.total()),
-                    fits: e.total() <= budget,
-                    impossible: None,
-                }
-            }
-            Err(why) => FormatFit {
+        .map(|(p, w)| {
+            let query = |w: &Option<u64>| Query {
                 precision: *p,
-                weight_bytes: None,
-                bits_per_weight: None,
-                total_bytes: None,
-                fits: false,
-                impossible: Some(why.clone()),
-            },
+                weight_bytes: *w,
+                ..*q
+            };
+            // A format whose estimate overflows cannot hold the query either.
+            let total = w.as_ref().map_err(Clone::clone).and_then(|w| {
+                let e = estimate(cfg, &query(w), c).map_err(|e| e.to_string())?;
+                let total = e.total().map_err(|e| e.to_string())?;
+                Ok((e.weights, total))
+            });
+            match total {
+                Ok((weights, total)) => FormatFit {
+                    precision: *p,
+                    weight_bytes: Some(weights),
+                    bits_per_weight: Some(weights as f64 * 8.0 / params),
+                    total_bytes: Some(total),
+                    fits: total <= budget,
+                    impossible: None,
+                },
+                Err(why) => FormatFit {
+                    precision: *p,
+                    weight_bytes: None,
+                    bits_per_weight: None,
+                    total_bytes: None,
+                    fits: false,
+                    impossible: Some(why),
+                },
+            }
         })
         .collect();
     out.sort_by(|a, b| {
@@ -861,6 +925,43 @@ mod tests {
 
     fn q() -> Query {
         Query::default()
+    }
+
+    // The queries here are all representable: these unwrap the overflow checks.
+    fn estimate(c: &Config, q: &Query, k: Option<&Constants>) -> Breakdown {
+        super::estimate(c, q, k).unwrap()
+    }
+    fn infer_features(c: &Config, q: &Query) -> Features {
+        super::infer_features(c, q).unwrap()
+    }
+    fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
+        super::model_states(p, t, adapters, q).unwrap()
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn layer_activations(
+        c: &Config,
+        batch: u64,
+        seq: u64,
+        act_bytes: u64,
+        scores: bool,
+        recompute: Recompute,
+        tp: u64,
+        sequence_parallel: bool,
+    ) -> u64 {
+        let l = super::layer_activations(
+            c,
+            batch,
+            seq,
+            act_bytes,
+            scores,
+            recompute,
+            tp,
+            sequence_parallel,
+        );
+        l.get().unwrap()
+    }
+    fn gpu_fit(c: &Config, q: &Query, gpu: &str, bytes: u64) -> GpuFit {
+        super::gpu_fit(c, q, None, gpu, bytes, 0.1).unwrap()
     }
 
     /// The normalized config of a preset.
@@ -929,7 +1030,7 @@ mod tests {
             },
             None,
         );
-        assert_eq!(q8.total_bytes, Some(e.total()));
+        assert_eq!(q8.total_bytes, Some(e.total().unwrap()));
     }
 
     #[test]
@@ -956,8 +1057,8 @@ mod tests {
     fn llama31_8b_kv_per_token_bf16() {
         let m = preset("presets/llama-3.1-8b");
         // 2 (K,V) · 32 layers · 8 kv heads · 128 head_dim · 2 B
-        assert_eq!(m.kv_bytes_per_token(2), 2 * 32 * 8 * 128 * 2);
-        assert_eq!(m.kv_bytes_per_token(2), 131_072);
+        assert_eq!(m.kv_bytes_per_token(2).get(), Some(2 * 32 * 8 * 128 * 2));
+        assert_eq!(m.kv_bytes_per_token(2).get(), Some(131_072));
         let e = estimate(
             &m,
             &Query {
@@ -998,7 +1099,7 @@ mod tests {
         let m = preset("mistral-7b-v0.1");
         assert_eq!(m.sliding_window, Some(4096));
         let per_token = 2 * 32 * 8 * 128 * 2;
-        assert_eq!(m.kv_bytes_per_token(2), per_token);
+        assert_eq!(m.kv_bytes_per_token(2).get(), Some(per_token));
         let at = |context, kv_window| Query {
             batch: 2,
             context,
@@ -1017,7 +1118,7 @@ mod tests {
         let full = estimate(&llama, &at(8192, KvWindow::Full), None).kv;
         assert_eq!(estimate(&llama, &at(8192, KvWindow::Model), None).kv, full);
         // A capped cache holds more sequences of 8192 tokens in the same budget.
-        let g = |w| gpu_fit(&m, &at(8192, w), None, "h100-80", 80_000_000_000, 0.1);
+        let g = |w| gpu_fit(&m, &at(8192, w), "h100-80", 80_000_000_000);
         let (capped, uncapped) = (g(KvWindow::Model), g(KvWindow::Full));
         let tokens = capped.kv_capacity_tokens.unwrap();
         assert_eq!(capped.max_concurrency.unwrap(), tokens as f64 / 4096.0);
@@ -1151,7 +1252,7 @@ mod tests {
         // Per layer and rank: q (4096 → 4096) and v (4096 → 1024), A and B each.
         assert_eq!(
             feat::adapter_params(&m, Trainable::Lora(1)),
-            32 * ((4096 + 4096) + (4096 + 1024))
+            Ok(32 * ((4096 + 4096) + (4096 + 1024)))
         );
         let lora = Query {
             mode: Mode::Train,
@@ -1177,7 +1278,7 @@ mod tests {
         // Llama-3.1-8B's input embedding (128256 × 4096) is untied from its head.
         assert_eq!(
             feat::trainable_params(&m, Trainable::FrozenEmbeddings),
-            params - 128_256 * 4096
+            Ok(params - 128_256 * 4096)
         );
         assert_eq!(frozen.gradients, (params - 128_256 * 4096) * 2);
         assert_eq!(frozen.weights, params * 2);
@@ -1272,8 +1373,12 @@ mod tests {
     #[test]
     fn largest_batch_is_the_last_that_fits() {
         let m = preset("llama-3.1-8b");
-        let g = gpu_fit(&m, &q(), None, "h100-80", 80_000_000_000, 0.1);
-        let total = |b: u64| estimate(&m, &Query { batch: b, ..q() }, None).total();
+        let g = gpu_fit(&m, &q(), "h100-80", 80_000_000_000);
+        let total = |b: u64| {
+            estimate(&m, &Query { batch: b, ..q() }, None)
+                .total()
+                .unwrap()
+        };
         assert!(total(g.largest_batch) <= g.budget_bytes);
         assert!(total(g.largest_batch + 1) > g.budget_bytes);
         let tokens = g.kv_capacity_tokens.unwrap();
@@ -1416,9 +1521,13 @@ mod tests {
             foreach.step_transient,
             (params * 4).saturating_sub(backward)
         );
-        let states = |e: &Breakdown| e.total() - e.activations - e.logits - e.step_transient;
+        let states =
+            |e: &Breakdown| e.total().unwrap() - e.activations - e.logits - e.step_transient;
         assert_eq!(states(&foreach), states(&fused));
-        assert_eq!(foreach.total() - states(&foreach), backward.max(params * 4));
+        assert_eq!(
+            foreach.total().unwrap() - states(&foreach),
+            backward.max(params * 4)
+        );
         // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32), over
         // candle's own backward (no autocast: all activations in the compute dtype).
         let candle = at(Runtime::Candle, OptimizerImpl::Foreach);

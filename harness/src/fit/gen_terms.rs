@@ -4,6 +4,7 @@
 //! Here, under `fit`, so that the fit and the estimate (`estimate::generate`) share
 //! them without an import circle.
 use super::Runtime;
+use crate::checked::{Checked, Overflow};
 use crate::error::InputError;
 use crate::model::flux::{FluxConfig, PATCH};
 use crate::model::sd::{DownBlock, SdConfig};
@@ -199,11 +200,11 @@ impl GenArch {
     }
 
     /// The batch one denoiser (and text encoder) pass sees: doubled by CFG where it is batched.
-    pub fn pass_batch(&self, q: &GenQuery) -> u64 {
+    pub fn pass_batch(&self, q: &GenQuery) -> Checked {
         if self.cfg_batched {
             q.denoise_batch()
         } else {
-            q.batch
+            q.batch.into()
         }
     }
 
@@ -297,8 +298,8 @@ fn dtype_name<S: serde::Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> 
 
 impl GenQuery {
     /// Images the denoiser and the text encoders see: doubled by CFG.
-    pub fn denoise_batch(&self) -> u64 {
-        self.batch * if self.cfg { 2 } else { 1 }
+    pub fn denoise_batch(&self) -> Checked {
+        Checked::from(self.batch) * if self.cfg { 2u64 } else { 1 }
     }
 }
 
@@ -373,10 +374,21 @@ fn bytes(d: DType) -> u64 {
     d.size_in_bytes() as u64
 }
 
+/// Pixels of a `w` × `h` image (or tile).
+fn pixels(w: usize, h: usize) -> Checked {
+    Checked::from(w) * h
+}
+
+/// A count as a real term: one past 2^64 is infinite (its bytes overflow downstream).
+fn real(c: Checked) -> f64 {
+    c.get().map_or(f64::INFINITY, |v| v as f64)
+}
+
 /// The exact tensors of a query: each component's weights (the VAE in its own dtype), the text
-/// context, the latents, the decoded images and a tiled decode's row strip.
-pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
-    let mut v: Vec<(String, u64)> = a
+/// context, the latents, the decoded images and a tiled decode's row strip. An overflow names
+/// the first row past 2^64 B.
+pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Result<Vec<(String, u64)>, Overflow> {
+    let mut v: Vec<(String, Checked)> = a
         .components
         .iter()
         .map(|(c, p)| {
@@ -385,47 +397,52 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
             } else {
                 q.dtype
             };
-            (c.to_string(), p * bytes(d))
+            (c.to_string(), Checked::from(*p) * bytes(d))
         })
         .collect();
     let r = q.resolution;
-    let lp = (r.pixels() / (a.vae_factor * a.vae_factor)) as u64;
+    let lp = pixels(r.width, r.height) / (a.vae_factor * a.vae_factor) as u64;
     let lf = a.latent_frames(q.frames);
+    let per_token = Checked::from(a.text_len) * a.context_dim + a.pooled_dim;
     v.push((
         "text context".into(),
-        q.denoise_batch() * (a.text_len * a.context_dim + a.pooled_dim) as u64 * bytes(q.dtype),
+        q.denoise_batch() * per_token * bytes(q.dtype),
     ));
     v.push((
         "latents".into(),
-        q.batch * a.latent_channels as u64 * lf * lp * bytes(q.dtype),
+        Checked::from(q.batch) * a.latent_channels * lf * lp * bytes(q.dtype),
     ));
     v.push((
         "decoded images".into(),
-        q.batch * q.frames * (a.out_channels * r.pixels()) as u64 * bytes(q.vae_dtype),
+        Checked::from(q.batch)
+            * q.frames
+            * a.out_channels
+            * pixels(r.width, r.height)
+            * bytes(q.vae_dtype),
     ));
     if a.vae_cache_per_latent_pixel > 0 {
         // The causal convolutions' cache of what one decode call holds: the batch, one video
         // (`sliced`), or one tile of the batch (`tiled`).
-        let (videos, pixels) = match q.vae_decode {
+        let (videos, latent) = match q.vae_decode {
             VaeDecode::Full => (q.batch, lp),
             VaeDecode::Sliced => (1, lp),
             VaeDecode::Tiled => {
-                let t = |side: usize| (q.tile.min(side) / a.vae_factor) as u64;
-                (q.batch, t(r.height) * t(r.width))
+                let t = |side: usize| q.tile.min(side) / a.vae_factor;
+                (q.batch, pixels(t(r.height), t(r.width)))
             }
         };
         v.push((
             "feature cache".into(),
-            videos * a.vae_cache_per_latent_pixel * pixels * bytes(q.vae_dtype),
+            Checked::from(videos) * a.vae_cache_per_latent_pixel * latent * bytes(q.vae_dtype),
         ));
     }
     if q.vae_decode == VaeDecode::Tiled {
-        let per_pixel = q.batch * q.frames * a.out_channels as u64 * bytes(q.vae_dtype);
+        let per_pixel = Checked::from(q.batch) * q.frames * a.out_channels * bytes(q.vae_dtype);
         v.push(match q.runtime {
             // vramlab blends each tile into a row strip as wide as the image.
             Runtime::Candle => (
                 "tile strip".into(),
-                per_pixel * (q.tile.min(r.height) * r.width) as u64,
+                per_pixel * pixels(q.tile.min(r.height), r.width),
             ),
             // diffusers' `tiled_decode` (AutoencoderKL's and AutoencoderKLWan's) keeps every
             // decoded tile until it blends them: tiles start every tile − overlap latent
@@ -433,11 +450,11 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
             Runtime::Torch => {
                 let f = a.vae_factor;
                 let (tile, stride) = (q.tile / f, (q.tile - q.overlap) / f);
-                let side = |len: usize| -> u64 {
+                let side = |len: usize| -> Checked {
                     (0..len / f)
                         .step_by(stride.max(1))
                         .map(|i| tile.min(len / f - i) * f)
-                        .sum::<usize>() as u64
+                        .sum()
                 };
                 (
                     "decoded tiles".into(),
@@ -446,12 +463,18 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Vec<(String, u64)> {
             }
         });
     }
-    v
+    v.into_iter()
+        .map(|(name, b)| {
+            let b = b.bytes(&name)?;
+            Ok((name, b))
+        })
+        .collect()
 }
 
-/// The exact rows live in `phase` and its uncertain terms.
-pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
-    let all = exact_rows(a, q);
+/// The exact rows live in `phase` and its uncertain terms (a term whose count exceeds 2^64 is
+/// infinite); an overflow when an exact row does.
+pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms, Overflow> {
+    let all = exact_rows(a, q)?;
     // The weights (the first rows) are live in every phase.
     let n_weights = a.components.len();
     let live = |names: &[&str]| -> Vec<(String, u64)> {
@@ -465,7 +488,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
     x[CONST] = 1.0;
     let r = q.resolution;
     let f = a.vae_factor;
-    let nb = a.pass_batch(q) as f64;
+    let nb = real(a.pass_batch(q));
     let lf = a.latent_frames(q.frames) as f64;
     // images × heads × queries × keys score elements, in the bytes the runtime holds them in.
     let scores = |images: f64, queries: f64, keys: f64, heads: f64, attention, f32: bool, flash| {
@@ -489,7 +512,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             live(&["text context"])
         }
         Phase::Denoise => {
-            let lp = lf * (r.pixels() / (f * f)) as f64;
+            let lp = lf * real(pixels(r.width, r.height) / (f * f) as u64);
             let ppt = a.attn_pixels_per_token as f64;
             let px = lp + a.joint_tokens as f64 * ppt;
             x[DENOISE_ACT] = nb * px * a.denoise_width as f64 * bytes(q.dtype) as f64;
@@ -512,7 +535,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
                 VaeDecode::Sliced => (1.0, r.height, r.width),
                 VaeDecode::Tiled => (q.batch as f64, q.tile.min(r.height), q.tile.min(r.width)),
             };
-            let px = (h * w) as f64;
+            let px = real(pixels(w, h));
             // A video decodes in temporal chunks: the largest yields `temporal_factor` frames.
             let chunk = if q.frames > 1 { a.temporal_factor } else { 1 } as f64;
             x[VAE_ACT] = chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
@@ -530,7 +553,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> PhaseTerms {
             ])
         }
     };
-    PhaseTerms { exact, x }
+    Ok(PhaseTerms { exact, x })
 }
 
 /// The analytic prior of each term's coefficient (tensors of the term's shape live at the
@@ -601,6 +624,7 @@ mod tests {
                 &query(w, h, f, Runtime::Torch, Attention::Eager),
                 Phase::Denoise,
             )
+            .unwrap()
             .x[DENOISE_SCORES]
         };
         assert_eq!(x(128, 128, 5), (12 * 128 * 512 * 2) as f64);
@@ -609,7 +633,7 @@ mod tests {
         // vramlab's candle DiT under flash attention materializes none.
         let flash = query(128, 128, 5, Runtime::Candle, Attention::Flash);
         assert_eq!(
-            phase_terms(&a, &flash, Phase::Denoise).x[DENOISE_SCORES],
+            phase_terms(&a, &flash, Phase::Denoise).unwrap().x[DENOISE_SCORES],
             0.0
         );
     }
@@ -628,7 +652,7 @@ mod tests {
                 overlap: 64,
                 ..query(832, 480, 81, runtime, Attention::Sdpa)
             };
-            let rows = exact_rows(&a, &q);
+            let rows = exact_rows(&a, &q).unwrap();
             rows.iter().find(|r| r.0 == name).unwrap().1
         };
         assert_eq!(row(Runtime::Candle, "tile strip"), 81 * 3 * 256 * 832 * 4);

@@ -140,17 +140,23 @@ pub struct GenSample {
 
 impl GenSample {
     /// A point's measured phase peak `y` (over the point's starting allocation), with the
-    /// exact tensors and uncertain terms of `q` on `arch`.
-    pub fn new(arch: &GenArch, q: &GenQuery, phase: Phase, point: &str, y: f64) -> GenSample {
-        let t = phase_terms(arch, q, phase);
-        GenSample {
+    /// exact tensors and uncertain terms of `q` on `arch` (an overflow: they exceed 2^64 B).
+    pub fn new(
+        arch: &GenArch,
+        q: &GenQuery,
+        phase: Phase,
+        point: &str,
+        y: f64,
+    ) -> Result<GenSample, crate::checked::Overflow> {
+        let t = phase_terms(arch, q, phase)?;
+        Ok(GenSample {
             key: GenGroupKey::of_query(arch, q, phase),
             point: point.to_string(),
             y,
             exact: t.exact.iter().map(|e| e.1 as f64).sum(),
             x: t.x,
             prior: priors(arch, q.runtime),
-        }
+        })
     }
 
     pub fn predict(&self, families: &[GenTerms]) -> f64 {
@@ -180,8 +186,11 @@ pub fn query_of(r: &Record, tile: (usize, usize)) -> Option<GenQuery> {
 /// The samples of generation rows: per point, the peak of each phase (the largest of its rows)
 /// over the allocation at the point's start (its first row's baseline). `tiles` maps the
 /// tiled points to their tile and overlap. Points that failed, or whose model is unknown, are
-/// skipped.
-pub fn samples(records: &[Record], tiles: &BTreeMap<String, (usize, usize)>) -> Vec<GenSample> {
+/// skipped; a point whose terms exceed 2^64 B is an error naming it.
+pub fn samples(
+    records: &[Record],
+    tiles: &BTreeMap<String, (usize, usize)>,
+) -> anyhow::Result<Vec<GenSample>> {
     let mut points: BTreeMap<(&str, &str), Vec<&Record>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.mode == Mode::Generate) {
         points
@@ -213,10 +222,12 @@ pub fn samples(records: &[Record], tiles: &BTreeMap<String, (usize, usize)>) -> 
                 .max();
             let Some(peak) = peak else { continue };
             let y = peak.saturating_sub(start) as f64;
-            out.push(GenSample::new(&arch, &q, phase, point, y));
+            let s = GenSample::new(&arch, &q, phase, point, y)
+                .map_err(|e| anyhow::anyhow!("generation point {point}, {phase}: {e}"))?;
+            out.push(s);
         }
     }
-    out
+    Ok(out)
 }
 
 /// A group's activation model: the largest of its families, each a coefficient per term

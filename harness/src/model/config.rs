@@ -2,6 +2,7 @@
 //! `config.json` into it (see [`super::arch`]); this file holds what is common: reading the
 //! file, dispatching on `model_type`, the shape invariants, and the counts.
 use super::arch::{Arch, Architecture};
+use crate::checked::Checked;
 use crate::error::bad_file;
 pub use crate::vocab::KvWindow;
 use anyhow::Result;
@@ -208,17 +209,26 @@ impl Config {
         self.tensor_shapes().len()
     }
 
-    /// Total parameter count (tied embeddings counted once).
-    pub fn param_count(&self) -> u64 {
+    /// Total parameter count (tied embeddings counted once), overflow-checked: what the
+    /// estimate reads, since a config built past [`Config::validate`]'s bounds can exceed 64 bits.
+    pub fn params(&self) -> Checked {
         self.tensor_shapes()
             .iter()
-            .map(|(_, s)| s.iter().product::<usize>() as u64)
+            .map(|(_, s)| Checked::product(s))
             .sum()
     }
 
+    /// [`Config::params`] of a validated config (every file-read config is: its bounds keep
+    /// the count under 10^18).
+    pub fn param_count(&self) -> u64 {
+        self.params()
+            .get()
+            .expect("Config::validate bounds the parameter count")
+    }
+
     /// K and V bytes for one token of one sequence: 2 · L · n_kv · head_dim · dtype bytes.
-    pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> u64 {
-        (2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes) as u64
+    pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> Checked {
+        Checked::new(2) * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
     }
 
     /// Tokens a KV cache holds per sequence after `tokens` tokens, under `window`: all of them
@@ -250,7 +260,7 @@ mod tests {
         // docs/src/reference/architectures.md: the GGUF holds 134,515,008 parameters.
         assert_eq!(c.param_count(), 134_515_008);
         // 2 · 30 · 3 · 64 · 4 B = 46,080 B per token in f32.
-        assert_eq!(c.kv_bytes_per_token(4), 46_080);
+        assert_eq!(c.kv_bytes_per_token(4).get(), Some(46_080));
         assert_eq!(c.tensor_count(), 1 + 30 * 9 + 1);
     }
 

@@ -57,7 +57,11 @@ pub fn cost(config: &Config, p: &Point) -> u64 {
         Mode::Train => 3 * (p.train.steps * p.train.grad_accum) as u64,
         Mode::Encode | Mode::Generate => 1,
     };
-    estimate(config, &q, None).total().max(1) * passes.max(1)
+    // A cost, not a figure shown: a point past 2^64 B is simply the costliest.
+    estimate(config, &q, None)
+        .and_then(|e| e.total())
+        .map_or(u64::MAX, |t| t.max(1))
+        .saturating_mul(passes.max(1))
 }
 
 /// The points (indices into `points`, ascending) of `shard`. Units of work are the groups a

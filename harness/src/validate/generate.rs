@@ -149,7 +149,7 @@ pub fn estimate_row(r: &PeerRow, m: GenModel, constants: Option<&Constants>) -> 
         .map(|c| c.generation.as_slice())
         .filter(|g| !g.is_empty())
         .unwrap_or(&reference.generation);
-    let e = gen::estimate(&arch, &q, Some(groups));
+    let e = gen::estimate(&arch, &q, Some(groups)).map_err(|o| fail(o.to_string()))?;
     Ok((m.to_string(), e.breakdown))
 }
 

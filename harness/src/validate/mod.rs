@@ -486,8 +486,9 @@ fn estimate_row(
         optimizer_impl,
         ..Query::default()
     };
+    let over = |o: estimate::Overflow| fail(o.to_string());
     let b = match (metric, &mref) {
-        (Metric::ModelStates, ModelRef::Params(p)) => model_states(*p, *p, 0, &q),
+        (Metric::ModelStates, ModelRef::Params(p)) => model_states(*p, *p, 0, &q).map_err(over)?,
         (Metric::LayerActivations, ModelRef::Config(c)) => {
             let (Some(b), Some(s)) = (r.batch, r.seq_len) else {
                 return Err(fail("batch or sequence length not stated".into()));
@@ -509,7 +510,9 @@ fn estimate_row(
                     recompute,
                     tp,
                     sp,
-                ),
+                )
+                .bytes("activations")
+                .map_err(over)?,
                 ..Default::default()
             }
         }
@@ -531,11 +534,13 @@ fn estimate_row(
             let mut e = match (mode, r.batch, r.seq_len) {
                 // Model states do not depend on the batch or the sequence.
                 (Mode::Train, _, _) if metric == Metric::ModelStates => {
-                    estimate::estimate(cfg, &q, k)
+                    estimate::estimate(cfg, &q, k).map_err(over)?
                 }
                 // Weights loaded, no forward pass: no cuBLAS handle yet.
-                (Mode::Infer, None, None) => estimate::estimate(cfg, &q, k).weights_only(),
-                (_, Some(_), Some(_)) => estimate::estimate(cfg, &q, k),
+                (Mode::Infer, None, None) => {
+                    estimate::estimate(cfg, &q, k).map_err(over)?.weights_only()
+                }
+                (_, Some(_), Some(_)) => estimate::estimate(cfg, &q, k).map_err(over)?,
                 (Mode::Infer, Some(_), None) => {
                     return Err(fail("prompt length not stated in the source".into()))
                 }

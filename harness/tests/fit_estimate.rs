@@ -592,3 +592,102 @@ fn qlora_estimate_base_blocks_and_adapters() {
         .code(2)
         .stderr(contains("QLoRA: --mode train --trainable lora-rN"));
 }
+
+/// Runs `vramlab estimate args...` and checks the overflow error: exit 2, nothing on stdout,
+/// one line on stderr naming `flag` and the figure, no panic (the test binary is a debug build,
+/// where unchecked arithmetic would panic).
+fn overflows(args: &[&str], flag: &str, figure: &str) {
+    let out = vramlab().arg("estimate").args(args).output().expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}: stdout {:?}", out.stdout);
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert_eq!(
+        err.trim_end(),
+        format!("error: {flag}: the estimate's byte figures exceed 2^64 B ({figure})")
+    );
+}
+
+/// Figures past 64-bit bytes are bad input naming the flag, for an LLM and for a generation
+/// pipeline, in text and JSON: never a wrapped total beside saturated rows.
+#[test]
+fn an_estimate_past_64_bit_bytes_exits_2_naming_the_flag() {
+    let max = u64::MAX.to_string();
+    for json in [false, true] {
+        let with = |args: &[&str]| -> Vec<String> {
+            let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            if json {
+                v.push("--json".into());
+            }
+            v
+        };
+        let llm = with(&["--model", "llama-3.1-8b", "--batch", &max]);
+        let llm: Vec<&str> = llm.iter().map(String::as_str).collect();
+        overflows(&llm, &format!("--batch {max}"), "KV cache");
+        let sd = with(&["--model", "sd15", "--resolution", "99999992x99999992"]);
+        let sd: Vec<&str> = sd.iter().map(String::as_str).collect();
+        overflows(
+            &sd,
+            "--resolution 99999992x99999992",
+            "vae_decode activations",
+        );
+    }
+    // Training, with a GPU to fit: the context alone.
+    overflows(
+        &[
+            "--model",
+            "llama-3.1-8b",
+            "--mode",
+            "train",
+            "--context",
+            &max,
+            "--gpu",
+            "h100",
+        ],
+        &format!("--context {max}"),
+        "activations",
+    );
+    // Two flags that each overflow alone are both named.
+    overflows(
+        &[
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            &max,
+            "--context",
+            &max,
+        ],
+        &format!("--batch {max} --context {max}"),
+        "KV cache",
+    );
+    // A config.json past the shape bounds is refused before any arithmetic.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    let json = serde_json::json!({"model_type": "llama", "vocab_size": 32000,
+        "hidden_size": 1u64 << 40, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "max_position_embeddings": 4096});
+    std::fs::write(&cfg, json.to_string()).unwrap();
+    vramlab()
+        .args(["estimate", "--model", cfg.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(contains("hidden_size = 1099511627776 is implausibly large"));
+}
+
+/// A large query that still fits 64 bits: the total is the sum of its rows.
+#[test]
+fn a_large_representable_query_totals_its_rows() {
+    let j = estimate_json(&["--model", "llama-3.1-8b", "--batch", "1000000"]);
+    let rows: u128 = j["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| u128::from(r["bytes"].as_u64().unwrap()))
+        .sum();
+    let total = j["total_bytes"].as_u64().unwrap();
+    assert_eq!(u128::from(total), rows);
+    // Beyond any GPU of the catalog, and said so.
+    assert!(total > 1_000_000_000_000_000, "{total}");
+    assert!(j["smallest_gpu_gb"].is_null());
+    assert!(row(&j, "KV cache") > 500_000_000_000_000);
+}

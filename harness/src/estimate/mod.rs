@@ -721,7 +721,8 @@ pub fn gpu_by_name(name: &str) -> Option<(String, u64)> {
         .parse::<u64>()
         .ok()
         .filter(|&g| g > 0)
-        .map(|g| (format!("{g} GB"), g * 1_000_000_000))
+        // A size past 2^64 B is no GPU.
+        .and_then(|g| Some((format!("{g} GB"), g.checked_mul(1_000_000_000)?)))
 }
 
 /// Usable bytes of a GPU after the headroom fraction.
@@ -1365,6 +1366,7 @@ mod tests {
         assert_eq!(gpu_by_name("H100-80").unwrap().1, 80_000_000_000);
         assert_eq!(gpu_by_name("48gb").unwrap().1, 48_000_000_000);
         assert!(gpu_by_name("toaster").is_none());
+        assert!(gpu_by_name("18446744074gb").is_none());
         assert_eq!(largest(1000, |x| x * x <= 2000), 44);
         assert_eq!(largest(1000, |_| false), 0);
         assert_eq!(largest(1000, |_| true), 1000);
@@ -1546,5 +1548,51 @@ mod tests {
             None,
         );
         assert_eq!(long.step_transient, 0);
+    }
+
+    /// A query whose figures exceed 2^64 B is an overflow naming the figure, in every build
+    /// profile (the arithmetic is checked, never wrapped or saturated); the searches treat an
+    /// overflowing candidate as one that does not fit.
+    #[test]
+    fn figures_past_64_bits_are_an_overflow() {
+        let m = preset("llama-3.1-8b");
+        let huge = Query {
+            batch: u64::MAX,
+            ..q()
+        };
+        let e = super::estimate(&m, &huge, None).unwrap_err();
+        assert_eq!(e.figure, "KV cache");
+        assert!(!fits_in(&m, &huge, None, u64::MAX));
+        let train = Query {
+            mode: Mode::Train,
+            context: u64::MAX,
+            ..q()
+        };
+        assert_eq!(
+            super::estimate(&m, &train, None).unwrap_err().figure,
+            "activations"
+        );
+        // Every row fits, their sum does not.
+        let rows = Breakdown {
+            weights: u64::MAX - 1,
+            kv: 2,
+            ..Default::default()
+        };
+        assert_eq!(rows.total().unwrap_err().figure, "total");
+        // Fitted coefficients past 2^64 B overflow instead of saturating.
+        let mut c = wild_constants();
+        for g in &mut c.group {
+            g.model.coef.insert("const".into(), 1e30);
+        }
+        let e = super::estimate(&m, &q(), Some(&c)).unwrap_err();
+        assert_eq!(e.figure, "runtime constant");
+        // A representable query whose searches reach past 2^64 B: those candidates do not fit.
+        let wide = Query {
+            batch: 1 << 30,
+            ..q()
+        };
+        let g = super::gpu_fit(&m, &wide, None, "h100-80", 80_000_000_000, 0.1).unwrap();
+        assert!(!g.fits);
+        assert_eq!((g.largest_context, g.kv_capacity_tokens), (0, Some(0)));
     }
 }

@@ -129,7 +129,9 @@ pub fn with_grads(
         f.kv_bytes as f64,
         f.act_bytes as f64,
         f.logits_bytes as f64,
-        (batch * s * t * dtype_bytes) as f64,
+        // In reals: a query's b·s·T can exceed 64 bits (the estimate's bytes then overflow);
+        // exact where the integer product is below 2^53, as every measured point's is.
+        batch as f64 * s as f64 * t as f64 * dtype_bytes as f64,
         f.optimizer_bytes as f64,
         grad_bytes as f64,
     ]

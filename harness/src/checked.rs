@@ -26,8 +26,6 @@ impl Overflow {
 
 impl Checked {
     pub const ZERO: Checked = Checked(Some(0));
-    /// The overflowed value.
-    pub const OVERFLOW: Checked = Checked(None);
 
     pub const fn new(v: u64) -> Self {
         Checked(Some(v))

@@ -519,3 +519,52 @@ pub fn tiny_train_spec(steps: usize) -> vramlab::workload::training::TrainSpec {
         lr: 1e-3,
     }
 }
+
+/// The committed emulated sweep the built-in allocator reserve is fitted on.
+pub const RESERVE_CSV: &str = "results/emulated/a100-80gb-emu-reserve-llm.csv";
+
+/// A reserve class as the CSV spells it: (mode, checkpointing, LoRA).
+pub type ReserveKey = (&'static str, &'static str, bool);
+
+/// The largest (peak reserved − peak allocated) / peak allocated of a class in
+/// [`RESERVE_CSV`], derived from its rows: `None` is the `load` phase of every point, a class
+/// the whole-run rows (`total`, `step_total`) of its points.
+#[allow(dead_code)]
+pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
+    let mut rdr = csv::Reader::from_path(root().join(RESERVE_CSV)).unwrap();
+    let h = rdr.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let (mode, phase, ck, tr, a, r, st) = (
+        col("mode"),
+        col("phase"),
+        col("checkpointing"),
+        col("trainable"),
+        col("peak_allocated"),
+        col("peak_reserved"),
+        col("status"),
+    );
+    let mut max = f64::NAN;
+    for rec in rdr.records() {
+        let rec = rec.unwrap();
+        if &rec[st] != "ok" {
+            continue;
+        }
+        let train = &rec[mode] == "train";
+        let whole = if train { "step_total" } else { "total" };
+        let of_class = match class {
+            None => &rec[phase] == "load",
+            Some((m, c, lora)) => {
+                &rec[phase] == whole
+                    && &rec[mode] == m
+                    && (!train || &rec[ck] == c)
+                    && (train && rec[tr].starts_with("lora")) == lora
+            }
+        };
+        if of_class {
+            let (a, r): (u64, u64) = (rec[a].parse().unwrap(), rec[r].parse().unwrap());
+            max = max.max((r - a) as f64 / a as f64);
+        }
+    }
+    assert!(!max.is_nan(), "no rows of {class:?} in {RESERVE_CSV}");
+    max
+}

@@ -200,8 +200,9 @@ fn ft_base(
     Ok((base, model, src))
 }
 
-/// What a worker measures of one point: its base record and its rows (an error when the
-/// measuring failed). `measured` runs the measured part: it takes the floor and the capacity.
+/// How a worker measures one point: loads what it needs, calls `floor` (which takes the
+/// allocation floor and sets the capacity) just before the measured phases, and returns the
+/// point's base record and its rows (an error when the measuring failed).
 type Measure<P> = fn(
     &P,
     &RunContext,

@@ -37,8 +37,8 @@ pub struct Args {
     /// Overwrite an existing --out instead of resuming.
     #[arg(long)]
     pub fresh: bool,
-    /// Run shard K of N (1-based): a deterministic 1/N of the points, balanced by the
-    /// estimator's cost, with points that share loaded weights kept together. Run every K
+    /// Run shard K of N (1-based): a deterministic 1/N of the points (every mode), balanced
+    /// by cost, with points that share loaded weights kept together. Run every K
     /// (one per GPU or node) with its own --out, then `vramlab merge` the outputs.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<String>,

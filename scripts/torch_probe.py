@@ -244,7 +244,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
 
 
 def gen_model_id(source: str) -> str:
-    """The model id of a generation source (workload/generate.rs expand): what follows the
+    """The model id of a generation source (scenario/generate.rs expand): what follows the
     last `:` or `/`."""
     return re.split(r"[:/]", source)[-1]
 
@@ -257,7 +257,7 @@ def parse_resolution(r: str) -> tuple[int, int]:
 
 
 def expand_generate(spec: dict, s: dict) -> list[dict]:
-    """workload/generate.rs expand: model, precision, attention, resolution, batch, cfg,
+    """scenario/generate.rs expand: model, precision, attention, resolution, batch, cfg,
     decode, VAE precision, repeat; the same ids."""
     points = []
     tile, overlap = s.get("tile", 256), s.get("overlap", 64)
@@ -333,7 +333,7 @@ def is_finetune(spec: dict, s: dict) -> bool:
 
 
 def expand_finetune(spec: dict, s: dict) -> list[dict]:
-    """workload/finetune.rs expand (ids only: the probe does not run a denoiser's LoRA)."""
+    """scenario/finetune.rs expand (ids only: the probe does not run a denoiser's LoRA)."""
     points = []
     repeats = s.get("repeats", 1)
     for source in as_list(s.get("source", spec["model"]["source"])):

@@ -17,6 +17,6 @@ pub fn phase<T>(
     phase: Phase,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<(T, PhaseMemory, f64)> {
-    crate::supervisor::mark_phase(phase);
+    crate::sweep::supervisor::mark_phase(phase);
     crate::meter::measure(meter, f)
 }

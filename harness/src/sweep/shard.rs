@@ -1,9 +1,16 @@
-//! `sweep --shard K/N`: a deterministic 1/N of a scenario's points, balanced by the
-//! estimator's cost, with the points that share loaded weights kept together.
-use super::grid::Point;
-use super::spec::Mode;
+//! `sweep --shard K/N`: a deterministic 1/N of a scenario's points, balanced by cost, with the
+//! points that share loaded weights kept together. Every mode shards: language models by the
+//! estimator's cost ([`cost`]), generation and fine-tuning points by their work
+//! ([`gen_cost`], [`ft_cost`]).
+//!
+//! Selection lives here, not in `scenario/`: it does not change what a scenario expands to
+//! (ids, order, hash), it splits one run's work between processes, and a shard is a property
+//! of the run (the `--shard` flag, the manifest's `shard`).
 use crate::estimate::{estimate, Attention, Query};
 use crate::model::Config;
+use crate::scenario::finetune::FtPoint;
+use crate::scenario::generate::GenPoint;
+use crate::scenario::{Mode, Point};
 use std::collections::BTreeMap;
 
 /// Shard K of N, 1-based.
@@ -60,21 +67,55 @@ pub fn cost(config: &Config, p: &Point) -> u64 {
     estimate(config, &q, None).total().max(1) * passes.max(1)
 }
 
-/// The points (indices into `points`, ascending) of `shard`. Units of work are the groups a
-/// worker loads weights once for (model source, precision, mode); only when there are fewer
-/// groups than shards is the costliest group split into two contiguous halves, repeatedly.
-/// Units go, costliest first, to the shard with the least cost so far (longest processing
-/// time first), ties to the lower shard and the earlier unit: the same points always land in
-/// the same shard.
-pub fn select(points: &[Point], cost: impl Fn(&Point) -> u64, shard: Shard) -> Vec<usize> {
-    let mut groups: BTreeMap<(String, String, String), Vec<usize>> = BTreeMap::new();
+/// A generation point's work: output pixels × frames × images run (twice the batch under
+/// CFG) × (denoising steps + the decode); a proxy for time that needs no model file, so a
+/// dry run shards without reading the weights.
+pub fn gen_cost(p: &GenPoint) -> u64 {
+    let g = &p.shape;
+    let px = (g.resolution.width * g.resolution.height * g.frames.max(1)) as u64;
+    let images = (g.batch * if g.cfg { 2 } else { 1 }) as u64;
+    px * images * (g.steps as u64 + 1) + 1
+}
+
+/// A fine-tuning point's work: latent pixels × frames × batch × three passes per step.
+pub fn ft_cost(p: &FtPoint) -> u64 {
+    let px = (p.resolution.width * p.resolution.height * p.frames.unwrap_or(1)) as u64;
+    px * p.batch as u64 * 3 * p.steps.max(1) as u64 + 1
+}
+
+/// The key of the points that share loaded weights: model source, precision and mode.
+pub fn llm_key(p: &Point) -> String {
+    format!("{}\u{0}{:?}\u{0}{:?}", p.source, p.precision, p.mode)
+}
+
+/// The key of generation points that load the same weights: source, precision and the VAE's.
+pub fn gen_key(p: &GenPoint) -> String {
+    format!(
+        "{}\u{0}{:?}\u{0}{:?}",
+        p.source, p.precision, p.vae_precision
+    )
+}
+
+/// The key of fine-tuning points that load the same denoiser: source and precision.
+pub fn ft_key(p: &FtPoint) -> String {
+    format!("{}\u{0}{:?}", p.source, p.precision)
+}
+
+/// The points (indices into `points`, ascending) of `shard`. Units of work are the groups of
+/// points that load the same weights (`key`: for a language model, the groups a worker loads
+/// weights once for); only when there are fewer groups than shards is the costliest group
+/// split into two contiguous halves, repeatedly. Units go, costliest first, to the shard with
+/// the least cost so far (longest processing time first), ties to the lower shard and the
+/// earlier unit: the same points always land in the same shard.
+pub fn select<P>(
+    points: &[P],
+    key: impl Fn(&P) -> String,
+    cost: impl Fn(&P) -> u64,
+    shard: Shard,
+) -> Vec<usize> {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, p) in points.iter().enumerate() {
-        let key = (
-            p.source.clone(),
-            format!("{:?}", p.precision),
-            format!("{:?}", p.mode),
-        );
-        groups.entry(key).or_default().push(i);
+        groups.entry(key(p)).or_default().push(i);
     }
     let costs: Vec<u64> = points.iter().map(&cost).collect();
     let unit_cost = |u: &[usize]| u.iter().map(|&i| costs[i]).sum::<u64>();
@@ -172,7 +213,7 @@ mod tests {
         ]);
         let cost = |q: &Point| q.batch as u64;
         let all: Vec<Vec<usize>> = (1..=3)
-            .map(|k| select(&p, cost, Shard { k, n: 3 }))
+            .map(|k| select(&p, llm_key, cost, Shard { k, n: 3 }))
             .collect();
         let mut union: Vec<usize> = all.concat();
         union.sort_unstable();
@@ -180,11 +221,11 @@ mod tests {
         // Groups (a,f32)=9, (a,bf16)=9, (b,f32)=3, (c,f32)=4: LPT gives {9}, {9}, {4,3}.
         assert_eq!(all, vec![vec![0, 1], vec![2, 3], vec![4, 5, 6]]);
         // Deterministic.
-        assert_eq!(select(&p, cost, Shard { k: 3, n: 3 }), all[2]);
+        assert_eq!(select(&p, llm_key, cost, Shard { k: 3, n: 3 }), all[2]);
         // Fewer groups than shards: the costliest group is split.
         let one = pts(&[("a", F32, 1), ("a", F32, 1), ("a", F32, 2)]);
-        let s1 = select(&one, cost, Shard { k: 1, n: 2 });
-        let s2 = select(&one, cost, Shard { k: 2, n: 2 });
+        let s1 = select(&one, llm_key, cost, Shard { k: 1, n: 2 });
+        let s2 = select(&one, llm_key, cost, Shard { k: 2, n: 2 });
         assert_eq!((s1, s2), (vec![0, 1], vec![2]));
     }
 }

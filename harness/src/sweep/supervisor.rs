@@ -1,8 +1,12 @@
-//! Process isolation for sweeps (a memory harness must survive running out of memory).
+//! Process isolation for sweeps of every mode (a memory harness must survive running out of
+//! memory).
 //!
-//! The parent `vramlab sweep` never measures: for each group of points that share weights it
-//! re-executes itself as a worker (`--worker START:END`) that loads the weights once and runs
-//! the points in order, appending each row to the CSV (flushed and synced). The worker reports
+//! The parent `vramlab sweep` never measures: for each group of points that share loaded
+//! weights it re-executes itself as a worker (`--worker START:END`) that loads the weights once
+//! and runs the points in order, appending each row to the CSV (flushed and synced). A
+//! language model's group is the points of one (model, precision, mode); a generation or
+//! fine-tuning point loads its pipeline itself, so its group is the point alone: each runs in
+//! a fresh process, its figures independent of the points before it (and of the shard). The worker reports
 //! on stdout (`vramlab-phase NAME`, `vramlab-point-done ID`). When a worker dies (an allocation
 //! refused by `--capacity` aborts it, or a signal, or a panic) the parent records the point it
 //! was on as `oom` or `error`, with the phase, and starts a fresh worker after it.
@@ -13,11 +17,14 @@
 use crate::export::Exporter;
 use crate::meter::alloc::OOM_MARKER;
 use crate::record::{Phase, Record, Status};
+use crate::scenario::finetune::FtPoint;
+use crate::scenario::generate::GenPoint;
 use crate::scenario::Point;
 use crate::vocab::Mode;
 use anyhow::{Context, Result};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
+use std::ops::Range;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,29 +81,77 @@ pub fn point_done(id: &str) {
     report("point-done", id);
 }
 
-/// True when `r` is the last row `p` writes (or records its failure).
-pub fn is_final(r: &Record, p: &Point) -> bool {
-    matches!(r.status, Some(Status::Oom) | Some(Status::Error))
-        || match p.mode {
+/// A point of any mode, as the supervisor and the resume see it.
+pub trait SweepPoint {
+    fn id(&self) -> &str;
+    /// True when `r` is the last row the point writes when it finishes (a failure's row aside).
+    fn is_last_row(&self, r: &Record) -> bool;
+}
+
+impl SweepPoint for Point {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn is_last_row(&self, r: &Record) -> bool {
+        match self.mode {
             Mode::Infer | Mode::Encode | Mode::Generate => r.phase == Some(Phase::Total),
             Mode::Train => {
-                r.phase == Some(Phase::StepTotal) && r.step == Some(p.train.steps as u64)
+                r.phase == Some(Phase::StepTotal) && r.step == Some(self.train.steps as u64)
             }
         }
+    }
+}
+
+impl SweepPoint for GenPoint {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn is_last_row(&self, r: &Record) -> bool {
+        r.phase == Some(Phase::Total)
+    }
+}
+
+impl SweepPoint for FtPoint {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    /// The last step's step_total row.
+    fn is_last_row(&self, r: &Record) -> bool {
+        r.phase == Some(Phase::StepTotal) && r.step == Some(self.steps as u64)
+    }
+}
+
+/// True when `r` is the last row `p` writes (or records its failure).
+pub fn is_final(r: &Record, p: &impl SweepPoint) -> bool {
+    matches!(r.status, Some(Status::Oom) | Some(Status::Error)) || p.is_last_row(r)
 }
 
 /// Ids of the points of `points` that `rows` finish.
-pub fn finished(rows: &[Record], points: &[Point]) -> HashSet<String> {
-    let by_id: std::collections::HashMap<&str, &Point> =
-        points.iter().map(|p| (p.id.as_str(), p)).collect();
+pub fn finished<P: SweepPoint>(rows: &[Record], points: &[P]) -> HashSet<String> {
+    let by_id: std::collections::HashMap<&str, &P> = points.iter().map(|p| (p.id(), p)).collect();
     rows.iter()
         .filter(|r| {
             by_id
                 .get(r.point_id.as_str())
-                .is_some_and(|p| is_final(r, p))
+                .is_some_and(|p| is_final(r, *p))
         })
         .map(|r| r.point_id.clone())
         .collect()
+}
+
+/// The groups of consecutive points that share loaded weights (`same`), as index ranges.
+pub fn groups<P>(points: &[P], same: impl Fn(&P, &P) -> bool) -> Vec<Range<usize>> {
+    let mut v = Vec::new();
+    let mut i = 0;
+    while i < points.len() {
+        let end = i + points[i..]
+            .iter()
+            .take_while(|p| same(p, &points[i]))
+            .count();
+        v.push(i..end);
+        i = end;
+    }
+    v
 }
 
 /// Rewrites `csv` without the rows of unfinished points (atomically: temp file + rename).
@@ -193,30 +248,27 @@ fn run_worker(
     Ok(Some(Death { phase, oom, tail }))
 }
 
-/// Runs every unfinished point of `points` in workers; returns how many workers it started. `failed_row(point, phase, status,
-/// peak, message)` builds the row recorded for a point whose worker died.
-#[allow(clippy::type_complexity)]
-pub fn supervise(
-    points: &[Point],
+/// Runs every unfinished point of `points` in workers, one worker per group of `groups` (a
+/// fresh one after a worker dies); returns how many workers it started. `failed_row(point,
+/// phase, status, peak, message)` builds the row recorded for a point whose worker died.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn supervise<P: SweepPoint>(
+    points: &[P],
+    groups: &[Range<usize>],
     done: &mut HashSet<String>,
     base_cmd: &dyn Fn(usize, usize) -> Command,
     exporter: &mut dyn Exporter,
-    failed_row: &dyn Fn(&Point, Phase, Status, Option<u64>, String) -> Record,
+    failed_row: &dyn Fn(&P, Phase, Status, Option<u64>, String) -> Result<Record>,
     on_done: &mut dyn FnMut(&str),
     on_device: &mut dyn FnMut(serde_json::Value),
 ) -> Result<usize> {
     let mut started = 0;
-    let mut i = 0;
-    while i < points.len() {
-        let first = &points[i];
-        let end = i + points[i..]
-            .iter()
-            .take_while(|p| crate::scenario::grid::same_group(p, first))
-            .count();
+    for g in groups {
+        let (i, end) = (g.start, g.end);
         // Set once a worker of this group died in the group's warm-up: later workers warm up
         // each point at its own shapes (`--point-warmup`).
         let mut point_warmup = false;
-        while let Some(start) = (i..end).find(|&k| !done.contains(&points[k].id)) {
+        while let Some(start) = (i..end).find(|&k| !done.contains(points[k].id())) {
             let mut mark = |id: &str| {
                 done.insert(id.to_string());
                 on_done(id);
@@ -229,7 +281,7 @@ pub fn supervise(
             let Some(death) = run_worker(cmd, &mut mark, on_device)? else {
                 continue;
             };
-            let Some(k) = (start..end).find(|&k| !done.contains(&points[k].id)) else {
+            let Some(k) = (start..end).find(|&k| !done.contains(points[k].id())) else {
                 break;
             };
             let phase = death.phase.unwrap_or(Phase::Load);
@@ -243,7 +295,7 @@ pub fn supervise(
             // shares them, so all are recorded at once, without a reload per point.
             let affected = if death.oom.is_some() && death.phase == Some(Phase::Load) {
                 (k..end)
-                    .filter(|&j| !done.contains(&points[j].id))
+                    .filter(|&j| !done.contains(points[j].id()))
                     .collect()
             } else {
                 vec![k]
@@ -262,13 +314,12 @@ pub fn supervise(
                         ),
                     ),
                     None => failed_row(p, phase, Status::Error, None, format!("worker died: {}", death.tail)),
-                };
+                }?;
                 exporter.write(&row)?;
-                done.insert(p.id.clone());
-                on_done(&p.id);
+                done.insert(p.id().to_string());
+                on_done(p.id());
             }
         }
-        i = end;
     }
     Ok(started)
 }

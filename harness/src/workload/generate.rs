@@ -9,8 +9,8 @@
 //! preallocated output).
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::pipeline::{self, Pipeline};
-pub use crate::model::pipeline::{
+use crate::model::diffusion::{self as pipeline, Pipeline};
+pub use crate::model::diffusion::{
     decode_spatial as decode, tile_starts, write_synthetic, GenShape,
 };
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
@@ -279,7 +279,7 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
 /// CFG, the decode, the attention; a video model needs `frames`): one line naming the file,
 /// the line and the key, exit 2.
 fn check(path: &Path, text: &str, spec: &Spec, points: &[GenPoint]) -> Result<()> {
-    use crate::model::pipeline::{BadPoint, PointInput};
+    use crate::model::diffusion::{BadPoint, PointInput};
     for p in points {
         let src = GenSource::parse(&p.source)
             .map_err(|e| bad_file(path, format!("[model] source: {e}")))?;

@@ -663,7 +663,7 @@ fn gshape(side: usize, frames: usize, batch: usize, cfg: bool, decode: VaeDecode
 /// Every component's stored shapes (from building its modules over the shape recorder, the
 /// VAE with its encoder) agree with the analytic count from the config, for Wan2.1-T2V-1.3B
 /// and the tiny config; the real counts are the published ones (`published_counts` in
-/// wan.rs).
+/// `model/diffusion/wan/config.rs`).
 fn pipeline_counts() {
     for cfg in [WanConfig::t2v_1_3b(), common::tiny_wan()] {
         let p = Wan::new(cfg.clone(), DType::F32, DType::F32);

@@ -9,10 +9,10 @@
 //!   with fused `qkv`, `single_blocks.N.linear1`, ...); synthetic directories are written with
 //!   them. A real diffusers `transformer/` stores the same parameters under diffusers' names
 //!   (`x_embedder`, `transformer_blocks.N.attn.to_q`, q/k/v split, `norm_out` with shift and
-//!   scale swapped): [`Flux::load`] reads it through [`DiffusersNames`], which concatenates
-//!   the split parts at load time (the load row keeps exactly the weights; its peak holds one
-//!   fused tensor's parts twice). Its LayerNorms have no parameters: candle builds each as a `Tensor::ones` of
-//!   the hidden size at load time (allocated, not stored).
+//!   scale swapped): [`Flux::load`](super::Pipeline::load) reads it through [`DiffusersNames`],
+//!   which concatenates the split parts at load time (the load row keeps exactly the weights;
+//!   its peak holds one fused tensor's parts twice). Its LayerNorms have no parameters: candle
+//!   builds each as a `Tensor::ones` of the hidden size at load time (allocated, not stored).
 //! - the VAE is candle's `stable_diffusion::vae::AutoEncoderKL` (diffusers' names) without the
 //!   1×1 quant convs, as FLUX's `vae/config.json` says (`use_quant_conv: false`).
 //! - the CLIP text encoder is SD's [`ClipText`](super::sd::ClipText); FLUX reads its pooled
@@ -24,7 +24,8 @@
 //! aspect survives (the same bytes as diffusers' (b, H/16·W/16, 64); the transformer reads a
 //! reshaped view). One step is one transformer forward with the guidance embedding (FLUX.1-dev
 //! is guidance-distilled: no classifier-free guidance, no doubled batch), then an Euler update
-//! of the rectified flow. [`Flux::vae_latents`] unpacks, unscales and shifts.
+//! of the rectified flow. [`Flux::vae_latents`](super::Pipeline::vae_latents) unpacks, unscales
+//! and shifts.
 //!
 //! Files: `config.rs` (the configs, presets and analytic counts), `names.rs` (diffusers'
 //! tensor names read as BFL's) and `pipeline.rs` (the loaded [`Flux`]).

@@ -2,15 +2,16 @@
 //! with its own diffusers `config.json` — `unet/` (UNet2DConditionModel), `vae/` (AutoencoderKL),
 //! `text_encoder/` and, for SDXL, `text_encoder_2/` (CLIP text transformers).
 //!
-//! The family is the [`Sd`] pipeline, behind the generation [`Pipeline`] trait, one component
-//! loaded (and measured) at a time.
+//! The family is the [`Sd`] pipeline, behind the generation [`Pipeline`](super::Pipeline)
+//! trait, one component loaded (and measured) at a time.
 //!
 //! What runs where:
 //! - the UNet and the VAE are candle-transformers 0.11.1's `stable_diffusion::{unet_2d, vae}`,
 //!   built from [`UNetConfig`]/[`VaeConfig`] (their configs have public fields). candle's UNet
 //!   has no SDXL `add_embedding` (the `text_time` micro-conditioning): its two linears are
-//!   stored in the checkpoint, so `unet_shapes` adds them and [`Sd::load`] loads them, but
-//!   the forward does not use them (a (b, 1280) vector: no memory to speak of).
+//!   stored in the checkpoint, so `unet_shapes` adds them and
+//!   [`Sd::load`](super::Pipeline::load) loads them, but the forward does not use them (a
+//!   (b, 1280) vector: no memory to speak of).
 //! - the CLIP text encoders are this module's own [`ClipText`] (`clip.rs`): candle's
 //!   `clip::Config` has private fields (only its presets can be built), so it cannot read a
 //!   `config.json` or a tiny test config.

@@ -9,7 +9,7 @@
 //! activations' dtype (candle has no SDPA kernel on the CPU); [`Attention::Flash`] runs
 //! vramlab-kernels' tiled attention, which never holds them.
 //!
-//! Training (LoRA, `workload/finetune.rs`): the blocks' dense layers are [`crate::model::nn::Linear`]
+//! Training (LoRA, `workload/finetune.rs`): the blocks' dense layers are [`Linear`]
 //! (adapters attach with [`WanDit::linears_mut`]), every op on the blocks' path records a
 //! backward, and the forward is split into [`WanDit::embed`], [`WanDit::condition`],
 //! [`WanDit::block`] and [`WanDit::head`] so that checkpointing can re-run one block.
@@ -35,7 +35,7 @@ fn modulate(x: &Tensor, shift: &Tensor, scale: &Tensor) -> Result<Tensor> {
     x.broadcast_mul(&(scale + 1.0)?)?.broadcast_add(shift)
 }
 
-/// A block's dense layer (diffusers' `nn.Linear` with a bias), as [`crate::model::nn::Linear`]: a
+/// A block's dense layer (diffusers' `nn.Linear` with a bias), as [`Linear`]: a
 /// LoRA adapter can be attached to it, and under training its frozen weight takes no
 /// gradient.
 fn dense(i: usize, o: usize, vb: VarBuilder) -> Result<Linear> {

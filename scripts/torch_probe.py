@@ -982,7 +982,7 @@ def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw
     return rows
 
 
-LORA_ALPHA = 8.0  # PEFT's default, as in harness/src/model/nn.rs
+LORA_ALPHA = 8.0  # PEFT's default, as in harness/src/model/nn/layers.rs
 LORA_TARGETS = {"gpt2": ("c_attn",), "bert": ("query", "value")}  # others: q_proj, v_proj
 
 
@@ -1157,13 +1157,14 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
 # text_encoder/[_2]: CLIPTextModel[WithProjection]), FLUX (transformer/:
 # FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when present) and
 # Wan2.1 T2V (model_index.json WanPipeline: transformer/ WanTransformer3DModel, vae/
-# AutoencoderKLWan, text_encoder/ UMT5EncoderModel), as harness/src/model/wan_pipe.rs runs it.
+# AutoencoderKLWan, text_encoder/ UMT5EncoderModel), as
+# harness/src/model/diffusion/wan/pipeline.rs runs it.
 
 GEN_DTYPE_NAMES = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
 # FLUX.1-dev's pipeline encodes prompts to 512 T5 tokens (max_sequence_length).
 FLUX_TEXT_LEN = 512
 GUIDANCE_SCALE = 7.5  # as generate.rs
-# wan_pipe.rs: WanPipeline's max_sequence_length, guidance_scale and the scheduler's flow_shift.
+# wan/pipeline.rs: WanPipeline's max_sequence_length, guidance_scale and the scheduler's flow_shift.
 WAN_TEXT_LEN = 512
 WAN_GUIDANCE_SCALE = 5.0
 WAN_FLOW_SHIFT = 3.0
@@ -1226,10 +1227,10 @@ def gen_layout(p: dict) -> dict:
         raise InputError(f"[sweep] frames = {p['frames']}: {p['model_id']} is an image model")
     vae = p["vae_precision"]
     if vae is None and family == "wan":
-        vae = "f32"  # wan_pipe.rs: diffusers' Wan docs load the VAE in f32
+        vae = "f32"  # wan/pipeline.rs: diffusers' Wan docs load the VAE in f32
     elif vae is None:
         # diffusers' SDXL pipeline decodes in f32 when the VAE config sets force_upcast; SD
-        # 1.5/2.1 and FLUX decode in the pipeline's dtype (sd.rs default_vae_dtype).
+        # 1.5/2.1 and FLUX decode in the pipeline's dtype (sd/config.rs default_vae_dtype).
         upcast = has_vae and read_json(root / "vae" / "config.json").get("force_upcast", True)
         vae = "f32" if family == "sd" and "text_encoder_2" in comps and upcast else prec
     return dict(root=root, family=family, components=comps, vae_precision=vae,
@@ -1237,7 +1238,7 @@ def gen_layout(p: dict) -> dict:
 
 
 def check_wan(p: dict):
-    """What vramlab's Wan pipeline refuses (wan_pipe.rs check, attention_problem): frames
+    """What vramlab's Wan pipeline refuses (wan/pipeline.rs check, attention_problem): frames
     4k+1, no sliced attention."""
     if (p["frames"] - 1) % 4:
         raise InputError(f"[sweep] frames = {p['frames']}: {p['model_id']} decodes 4k+1 frames")
@@ -1399,13 +1400,13 @@ def text_len(family: str, encoder) -> int:
 
 
 def wan_sigma(i: int, steps: int) -> float:
-    """wan_pipe.rs sigma: the shifted flow sigma at step i (1 at the start, 0 at the end)."""
+    """wan/pipeline.rs sigma: the shifted flow sigma at step i (1 at the start, 0 at the end)."""
     u = 1.0 - i / steps
     return WAN_FLOW_SHIFT * u / (1.0 + (WAN_FLOW_SHIFT - 1.0) * u)
 
 
 def wan_encode(torch, pipe: dict, ids: list, b: int, cfg: bool, dtype, device):
-    """wan_pipe.rs encode_text: the prompts' embeddings and, with CFG, the negative prompts'
+    """wan/pipeline.rs encode_text: the prompts' embeddings and, with CFG, the negative prompts'
     from a second encoder call (as WanPipeline.encode_prompt), in the transformer's dtype.
     Without a text encoder in the directory, embeddings of the shape the transformer reads."""
     te = pipe.get("text_encoder")
@@ -1417,7 +1418,7 @@ def wan_encode(torch, pipe: dict, ids: list, b: int, cfg: bool, dtype, device):
 
 
 def wan_step(torch, tr, latents, i: int, steps: int, conds: list):
-    """wan_pipe.rs denoise_step: the transformer on the prompt (and, with CFG, a second call on
+    """wan/pipeline.rs denoise_step: the transformer on the prompt (and, with CFG, a second call on
     the negative prompt while the first prediction lives), guidance 5.0, then the flow's Euler
     step x += (σ_next − σ)·v."""
     sigma, nxt = wan_sigma(i, steps), wan_sigma(i + 1, steps)
@@ -1431,7 +1432,7 @@ def wan_step(torch, tr, latents, i: int, steps: int, conds: list):
 
 
 def wan_vae_latents(torch, vae, latents, vae_dtype):
-    """wan_pipe.rs vae_latents: latents · latents_std + latents_mean per channel, in the VAE's
+    """wan/pipeline.rs vae_latents: latents · latents_std + latents_mean per channel, in the VAE's
     dtype (WanPipeline divides by 1/std)."""
     c = vae.config
     shape = (1, c.z_dim, 1, 1, 1)
@@ -1491,7 +1492,7 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
         if wan:
             tr = pipe["transformer"]
             frames = (p["frames"] - 1) // vae.config.scale_factor_temporal + 1
-            # wan_pipe.rs keeps the latents in the transformer's dtype.
+            # wan/pipeline.rs keeps the latents in the transformer's dtype.
             latents = torch.randn(b, tr.config.in_channels, frames, h, w, generator=g).to(device, dtype)
         elif flux:
             tr = pipe["transformer"]

@@ -12,7 +12,7 @@ use vramlab::record::{Phase, Record, Status};
 /// The tiny SD pipeline (f32) as a diffusers directory under `tmp`.
 fn tiny_sd_dir(tmp: &Path) -> PathBuf {
     let dir = tmp.join("tiny-sd");
-    let p = vramlab::model::sd::Sd::new(
+    let p = vramlab::model::diffusion::sd::Sd::new(
         common::tiny_sd(),
         candle_core::DType::F32,
         candle_core::DType::F32,

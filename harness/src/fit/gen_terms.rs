@@ -5,9 +5,9 @@
 //! them without an import circle.
 use super::Runtime;
 use crate::error::InputError;
-use crate::model::flux::{FluxConfig, PATCH};
-use crate::model::sd::{DownBlock, SdConfig};
-use crate::model::wan::WanConfig;
+use crate::model::diffusion::flux::{FluxConfig, PATCH};
+use crate::model::diffusion::sd::{DownBlock, SdConfig};
+use crate::model::diffusion::wan::WanConfig;
 use crate::vocab::{Attention, Backend, Component, GenModel, Phase, Resolution, VaeDecode};
 use candle_core::DType;
 use serde::Serialize;
@@ -159,7 +159,7 @@ impl GenArch {
             vae_factor: c.vae.spatial_factor(),
             latent_channels: t.in_channels,
             out_channels: 3,
-            text_len: crate::model::wan::TEXT_LEN,
+            text_len: crate::model::diffusion::wan::TEXT_LEN,
             text_hidden: c.text_encoder.d_model,
             context_dim: t.text_dim,
             pooled_dim: 0,

@@ -1,7 +1,7 @@
 //! Generation points (mode = "generate"): a scenario's tables expanded in order, and their
 //! checks against each model before anything is measured.
 use crate::error::bad_file;
-use crate::model::pipeline::GenShape;
+use crate::model::diffusion::GenShape;
 use crate::scenario::Spec;
 use crate::vocab::{Attention, Mode, Precision, VaeDecode};
 use crate::workload::generate::GenSource;
@@ -112,7 +112,7 @@ pub fn expand(spec: &Spec) -> Vec<GenPoint> {
 /// CFG, the decode, the attention; a video model needs `frames`): one line naming the file,
 /// the line and the key, exit 2.
 pub fn check(path: &Path, text: &str, spec: &Spec, points: &[GenPoint]) -> Result<()> {
-    use crate::model::pipeline::{BadPoint, PointInput};
+    use crate::model::diffusion::{BadPoint, PointInput};
     for p in points {
         let src = GenSource::parse(&p.source)
             .map_err(|e| bad_file(path, format!("[model] source: {e}")))?;

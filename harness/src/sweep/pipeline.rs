@@ -11,7 +11,7 @@ use crate::error::InputError;
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::WeightInfo;
 use crate::export::Exporter;
-use crate::model::pipeline::{self, Pipeline};
+use crate::model::diffusion::{self as pipeline, Pipeline};
 use crate::record::{Record, Status, SCHEMA_VERSION};
 use crate::scenario::finetune::FtPoint;
 use crate::scenario::generate::GenPoint;

@@ -8,8 +8,8 @@
 //! blended into a row strip with a linear ramp over the overlap, each strip blended into the
 //! preallocated output).
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::pipeline::{self, Pipeline};
-pub use crate::model::pipeline::{
+use crate::model::diffusion::{self as pipeline, Pipeline};
+pub use crate::model::diffusion::{
     decode_spatial as decode, tile_starts, write_synthetic, GenShape,
 };
 use crate::record::{Phase, Record, Status};

@@ -9,10 +9,10 @@
 //!
 //! `sliding_window` (2047 for Phi-3-mini-4k) masks attention as in HF and, with
 //! `kv_window = "model"`, caps the KV cache at the window like Mistral's.
-use super::arch::{checked, parse_json, Architecture};
 use super::llama::{decoder_hf_json, DecoderJson};
-use super::Config;
 use crate::error::bad_file;
+use crate::model::arch::{checked, parse_json, Architecture};
+use crate::model::Config;
 use anyhow::Result;
 use serde::Deserialize;
 use serde_json::Value;

@@ -8,9 +8,9 @@
 //! also stores an `lm_head.weight` copy. transformers ties the head to the embedding (one
 //! tensor in memory) and vLLM skips the copy; vramlab's loader reads only the listed tensors,
 //! so the copy is never loaded and the count is the tied one (see tests/architectures.rs).
-use super::arch::{checked, parse_json, Architecture};
 use super::qwen2::{qwen_hf_json, QwenJson};
-use super::Config;
+use crate::model::arch::{checked, parse_json, Architecture};
+use crate::model::Config;
 use anyhow::Result;
 use serde_json::Value;
 use std::path::Path;

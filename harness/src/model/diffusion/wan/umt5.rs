@@ -3,7 +3,7 @@
 //! feed-forward) where, unlike T5, every layer has its own relative-attention bias.
 //! The gate's GELU is transformers' `gelu_new`, the tanh approximation (candle's `gelu`).
 //! Tensor names are transformers' (`shared`, `encoder.block.{i}.layer.{0,1}...`).
-use super::wan::{FeedForwardProj, UmT5Config};
+use super::config::{FeedForwardProj, UmT5Config};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{embedding, linear_no_bias, Embedding, Linear, VarBuilder};
 

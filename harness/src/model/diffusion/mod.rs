@@ -1,13 +1,22 @@
-//! The generation [`Pipeline`] trait (ARCHITECTURE.md §7): an image or video model as diffusers
-//! ships it, a set of components (`text_encoder/`, `text_encoder_2/`, `unet/` or `transformer/`,
-//! `vae/`), each with its own `config.json`, weights file and dtype, loaded (and measured) one at a
-//! time, then run as text encode → denoising steps → VAE decode.
+//! Diffusion models: the generation [`Pipeline`] trait (ARCHITECTURE.md §7) and its
+//! implementations, one folder per family, each split the same way (`config.rs`, component
+//! files, `pipeline.rs`): [`sd`] (Stable Diffusion 1.5/2.1/XL), [`flux`] (FLUX.1) and [`wan`]
+//! (Wan2.1 text-to-video); `params.rs` holds the parameter counts of their shared layers.
 //!
-//! A pipeline does not fit the [`super::Architecture`] trait of language models (one config,
-//! one tensor list, a decoder or an encoder). One file per family implements this trait
-//! (`sd.rs`, `flux.rs`, ...); the generation workload (`workload/generate.rs`) sees only
-//! `dyn Pipeline`, built here from a preset ([`preset`]) or a diffusers directory
-//! ([`from_dir`]).
+//! A pipeline is an image or video model as diffusers ships it, a set of components
+//! (`text_encoder/`, `text_encoder_2/`, `unet/` or `transformer/`, `vae/`), each with its own
+//! `config.json`, weights file and dtype, loaded (and measured) one at a time, then run as text
+//! encode → denoising steps → VAE decode.
+//!
+//! A pipeline does not fit the [`Architecture`](super::Architecture) trait of language models
+//! (one config, one tensor list, a decoder or an encoder). The generation workload
+//! (`workload/generate.rs`) sees only `dyn Pipeline`, built here from a preset ([`preset`]) or
+//! a diffusers directory ([`from_dir`]).
+pub mod flux;
+pub mod params;
+pub mod sd;
+pub mod wan;
+
 use crate::error::bad_file;
 use crate::vocab::{Attention, Component, GenModel, Resolution, VaeDecode};
 use anyhow::{Context, Result};
@@ -229,8 +238,8 @@ pub struct BadPoint {
 /// `vae_dtype` (None: what the real pipeline uses). A model that only `vramlab estimate` knows
 /// (no candle modules yet) is a one-line error.
 pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
-    use super::flux::{Flux, FluxConfig};
-    use super::sd::{Sd, SdConfig};
+    use flux::{Flux, FluxConfig};
+    use sd::{Sd, SdConfig};
     match m {
         GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => {
             let cfg = SdConfig::preset(m);
@@ -244,8 +253,8 @@ pub fn preset(m: GenModel, dtype: DType, vae_dtype: Option<DType>) -> Result<Box
             vae_dtype.unwrap_or(dtype),
         ))),
         // diffusers' Wan docs load the VAE in f32, the rest in the pipeline's dtype.
-        GenModel::Wan21T2v13b => Ok(Box::new(super::wan_pipe::Wan::new(
-            super::wan::WanConfig::t2v_1_3b(),
+        GenModel::Wan21T2v13b => Ok(Box::new(wan::Wan::new(
+            wan::WanConfig::t2v_1_3b(),
             dtype,
             vae_dtype.unwrap_or(DType::F32),
         ))),
@@ -296,8 +305,8 @@ pub fn pipeline_class(dir: &Path) -> Result<PipelineClass> {
 
 /// The pipeline of a diffusers directory, unloaded, of its [`pipeline_class`].
 pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
-    use super::flux::{Flux, FluxConfig};
-    use super::sd::{Sd, SdConfig};
+    use flux::{Flux, FluxConfig};
+    use sd::{Sd, SdConfig};
     match pipeline_class(dir)? {
         PipelineClass::StableDiffusionPipeline | PipelineClass::StableDiffusionXLPipeline => {
             let cfg = SdConfig::from_dir(dir)?;
@@ -308,8 +317,8 @@ pub fn from_dir(dir: &Path, dtype: DType, vae_dtype: Option<DType>) -> Result<Bo
             let cfg = FluxConfig::from_dir(dir)?;
             Ok(Box::new(Flux::new(cfg, dtype, vae_dtype.unwrap_or(dtype))))
         }
-        PipelineClass::WanPipeline => Ok(Box::new(super::wan_pipe::Wan::new(
-            super::wan::WanConfig::from_dir(dir)?,
+        PipelineClass::WanPipeline => Ok(Box::new(wan::Wan::new(
+            wan::WanConfig::from_dir(dir)?,
             dtype,
             vae_dtype.unwrap_or(DType::F32),
         ))),
@@ -321,7 +330,7 @@ pub fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> Result<T> {
     let text = std::fs::read_to_string(p).map_err(|e| bad_file(p, format!("cannot read: {e}")))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad_file(p, format!("not JSON: {e}")))?;
-    super::arch::parse_json(p, &v)
+    crate::model::arch::parse_json(p, &v)
 }
 
 /// Writes `v` as `dir/<component>/config.json`.
@@ -348,7 +357,7 @@ pub fn weights_file(dir: &Path, c: Component) -> PathBuf {
 
 /// A component's safetensors files: the shards its index names, or the single file.
 pub fn weights_files(dir: &Path, c: Component) -> Result<Vec<PathBuf>> {
-    super::weights::safetensors_files_named(&dir.join(c.as_str()), weights_base(c))
+    crate::model::weights::safetensors_files_named(&dir.join(c.as_str()), weights_base(c))
 }
 
 /// Every component's files (the manifest's weight hash).
@@ -383,7 +392,12 @@ pub fn write_synthetic(p: &dyn Pipeline, dir: &Path) -> Result<()> {
     for c in p.components() {
         let file = weights_file(dir, c);
         if !file.exists() {
-            super::synth::write_tensors(p.shapes(c), p.dtype(c), super::synth::SEED, &file)?;
+            crate::model::synth::write_tensors(
+                p.shapes(c),
+                p.dtype(c),
+                crate::model::synth::SEED,
+                &file,
+            )?;
         }
     }
     Ok(())

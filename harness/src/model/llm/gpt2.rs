@@ -12,9 +12,11 @@
 //! [`Gpt2Arch::tensor_shapes`] does not list them, the loader never reads them (it loads by
 //! the listed names), and the estimate does not count them. LayerNorm and softmax run in f32
 //! and cast back (see `nn`).
-use super::arch::{checked, no_ops, parse_json, Architecture, Decoder, InferenceModel, Tensors};
-use super::nn::{attention, embedding, lm_loss, split_heads, Causal, Linear, Named, Norm};
-use super::{Config, KvCache, Trainable};
+use crate::model::arch::{
+    checked, no_ops, parse_json, Architecture, Decoder, InferenceModel, Tensors,
+};
+use crate::model::nn::{attention, embedding, lm_loss, split_heads, Causal, Linear, Named, Norm};
+use crate::model::{Config, KvCache, Trainable};
 use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
@@ -362,6 +364,6 @@ impl Decoder for Gpt2 {
         for i in 0..self.blocks.len() {
             x = self.block(i, &x, pos, cache.as_deref_mut())?;
         }
-        self.head(&super::arch::last_positions(x, s, cache, last_only)?)
+        self.head(&crate::model::arch::last_positions(x, s, cache, last_only)?)
     }
 }

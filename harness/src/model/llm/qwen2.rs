@@ -1,9 +1,9 @@
 //! Qwen2 / Qwen2.5 (`model_type = "qwen2"`): the llama decoder with biases on the q, k and v
 //! projections (none on o), tied or separate embeddings. Its `sliding_window` applies only
 //! with `use_sliding_window = true` (no released Qwen2.5 sets it).
-use super::arch::{checked, parse_json, Architecture};
 use super::llama::{decoder_hf_json, DecoderJson};
-use super::Config;
+use crate::model::arch::{checked, parse_json, Architecture};
+use crate::model::Config;
 use anyhow::Result;
 use serde::Deserialize;
 use serde_json::Value;

@@ -3,9 +3,9 @@
 //! v0.2 on), so a KV cache never needs more than the window: with `kv_window = "model"` the
 //! cache is preallocated at min(context, window) tokens and written as a ring buffer, the
 //! memory vLLM and HF use; `kv_window = "full"` keeps every token.
-use super::arch::{checked, parse_json, Architecture};
 use super::llama::{decoder_hf_json, DecoderJson};
-use super::Config;
+use crate::model::arch::{checked, parse_json, Architecture};
+use crate::model::Config;
 use anyhow::Result;
 use serde::Deserialize;
 use serde_json::Value;

@@ -1,17 +1,7 @@
-//! Wan2.1 text-to-video: a pipeline of three diffusers components, each with its own
-//! `config.json` — `transformer/` (WanTransformer3DModel, a DiT over latent_frames × (H/16) ×
-//! (W/16) tokens with cross-attention to the text), `vae/` (AutoencoderKLWan, a causal 3D VAE of
-//! stride 4 × 8 × 8 that decodes one latent frame at a time through a feature cache) and
-//! `text_encoder/` (transformers' UMT5EncoderModel, umT5-XXL).
-//!
-//! This file holds the configs (serde mirrors of the diffusers files), the parameter counts
-//! from the configs alone, and what the estimator reads of the architecture (temporal factor,
-//! the decoder's feature cache). The VAE decoder as candle modules is `wan_vae.rs`, its causal
-//! convolution `conv3d.rs`.
-//!
-//! Sources: huggingface/diffusers `models/transformers/transformer_wan.py` and
-//! `models/autoencoders/autoencoder_kl_wan.py`, Wan-AI/Wan2.1 `wan/modules/{model,vae,t5}.py`,
-//! and the Wan-AI/Wan2.1-T2V-1.3B-Diffusers configs.
+//! Wan2.1's configs (serde mirrors of the diffusers files), the parameter counts from the
+//! configs alone, and what the estimator reads of the architecture (temporal factor, the
+//! decoder's feature cache).
+use crate::model::diffusion::params::{conv_params, linear_params};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -175,7 +165,7 @@ impl WanConfig {
     /// Reads a diffusers directory's three configs; an image-to-video transformer is refused
     /// (one line naming the file and key).
     pub fn from_dir(dir: &Path) -> anyhow::Result<WanConfig> {
-        use super::pipeline::read_json as read;
+        use crate::model::diffusion::read_json as read;
         let t = dir.join("transformer/config.json");
         let transformer: WanTransformerConfig = read(&t)?;
         if transformer.image_dim.is_some() || transformer.added_kv_proj_dim.is_some() {
@@ -196,38 +186,30 @@ impl WanConfig {
     }
 }
 
-fn linear(i: usize, o: usize) -> u64 {
-    (i * o + o) as u64
-}
-
-/// A convolution of `i → o` channels with `taps` kernel positions and a bias.
-fn conv(i: usize, o: usize, taps: usize) -> u64 {
-    (i * o * taps + o) as u64
-}
-
 /// The transformer's parameters as stored (diffusers' checkpoint keeps the output
 /// `scale_shift_table` of 2 × dim; newer diffusers turns it into `norm_out.linear` on load).
 pub fn transformer_params(c: &WanTransformerConfig) -> u64 {
-    let d = c.dim();
-    let patch = c.patch_size.iter().product::<usize>();
-    let patch_embedding = conv(c.in_channels, d, patch);
+    let d = c.dim() as u64;
+    let patch = c.patch_size.iter().product::<usize>() as u64;
+    let patch_embedding = conv_params(c.in_channels as u64, d, patch);
     // time_embedder (freq → d → d), time_proj (d → 6d), text_embedder (text → d → d).
-    let condition = linear(c.freq_dim, d)
-        + linear(d, d)
-        + linear(d, 6 * d)
-        + linear(c.text_dim, d)
-        + linear(d, d);
+    let condition = linear_params(c.freq_dim as u64, d)
+        + linear_params(d, d)
+        + linear_params(d, 6 * d)
+        + linear_params(c.text_dim as u64, d)
+        + linear_params(d, d);
     let qk_norm = match c.qk_norm {
-        Some(QkNorm::RmsNormAcrossHeads) => 2 * d as u64,
+        Some(QkNorm::RmsNormAcrossHeads) => 2 * d,
         None => 0,
     };
-    let attention = 4 * linear(d, d) + qk_norm;
+    let attention = 4 * linear_params(d, d) + qk_norm;
+    let ffn = c.ffn_dim as u64;
     let block = 2 * attention
-        + if c.cross_attn_norm { 2 * d as u64 } else { 0 }
-        + linear(d, c.ffn_dim)
-        + linear(c.ffn_dim, d)
-        + 6 * d as u64;
-    let out = linear(d, c.out_channels * patch) + 2 * d as u64;
+        + if c.cross_attn_norm { 2 * d } else { 0 }
+        + linear_params(d, ffn)
+        + linear_params(ffn, d)
+        + 6 * d;
+    let out = linear_params(d, c.out_channels as u64 * patch) + 2 * d;
     patch_embedding + condition + c.num_layers as u64 * block + out
 }
 
@@ -293,23 +275,27 @@ impl WanVaeConfig {
 
 /// The residual block of the Wan VAE: two RMS norms (a gamma each), two 3×3×3 causal
 /// convolutions and a 1×1×1 shortcut where the width changes.
-fn vae_res(i: usize, o: usize) -> u64 {
-    (i + o) as u64 + conv(i, o, 27) + conv(o, o, 27) + if i != o { conv(i, o, 1) } else { 0 }
+fn vae_res(i: u64, o: u64) -> u64 {
+    i + o
+        + conv_params(i, o, 3 * 3 * 3)
+        + conv_params(o, o, 3 * 3 * 3)
+        + if i != o { conv_params(i, o, 1) } else { 0 }
 }
 
 /// The mid block: residual, single-head attention (norm, 1×1 qkv and projection), residual.
-fn vae_mid(d: usize) -> u64 {
-    2 * vae_res(d, d) + d as u64 + conv(d, 3 * d, 1) + conv(d, d, 1)
+fn vae_mid(d: u64) -> u64 {
+    2 * vae_res(d, d) + d + conv_params(d, 3 * d, 1) + conv_params(d, d, 1)
 }
 
 /// The VAE decoder's parameters (with `post_quant_conv`).
 pub fn vae_decoder_params(c: &WanVaeConfig) -> u64 {
-    let d = c.decoder_dims();
+    let d: Vec<u64> = c.decoder_dims().iter().map(|&x| x as u64).collect();
     let n = c.dim_mult.len();
     let up = c.temporal_upsample();
-    let mut p = conv(c.z_dim, c.z_dim, 1) + conv(c.z_dim, d[0], 27) + vae_mid(d[0]);
+    let z = c.z_dim as u64;
+    let mut p = conv_params(z, z, 1) + conv_params(z, d[0], 3 * 3 * 3) + vae_mid(d[0]);
     for i in 0..n {
-        let mut cin = c.up_in(i);
+        let mut cin = c.up_in(i) as u64;
         for _ in 0..=c.num_res_blocks {
             p += vae_res(cin, d[i + 1]);
             cin = d[i + 1];
@@ -317,23 +303,23 @@ pub fn vae_decoder_params(c: &WanVaeConfig) -> u64 {
         if i + 1 < n {
             // A 3×3 conv to half the channels after a nearest ×2; upsample3d adds a (3, 1, 1)
             // causal conv doubling the channels (the two new frames).
-            p += conv(cin, cin / 2, 9);
+            p += conv_params(cin, cin / 2, 3 * 3);
             if up[i] {
-                p += conv(cin, 2 * cin, 3);
+                p += conv_params(cin, 2 * cin, 3);
             }
         }
     }
-    p + d[n] as u64 + conv(d[n], 3, 27)
+    p + d[n] + conv_params(d[n], 3, 3 * 3 * 3)
 }
 
 /// The VAE encoder's parameters (with `quant_conv`): loaded with the VAE, unused by T2V.
 pub fn vae_encoder_params(c: &WanVaeConfig) -> u64 {
-    let dims: Vec<usize> = std::iter::once(1)
+    let dims: Vec<u64> = std::iter::once(1)
         .chain(c.dim_mult.iter().copied())
-        .map(|m| c.base_dim * m)
+        .map(|m| (c.base_dim * m) as u64)
         .collect();
     let n = c.dim_mult.len();
-    let mut p = conv(3, dims[0], 27);
+    let mut p = conv_params(3, dims[0], 3 * 3 * 3);
     for i in 0..n {
         let mut cin = dims[i];
         for _ in 0..c.num_res_blocks {
@@ -341,14 +327,14 @@ pub fn vae_encoder_params(c: &WanVaeConfig) -> u64 {
             cin = dims[i + 1];
         }
         if i + 1 < n {
-            p += conv(cin, cin, 9);
+            p += conv_params(cin, cin, 3 * 3);
             if c.temperal_downsample[i] {
-                p += conv(cin, cin, 3);
+                p += conv_params(cin, cin, 3);
             }
         }
     }
-    let z2 = 2 * c.z_dim;
-    p + vae_mid(dims[n]) + dims[n] as u64 + conv(dims[n], z2, 27) + conv(z2, z2, 1)
+    let z2 = 2 * c.z_dim as u64;
+    p + vae_mid(dims[n]) + dims[n] + conv_params(dims[n], z2, 3 * 3 * 3) + conv_params(z2, z2, 1)
 }
 
 /// The whole AutoencoderKLWan (encoder and decoder: the checkpoint loads both).

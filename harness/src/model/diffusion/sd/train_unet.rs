@@ -1,21 +1,21 @@
 //! Stable Diffusion's UNet2DConditionModel for training (LoRA, `workload/finetune.rs`),
 //! written after candle-transformers 0.11.1's `stable_diffusion::{unet_2d, unet_2d_blocks,
 //! resnet, attention}` with diffusers' tensor names, so it loads the same `unet/` directory
-//! through candle's VarBuilder as [`super::sd`] does: conv_in, the sinusoidal time embedding
+//! through candle's VarBuilder as [`super::Sd`] does: conv_in, the sinusoidal time embedding
 //! and its two linears, down blocks (ResnetBlock2D, Transformer2DModel when cross-attention,
 //! a stride-2 conv downsampler), the mid block (resnet, transformer, resnet), up blocks (the
 //! skips concatenated, a nearest ×2 upsampler and a conv), GroupNorm, SiLU and conv_out.
 //!
 //! Why not candle's module: it has no LoRA injection point, and several of its ops record no
 //! backward (candle-nn's fused `layer_norm` and `softmax_last_dim`). Here:
-//! - the attention projections `to_q`, `to_k`, `to_v`, `to_out.0` are [`super::nn::Linear`]s,
+//! - the attention projections `to_q`, `to_k`, `to_v`, `to_out.0` are [`Linear`]s,
 //!   the LoRA targets of diffusers' `train_text_to_image_lora.py` (PEFT `target_modules =
 //!   ["to_k", "to_q", "to_v", "to_out.0"]`), found by [`SdUnet::attention_linears_mut`];
-//! - LayerNorm is [`super::nn::layer_norm`] (composed in f32), the softmax vramlab-kernels'
+//! - LayerNorm is [`layer_norm`] (composed in f32), the softmax vramlab-kernels'
 //!   (fused, with a backward), GroupNorm candle-nn's (composed from ops), SiLU, GELU,
 //!   `upsample_nearest2d` (integer, uniform factor) and `conv2d` candle's (each has a
 //!   backward in candle 0.11.1);
-//! - every convolution and dense layer is [`super::nn::Conv2d`] / [`super::nn::Linear`], whose
+//! - every convolution and dense layer is [`Conv2d`] / [`Linear`], whose
 //!   frozen weights take no gradient (candle's own backward would hold one per kernel until
 //!   `backward` returns).
 //!
@@ -23,13 +23,13 @@
 //! runs `eager` (scores in the activations' dtype) or `flash` (vramlab-kernels' tiled one).
 //! The UNet is not a stack of equal layers (skips cross it), so per-layer checkpointing is not
 //! offered.
-use super::nn::{attend, layer_norm, Conv2d, Linear};
-use super::sd::{DownBlock, UNetConfig, UpBlock};
+use super::config::{DownBlock, UNetConfig, UpBlock};
+use crate::model::nn::{attend, layer_norm, Conv2d, Linear};
 use crate::vocab::Attention;
 use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::{group_norm, linear, GroupNorm, VarBuilder};
 
-/// A dense layer with a bias (or without), as [`super::nn::Linear`].
+/// A dense layer with a bias (or without), as [`Linear`].
 fn dense(i: usize, o: usize, bias: bool, vb: VarBuilder) -> Result<Linear> {
     let b = if bias { Some(vb.get(o, "bias")?) } else { None };
     Ok(Linear::new(vb.get((o, i), "weight")?, b))
@@ -102,7 +102,7 @@ impl Attn {
 
     fn forward(&self, x: &Tensor, ctx: Option<&Tensor>) -> Result<Tensor> {
         let ctx = ctx.unwrap_or(x);
-        let heads = |t: Tensor| super::nn::split_heads(&t, self.heads);
+        let heads = |t: Tensor| crate::model::nn::split_heads(&t, self.heads);
         let q = heads(self.q.forward(x)?)?;
         let k = heads(self.k.forward(ctx)?)?;
         let v = heads(self.v.forward(ctx)?)?;

@@ -11,11 +11,11 @@
 //! embedding), passed through the pooler (dense + tanh), and compared by mean squared error
 //! with a fixed target of 0.5 in every dimension. The pooler is in the loss so that every
 //! parameter of the checkpoint receives a gradient.
-use super::arch::{
+use crate::model::arch::{
     checked, no_ops, parse_json, Architecture, Encoder, InferenceModel, Role, Tensors,
 };
-use super::nn::{attention, embedding, split_heads, Linear, Named, Norm};
-use super::{Config, Trainable};
+use crate::model::nn::{attention, embedding, split_heads, Linear, Named, Norm};
+use crate::model::{Config, Trainable};
 use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};

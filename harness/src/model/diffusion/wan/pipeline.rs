@@ -2,7 +2,7 @@
 //! `text_encoder/` (umT5-XXL, [`UmT5Encoder`]), `transformer/` ([`WanDit`]) and `vae/`
 //! (AutoencoderKLWan: the [`WanDecoder`] that runs, and the encoder's tensors
 //! ([`WanEncoderWeights`]), loaded as diffusers loads them but never run). The configs and
-//! analytic counts are `wan.rs`.
+//! analytic counts are `config.rs`.
 //!
 //! What runs, after huggingface/diffusers `pipelines/wan/pipeline_wan.py`:
 //! - dtypes: diffusers' Wan docs load the VAE in f32 and the pipeline (transformer and
@@ -27,13 +27,13 @@
 //!   concatenates the chunks instead). `sliced` decodes one video at a time; `tiled` decodes
 //!   overlapping spatial tiles of every frame, each through its own chunked decode and feature
 //!   cache (as AutoencoderKLWan's `tiled_decode`), blended with a linear ramp.
-use super::pipeline::{
+use super::config::{WanConfig, WanTransformerConfig, TEXT_LEN};
+use super::dit::WanDit;
+use super::umt5::UmT5Encoder;
+use super::vae::{WanDecoder, WanEncoderWeights};
+use crate::model::diffusion::{
     record, var_builder, write_config, write_model_index, BadPoint, Pipeline, PointInput, Shapes,
 };
-use super::umt5::UmT5Encoder;
-use super::wan::{WanConfig, WanTransformerConfig, TEXT_LEN};
-use super::wan_dit::WanDit;
-use super::wan_vae::{WanDecoder, WanEncoderWeights};
 use crate::vocab::{Attention, Component, Resolution};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};

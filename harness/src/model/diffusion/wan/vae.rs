@@ -1,14 +1,14 @@
 //! The Wan2.1 VAE decoder (AutoencoderKLWan's `post_quant_conv` and `decoder`) as candle
-//! modules: causal 3D convolutions ([`super::conv3d`]) with a feature cache, decoding one latent
-//! frame per chunk into a preallocated output, as Wan's `decode` does (the first chunk yields
-//! one frame, each later chunk `temporal_factor` frames).
+//! modules: causal 3D convolutions ([`super::CausalConv3d`]) with a feature cache, decoding one
+//! latent frame per chunk into a preallocated output, as Wan's `decode` does (the first chunk
+//! yields one frame, each later chunk `temporal_factor` frames).
 //!
 //! Tensor names are diffusers'. The encoder is not built (text-to-video never runs it); its
-//! parameters are counted by [`super::wan::vae_encoder_params`].
+//! parameters are counted by [`super::vae_encoder_params`].
+use super::config::WanVaeConfig;
 use super::conv3d::{
     frames_to_images, images_to_frames, rms_norm_channels, CausalConv3d, FeatCache,
 };
-use super::wan::WanVaeConfig;
 use candle_core::{Result, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Module, VarBuilder};
 
@@ -260,7 +260,7 @@ impl WanDecoder {
 /// AutoencoderKLWan's `encoder` and `quant_conv`, as stored: loaded with the VAE (the
 /// checkpoint holds them, and diffusers' `from_pretrained` keeps them resident) but never run
 /// by text-to-video. Held as plain tensors under diffusers' names; their count is
-/// [`super::wan::vae_encoder_params`].
+/// [`super::vae_encoder_params`].
 pub struct WanEncoderWeights(pub Vec<Tensor>);
 
 /// Reads a conv's `weight` (o, i, kernel...) and `bias` (o) into `v`.

@@ -8,11 +8,11 @@
 //! [`Ops`] picks the implementations: `kernels = "fused"` runs vramlab-kernels' RMSNorm, RoPE,
 //! SwiGLU (and softmax inside eager attention), each with its own backward;
 //! `attention = "flash"` runs its tiled attention, which never materializes the scores.
-use super::arch::{checked, parse_json, Architecture, Decoder, Tensors};
-use super::nn::{
+use crate::model::arch::{checked, parse_json, Architecture, Decoder, Tensors};
+use crate::model::nn::{
     attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named, QTensors, Weight,
 };
-use super::{Config, KvCache, Trainable};
+use crate::model::{Config, KvCache, Trainable};
 use crate::vocab::{Attention, Kernels, Ops, QMatmul};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
@@ -513,6 +513,6 @@ impl Decoder for Llama {
         for i in 0..self.layers.len() {
             x = self.block(i, &x, pos, &rope, cache.as_deref_mut())?;
         }
-        self.head(&super::arch::last_positions(x, s, cache, last_only)?)
+        self.head(&crate::model::arch::last_positions(x, s, cache, last_only)?)
     }
 }

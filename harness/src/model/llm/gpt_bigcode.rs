@@ -13,10 +13,10 @@
 //!
 //! Not supported, with a clear error: `multi_query: false` (its `c_attn` interleaves q, k and
 //! v per head), an untied head, and an exact-erf `activation_function`.
-use super::arch::{parse_json, Architecture, InferenceModel, Tensors};
 use super::gpt2::{gpt2_config, gpt2_hf_json, shapes, Gpt2, Gpt2Arch, Layout};
-use super::{Config, Trainable};
 use crate::error::bad_file;
+use crate::model::arch::{parse_json, Architecture, InferenceModel, Tensors};
+use crate::model::{Config, Trainable};
 use crate::vocab::Ops;
 use anyhow::Result;
 use candle_core::DType;

@@ -9,12 +9,12 @@
 //! activations' dtype (candle has no SDPA kernel on the CPU); [`Attention::Flash`] runs
 //! vramlab-kernels' tiled attention, which never holds them.
 //!
-//! Training (LoRA, `workload/finetune.rs`): the blocks' dense layers are [`super::nn::Linear`]
+//! Training (LoRA, `workload/finetune.rs`): the blocks' dense layers are [`Linear`]
 //! (adapters attach with [`WanDit::linears_mut`]), every op on the blocks' path records a
 //! backward, and the forward is split into [`WanDit::embed`], [`WanDit::condition`],
 //! [`WanDit::block`] and [`WanDit::head`] so that checkpointing can re-run one block.
-use super::nn::Linear;
-use super::wan::{QkNorm, WanTransformerConfig};
+use super::config::{QkNorm, WanTransformerConfig};
+use crate::model::nn::Linear;
 use crate::vocab::Attention;
 use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::{linear, VarBuilder};
@@ -35,7 +35,7 @@ fn modulate(x: &Tensor, shift: &Tensor, scale: &Tensor) -> Result<Tensor> {
     x.broadcast_mul(&(scale + 1.0)?)?.broadcast_add(shift)
 }
 
-/// A block's dense layer (diffusers' `nn.Linear` with a bias), as [`super::nn::Linear`]: a
+/// A block's dense layer (diffusers' `nn.Linear` with a bias), as [`Linear`]: a
 /// LoRA adapter can be attached to it, and under training its frozen weight takes no
 /// gradient.
 fn dense(i: usize, o: usize, vb: VarBuilder) -> Result<Linear> {
@@ -132,7 +132,7 @@ impl Attn {
             q = rope_i(&q)?;
             k = rope_i(&k)?;
         }
-        let y = super::nn::attend(q, k, &v, self.kind)?;
+        let y = crate::model::nn::attend(q, k, &v, self.kind)?;
         self.out.forward(&y)
     }
 }

@@ -16,6 +16,7 @@ pub mod merge;
 pub mod meter;
 pub mod model;
 pub mod plot;
+pub mod progress;
 pub mod record;
 pub mod scenario;
 pub mod sweep;

@@ -1,7 +1,6 @@
-//! Scenario files: the serde spec (strict), the pure expansion into points (language-model
-//! grids, generation and fine-tuning points) and their checks before anything is measured.
-pub mod finetune;
-pub mod generate;
+//! Scenario files: the serde spec (strict) and the pure expansion of language-model grids
+//! into points. Generation and fine-tuning points are expanded beside their workloads
+//! (`workload/gen_points.rs`, `workload/ft_points.rs`), which own their sources' types.
 pub mod grid;
 pub mod spec;
 
@@ -14,20 +13,4 @@ use sha2::{Digest, Sha256};
 pub fn short_hash(bytes: &[u8]) -> String {
     let d = Sha256::digest(bytes);
     d.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// Every point id of `spec`, in measuring order, whatever its mode: a generation scenario's
-/// points, else its fine-tuning points and its language-model grid.
-pub fn point_ids(spec: &Spec) -> Vec<String> {
-    if spec
-        .sweep
-        .0
-        .iter()
-        .any(|s| s.mode.contains(&Mode::Generate))
-    {
-        return generate::expand(spec).into_iter().map(|p| p.id).collect();
-    }
-    let mut ids: Vec<String> = finetune::expand(spec).into_iter().map(|p| p.id).collect();
-    ids.extend(expand(spec).into_iter().map(|p| p.id));
-    ids
 }

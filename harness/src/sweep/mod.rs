@@ -11,16 +11,17 @@ pub mod output;
 pub mod pipeline;
 pub mod runner;
 pub mod shard;
+pub mod summary;
 pub mod supervisor;
 
 use crate::error::{bad_file, InputError};
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::WeightInfo;
 use crate::record::{Phase, Record, Status};
-use crate::scenario::finetune::FtPoint;
-use crate::scenario::generate::GenPoint;
 use crate::scenario::{short_hash, Point, Spec};
 use crate::vocab::{Backend, Mode};
+use crate::workload::ft_points::FtPoint;
+use crate::workload::gen_points::GenPoint;
 use anyhow::{Context, Result};
 use shard::Shard;
 use std::ops::Range;
@@ -67,9 +68,9 @@ impl Plan {
                     "mode \"generate\" tables cannot share a scenario with other modes yet",
                 ));
             }
-            return Ok(Plan::Gen(crate::scenario::generate::expand(spec)));
+            return Ok(Plan::Gen(crate::workload::gen_points::expand(spec)));
         }
-        let ft = crate::scenario::finetune::expand(spec);
+        let ft = crate::workload::ft_points::expand(spec);
         if !ft.is_empty() {
             if !crate::scenario::expand(spec).is_empty() {
                 return Err(bad_file(
@@ -168,13 +169,13 @@ pub fn start_worker(
     Box<dyn crate::meter::Meter>,
     runner::RunContext,
 )> {
-    supervisor::become_worker();
+    crate::progress::become_worker();
     let pool_release = r.spec.pool_release;
     let (device, meter) = crate::device::open_with(&r.device_spec, pool_release)?;
     let facts = crate::device::gpu_facts(&device);
     if let Some(f) = &facts {
         // The parent puts these in the manifest.
-        supervisor::report_device(&serde_json::json!({
+        crate::progress::report_device(&serde_json::json!({
             "gpu": f,
             "pool": crate::meter::pool::pool_json(meter.kind(), pool_release),
         }));
@@ -352,7 +353,7 @@ pub fn parent<P: SweepPoint>(
     manifest.status_counts = counts.clone();
     manifest.write()?;
     if !o.quiet {
-        crate::cmd::summary::print(out)?;
+        summary::print(out)?;
     }
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     eprintln!("{} -> {}", line.join(", "), out.display());

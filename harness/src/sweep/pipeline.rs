@@ -5,7 +5,7 @@
 //! bytes from a floor taken just before it, under `--capacity` when one is given.
 use super::runner::RunContext;
 use super::shard::{ft_cost, ft_key, gen_cost, gen_key, select};
-use super::supervisor::{self, SweepPoint};
+use super::supervisor::SweepPoint;
 use super::Run;
 use crate::error::InputError;
 use crate::export::csv::CsvExporter;
@@ -13,10 +13,10 @@ use crate::export::manifest::WeightInfo;
 use crate::export::Exporter;
 use crate::model::diffusion::{self as pipeline, Pipeline};
 use crate::record::{Record, Status, SCHEMA_VERSION};
-use crate::scenario::finetune::FtPoint;
-use crate::scenario::generate::GenPoint;
 use crate::vocab::{Component, MeterKind, Mode, Optimizer, Precision};
 use crate::workload::finetune::{self, FtModel};
+use crate::workload::ft_points::FtPoint;
+use crate::workload::gen_points::GenPoint;
 use crate::workload::generate::{self, GenSource};
 use anyhow::Result;
 use std::ops::Range;
@@ -54,13 +54,13 @@ pub fn run(mut r: Run<'_>, points: Points) -> Result<()> {
     }
     match &points {
         Points::Gen(v) => {
-            crate::scenario::generate::check(&r.o.scenario, r.text, r.spec, v)?;
+            crate::workload::gen_points::check(&r.o.scenario, r.text, r.spec, v)?;
             super::parent(&r, v, &singles(v.len()), || gen_weights(v), &|p, ctx, m| {
                 Ok(gen_base(p, ctx, m)?.0)
             })
         }
         Points::Ft(v) => {
-            crate::scenario::finetune::check(&r.o.scenario, r.text, v)?;
+            crate::workload::ft_points::check(&r.o.scenario, r.text, v)?;
             super::parent(&r, v, &singles(v.len()), || ft_weights(v), &|p, ctx, m| {
                 Ok(ft_base(p, ctx, m)?.0)
             })
@@ -274,7 +274,7 @@ fn worker<P: SweepPoint>(
                 let msg = crate::error::one_line(&e);
                 eprintln!("{} at {}: {msg}", if oom { "oom" } else { "error" }, p.id());
                 vec![Record {
-                    phase: Some(supervisor::running_phase()),
+                    phase: Some(crate::progress::running_phase()),
                     status: Some(if oom { Status::Oom } else { Status::Error }),
                     message: msg,
                     ..base
@@ -284,7 +284,7 @@ fn worker<P: SweepPoint>(
         for row in &rows {
             exporter.write(row)?;
         }
-        supervisor::point_done(p.id());
+        crate::progress::point_done(p.id());
     }
     Ok(())
 }

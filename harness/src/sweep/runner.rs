@@ -232,7 +232,7 @@ impl Runner<'_> {
                         self.exporter
                             .write(&failed(base, Phase::Load, Status::Oom, &msg))?;
                         *counts.get_mut("oom").expect("pre-filled") += 1;
-                        crate::sweep::supervisor::point_done(&p.id);
+                        crate::progress::point_done(&p.id);
                         bar.inc(1);
                     }
                     continue;
@@ -247,7 +247,7 @@ impl Runner<'_> {
             let whole = group_of(first);
             let mut per_point = self.point_warmup;
             if !per_point {
-                crate::sweep::supervisor::mark_phase(Phase::Warmup);
+                crate::progress::mark_phase(Phase::Warmup);
                 match warm_up(&prep.config, &loaded, &whole) {
                     Ok(()) => {}
                     Err(e) if crate::device::is_oom(&e) => {
@@ -263,7 +263,7 @@ impl Runner<'_> {
             for (p, base) in group.iter().zip(group_bases) {
                 bar.set_message(p.id.clone());
                 if per_point {
-                    crate::sweep::supervisor::mark_phase(Phase::Warmup);
+                    crate::progress::mark_phase(Phase::Warmup);
                     if let Err(e) = warm_up(&prep.config, &loaded, std::slice::from_ref(p)) {
                         if !crate::device::is_oom(&e) {
                             return Err(e);
@@ -276,7 +276,7 @@ impl Runner<'_> {
                         self.exporter
                             .write(&failed(base, Phase::Warmup, Status::Oom, &msg))?;
                         *counts.get_mut("oom").expect("pre-filled") += 1;
-                        crate::sweep::supervisor::point_done(&p.id);
+                        crate::progress::point_done(&p.id);
                         bar.inc(1);
                         continue;
                     }
@@ -375,7 +375,7 @@ impl Runner<'_> {
                     Err(e) => {
                         let oom = crate::device::is_oom(&e);
                         // The phase that was running, not the last one that wrote a row.
-                        let mut rec = row(crate::sweep::supervisor::running_phase(), 0);
+                        let mut rec = row(crate::progress::running_phase(), 0);
                         rec.status = Some(if oom { Status::Oom } else { Status::Error });
                         rec.message = crate::error::one_line(&e);
                         self.exporter.write(&rec)?;
@@ -393,7 +393,7 @@ impl Runner<'_> {
                     }
                 };
                 *counts.get_mut(status).expect("pre-filled") += 1;
-                crate::sweep::supervisor::point_done(&p.id);
+                crate::progress::point_done(&p.id);
                 bar.inc(1);
             }
             drop(loaded);

@@ -34,9 +34,9 @@ use crate::model::diffusion::wan::{self, Cond, WanConfig, WanDit, WanTransformer
 use crate::model::diffusion::{self as pipeline, record, PipelineClass};
 use crate::model::nn::{Linear, Lora};
 use crate::record::{Phase, Record, Status};
-use crate::scenario::finetune::FtPoint;
 use crate::scenario::spec::NO_LORA_REASON;
 use crate::vocab::{Attention, Component, GenModel, Optimizer, Trainable};
+use crate::workload::ft_points::FtPoint;
 use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Shape, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -303,7 +303,7 @@ pub fn measure_point(
     let mut rows = vec![load];
     let (latents, text) = model.input_shapes(p);
     let inputs = Inputs::of_shape(latents, text, dtype, dev)?;
-    crate::sweep::supervisor::mark_phase(Phase::Warmup);
+    crate::progress::mark_phase(Phase::Warmup);
     warm_up((&net).into(), &inputs, p.grad_accum)?;
     run(
         &net,

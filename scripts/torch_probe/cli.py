@@ -60,7 +60,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .common import PKG_DIR, InputError, emulated, git_rev, now_rfc3339, short_hash, vramlab_bin
+from .common import InputError, emulated, git_rev, now_rfc3339, self_args, short_hash, vramlab_bin
 from .csvout import SCHEMA_VERSION, Writer
 from .features import PRECISION_BYTES, features, shape_of
 from .generate import gen_group_len, gen_layout, run_generate_group
@@ -309,7 +309,7 @@ def run_emulated(args, argv: list) -> int:
         elif not a.startswith("--device="):
             rest.append(a)
     cmd = [vramlab_bin(), "emulate", "--gpu", gpu, "--", sys.executable,
-           str(PKG_DIR), *rest, "--out", str(args.out), "--device", "cuda:0"]
+           *self_args(), *rest, "--out", str(args.out), "--device", "cuda:0"]
     # The probe's own progress is on stderr; emulate's per-step table is not needed here.
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
     return done.returncode

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # The checkout (scripts/torch_probe/ is two levels down); in a wheel, site-packages.
 ROOT = Path(__file__).resolve().parent.parent.parent
-# The package's directory: `python PKG_DIR ...` runs the probe (emulated runs start it again so).
+# The package's directory (`python3 scripts/torch_probe` runs it).
 PKG_DIR = Path(__file__).resolve().parent
 
 class InputError(Exception):
@@ -66,3 +66,10 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read config: {e}") from e
+
+
+def self_args() -> list:
+    """The arguments after `python` that run this probe again in another process: `-m NAME`
+    where it is a subpackage (vramlab._torch_probe in the wheel), else its directory."""
+    package = __package__ or PKG_DIR.name
+    return ["-m", package] if "." in package else [str(PKG_DIR)]

@@ -44,8 +44,8 @@ Generation (`mode = "generate"`): diffusers' UNet2DConditionModel / AutoencoderK
 FluxTransformer2DModel / WanTransformer3DModel / AutoencoderKLWan and transformers' CLIP / T5 /
 umT5 encoders from the same diffusers directory
 vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
-by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see the
-"generation" section below).
+by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see
+generate.py).
 
 Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line, exit 2.
 --dry-run imports neither torch nor transformers.

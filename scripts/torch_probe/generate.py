@@ -1,21 +1,22 @@
-"""Generation with diffusers (`mode = "generate"`)."""
+"""Generation with diffusers (`mode = "generate"`).
+
+A pipeline read from a diffusers directory (`synthetic:MODEL` = the directory vramlab writes
+under $VRAMLAB_MODELS/synthetic-gen/, `diffusers:DIR` = a real one), measured phase by phase
+as harness/src/workload/generate.rs measures candle: a `load` row per component, `text_encode`,
+a `denoise` row per step (CFG doubles the denoiser's batch), `vae_decode` (full, diffusers'
+enable_slicing() or enable_tiling() with the scenario's tile and overlap), `total` with
+peak_phase. Families: Stable Diffusion (unet/: UNet2DConditionModel, vae/: AutoencoderKL,
+text_encoder/[_2]: CLIPTextModel[WithProjection]), FLUX (transformer/:
+FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when present) and
+Wan2.1 T2V (model_index.json WanPipeline: transformer/ WanTransformer3DModel, vae/
+AutoencoderKLWan, text_encoder/ UMT5EncoderModel), as harness/src/model/wan_pipe.rs runs it.
+"""
 import sys
 from pathlib import Path
 
 from .common import InputError, emulated, now_rfc3339, read_json
 from .grid import expand_env
 from .meters import NullMeter, span
-
-# A pipeline read from a diffusers directory (`synthetic:MODEL` = the directory vramlab writes
-# under $VRAMLAB_MODELS/synthetic-gen/, `diffusers:DIR` = a real one), measured phase by phase
-# as harness/src/workload/generate.rs measures candle: a `load` row per component, `text_encode`,
-# a `denoise` row per step (CFG doubles the denoiser's batch), `vae_decode` (full, diffusers'
-# enable_slicing() or enable_tiling() with the scenario's tile and overlap), `total` with
-# peak_phase. Families: Stable Diffusion (unet/: UNet2DConditionModel, vae/: AutoencoderKL,
-# text_encoder/[_2]: CLIPTextModel[WithProjection]), FLUX (transformer/:
-# FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when present) and
-# Wan2.1 T2V (model_index.json WanPipeline: transformer/ WanTransformer3DModel, vae/
-# AutoencoderKLWan, text_encoder/ UMT5EncoderModel), as harness/src/model/wan_pipe.rs runs it.
 
 GEN_DTYPE_NAMES = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
 # FLUX.1-dev's pipeline encodes prompts to 512 T5 tokens (max_sequence_length).
@@ -301,6 +302,8 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
     scale = vae_spatial_scale(vae)
     h, w = p["height"] // scale, p["width"] // scale
 
+    # The closures below run (through phase) before `del` unbinds the names they read, inside
+    # their own loop iteration: hence the noqa F821 / B023.
     def phase(name, fn, **extra):
         state["phase"] = name
         started = meter.start()

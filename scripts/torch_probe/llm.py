@@ -217,6 +217,7 @@ def add_lora(torch, model, rank: int) -> list:
         mod.register_parameter("lora_B", b)
         scale = LORA_ALPHA / rank
 
+        # (`scale` is the same for every module: noqa B023.)
         def hook(m, inp, out):
             return out + (inp[0] @ m.lora_A.t().to(inp[0].dtype)
                           @ m.lora_B.t().to(inp[0].dtype)) * scale  # noqa: B023

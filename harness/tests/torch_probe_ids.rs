@@ -50,10 +50,7 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
             .current_dir(root())
             .output()
             .expect("python3 runs");
-        let theirs = ids(
-            &theirs,
-            &format!("torch_probe --dry-run {}", s.display()),
-        );
+        let theirs = ids(&theirs, &format!("torch_probe --dry-run {}", s.display()));
         assert!(!ours.is_empty(), "{}: no points", s.display());
         assert_eq!(theirs, ours, "{}: the point ids differ", s.display());
     }

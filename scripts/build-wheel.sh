@@ -65,8 +65,12 @@ for major in 12 13; do
   sed -i "1s|.*|headers ${pins[*]}|" "$STUBS/cu$major/BUILD-INFO"
 done
 
-# The torch probe, runnable from the wheel as `python -m vramlab.probe`.
-cp "$ROOT/scripts/torch_probe.py" "$ROOT/harness/python/vramlab/_torch_probe.py"
+# The torch probe's package (scripts/torch_probe, without its unit tests) as the subpackage
+# vramlab._torch_probe, runnable from the wheel as `python -m vramlab.probe`.
+PROBE="$ROOT/harness/python/vramlab/_torch_probe"
+rm -rf "$PROBE" "$PROBE.py"  # (.py: the single-file probe of earlier builds)
+mkdir -p "$PROBE"
+tar -C "$ROOT/scripts/torch_probe" --exclude=tests --exclude=__pycache__ -cf - . | tar -C "$PROBE" -xf -
 
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"

@@ -19,7 +19,14 @@ export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+# The Python lint: ruff over the torch probe (scripts/torch_probe) and the vramlab package, pinned
+# in a cached venv by scripts/lint-env.sh (seconds from cold, instant when warm).
+PYTOOLS=$(scripts/lint-env.sh)
+"$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab
 cargo test --workspace
+# The torch probe's unit tests (no torch): its grid and features against the vramlab binary that
+# `cargo test --workspace` just built.
+VRAMLAB_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" "$PYTOOLS/pytest" -q
 # PyTorch on CPU (docs/src/guides/torch-probe.md) and on the emulated GPU
 # (docs/src/guides/emulator.md; stubs built by scripts/emulator-build.sh in seconds): the cached
 # torch venv from PyPI (about 3 minutes and

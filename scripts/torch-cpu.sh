@@ -3,7 +3,7 @@
 #   scripts/torch-cpu.sh SCENARIO.toml --out FILE.csv [--torch-optim foreach|for-loop|fused]
 #                        [--attention eager|sdpa]
 # Builds the preload meter (harness/preload, seconds), takes the python of scripts/torch-env.sh
-# (or $VRAMLAB_TORCH_PYTHON), and runs scripts/torch_probe.py --device cpu under
+# (or $VRAMLAB_TORCH_PYTHON), and runs scripts/torch_probe --device cpu under
 # LD_PRELOAD=libvramlab_preload.so, so that `allocated` counts every heap byte of the process.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,4 +23,4 @@ case "$SO" in
     cp "$SO" "$copy"
     SO=$copy ;;
 esac
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LD_PRELOAD=$SO exec "$PY" "$root/scripts/torch_probe.py" --device cpu "$@"
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LD_PRELOAD=$SO exec "$PY" "$root/scripts/torch_probe" --device cpu "$@"

@@ -1,6 +1,6 @@
 //! vramlab: measure the memory a model needs, per phase, on real weights.
 //! See ARCHITECTURE.md §2 for the data flow:
-//! scenario → grid → runner (workload × meter) → records → exporter → CSV.
+//! scenario → grid → sweep (runner: workload × meter) → records → exporter → CSV.
 pub mod bundle;
 pub mod checked;
 pub mod cli;
@@ -17,10 +17,10 @@ pub mod merge;
 pub mod meter;
 pub mod model;
 pub mod plot;
+pub mod progress;
 pub mod record;
-pub mod runner;
 pub mod scenario;
-pub mod supervisor;
+pub mod sweep;
 pub mod units;
 pub mod validate;
 pub mod vocab;

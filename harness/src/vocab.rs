@@ -640,7 +640,7 @@ vocab! {
     pub enum Runtime {
         /// vramlab's own candle workloads (`vramlab sweep`).
         Candle,
-        /// PyTorch + transformers (`scripts/torch_probe.py`).
+        /// PyTorch + transformers (`scripts/torch_probe`).
         Torch,
     }
 }

@@ -11,12 +11,12 @@ use common::{act, one_line_exit_2, Lab};
 use vramlab::meter::PhaseMemory;
 
 use candle_core::{DType, Device};
-use vramlab::model::flux::{
+use vramlab::model::diffusion;
+use vramlab::model::diffusion::flux::{
     diffusers_names, params_analytic, Flux, FluxConfig, FluxVaeConfig, T5Arch, T5Config,
     T5FeedForward, TransformerConfig,
 };
-use vramlab::model::pipeline;
-use vramlab::model::sd::VaeConfig;
+use vramlab::model::diffusion::sd::VaeConfig;
 use vramlab::vocab::{Attention, Component, GenModel, Resolution, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
 
@@ -301,8 +301,8 @@ fn diffusers_names_load(l: &mut Lab) {
     cfg.write_configs(dir.path()).unwrap();
     for c in cfg.components() {
         let (from, to) = (
-            pipeline::weights_file(l.dir.path(), c),
-            pipeline::weights_file(dir.path(), c),
+            diffusion::weights_file(l.dir.path(), c),
+            diffusion::weights_file(dir.path(), c),
         );
         if c != Component::Transformer {
             std::fs::copy(from, to).unwrap();
@@ -339,7 +339,7 @@ fn diffusers_names_load(l: &mut Lab) {
         assert!(out.contains_key("single_transformer_blocks.1.proj_mlp.weight"));
         candle_core::safetensors::save(&out, &to).unwrap();
     }
-    let mut p = pipeline::from_dir(dir.path(), DType::F32, None).unwrap();
+    let mut p = diffusion::from_dir(dir.path(), DType::F32, None).unwrap();
     let loads = generate::load(
         p.as_mut(),
         dir.path(),

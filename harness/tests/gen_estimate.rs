@@ -144,7 +144,7 @@ fn constants_keep_exact_rows() {
     let without = estimate_json(&["--priors"]);
     assert_eq!(with["exact"], without["exact"]);
     assert_ne!(with["phases"], without["phases"]);
-    let cfg = vramlab::model::sd::SdConfig::preset(GenModel::Sd15);
+    let cfg = vramlab::model::diffusion::sd::SdConfig::preset(GenModel::Sd15);
     let unet = common::named_u64(&with, "exact", "unet", "bytes");
     assert_eq!(unet, cfg.params(vramlab::vocab::Component::Unet) * 4);
     let phases: Vec<&str> = with["phases"]
@@ -191,7 +191,9 @@ fn cudnn_workspace_note() {
 /// CLI).
 fn committed_peak_phases() {
     let c = Constants::load(&constants_file()).unwrap();
-    let arch = GenArch::sd(&vramlab::model::sd::SdConfig::preset(GenModel::Sd15));
+    let arch = GenArch::sd(&vramlab::model::diffusion::sd::SdConfig::preset(
+        GenModel::Sd15,
+    ));
     let mut vae_point = None;
     let mut n = 0;
     for name in ["cpu-sd15.csv", "cpu-sd15-res.csv"] {

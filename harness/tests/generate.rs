@@ -10,7 +10,7 @@ use candle_core::Device;
 use common::act;
 use common::tiny_sd as tiny;
 use common::TinySd as Lab;
-use vramlab::model::sd::{params_analytic, SdConfig};
+use vramlab::model::diffusion::sd::{params_analytic, SdConfig};
 use vramlab::vocab::{Component, GenModel, Resolution, VaeDecode};
 use vramlab::workload::generate::{self, GenShape};
 

@@ -332,7 +332,7 @@ fn generation_sweep_resumes_and_a_bad_scenario_loses_nothing() {
     use candle_core::DType;
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny-sd");
-    let sd = vramlab::model::sd::Sd::new(common::tiny_sd(), DType::F32, DType::F32);
+    let sd = vramlab::model::diffusion::sd::Sd::new(common::tiny_sd(), DType::F32, DType::F32);
     vramlab::workload::generate::write_synthetic(&sd, &model).unwrap();
     let scenario = |res: &str| {
         format!(

@@ -1,4 +1,4 @@
-//! LoRA fine-tuning of Stable Diffusion's UNet (`model::sd_unet`, `workload::finetune`) on the
+//! LoRA fine-tuning of Stable Diffusion's UNet (`model::diffusion::sd::SdUnet`, `workload::finetune`) on the
 //! tiny SD config: the trainable UNet against candle-transformers' (same tensors, same
 //! forward), the adapters' count from the config, their gradients with frozen kernels against
 //! candle's own convolutions, the gradients and AdamW state of a step on the counting
@@ -13,9 +13,8 @@ use common::{max_abs, max_abs_diff, random, tiny_sd};
 
 use candle_core::{DType, Device, Tensor, Var};
 use vramlab::meter::cpu::CpuMeter;
-use vramlab::model::pipeline::{count, record, Shapes};
-use vramlab::model::sd::{self, DownBlock, UNetConfig, UpBlock};
-use vramlab::model::sd_unet::SdUnet;
+use vramlab::model::diffusion::sd::{self, DownBlock, SdUnet, UNetConfig, UpBlock};
+use vramlab::model::diffusion::{count, record, Shapes};
 use vramlab::vocab::{Attention, Component};
 use vramlab::workload::finetune::{attach_adapters, run, Inputs};
 

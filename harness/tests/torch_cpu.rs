@@ -256,7 +256,7 @@ fn probe_without_torch(scenario_text: &str) -> std::process::Output {
     let scenario = dir.path().join("s.toml");
     std::fs::write(&scenario, scenario_text).unwrap();
     std::process::Command::new("python3")
-        .arg(root().join("scripts/torch_probe.py"))
+        .arg(root().join("scripts/torch_probe"))
         .arg(&scenario)
         .args(["--device", "cpu", "--out"])
         .arg(dir.path().join("o.csv"))
@@ -288,7 +288,7 @@ fn cpu_without_the_preload_meter_is_one_line_and_exit_2() {
 /// A tiny Stable Diffusion directory in the diffusers layout (the configs vramlab writes: a
 /// two-block UNet, a four-block VAE, a two-layer CLIP), with weights written by vramlab's own
 /// synthetic writer, so that diffusers and transformers load the file candle loads.
-fn tiny_sd(dir: &Path) -> vramlab::model::sd::SdConfig {
+fn tiny_sd(dir: &Path) -> vramlab::model::diffusion::sd::SdConfig {
     for (c, json) in [
         (
             "unet",
@@ -311,8 +311,8 @@ fn tiny_sd(dir: &Path) -> vramlab::model::sd::SdConfig {
         std::fs::create_dir_all(dir.join(c)).unwrap();
         std::fs::write(dir.join(c).join("config.json"), json).unwrap();
     }
-    let cfg = vramlab::model::sd::SdConfig::from_dir(dir).unwrap();
-    let sd = vramlab::model::sd::Sd::new(
+    let cfg = vramlab::model::diffusion::sd::SdConfig::from_dir(dir).unwrap();
+    let sd = vramlab::model::diffusion::sd::Sd::new(
         cfg.clone(),
         candle_core::DType::F32,
         candle_core::DType::F32,
@@ -586,12 +586,12 @@ fn tiny_flux(dir: &Path) {
 #[test]
 #[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
 fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
-    use vramlab::model::pipeline::Pipeline;
+    use vramlab::model::diffusion::Pipeline;
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny-wan");
     let cfg = common::tiny_wan();
     let f32 = candle_core::DType::F32;
-    let wan = vramlab::model::wan_pipe::Wan::new(cfg.clone(), f32, f32);
+    let wan = vramlab::model::diffusion::wan::Wan::new(cfg.clone(), f32, f32);
     vramlab::workload::generate::write_synthetic(&wan, &model).unwrap();
     let scenario = gen_scenario(
         dir.path(),

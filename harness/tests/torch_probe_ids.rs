@@ -1,6 +1,6 @@
-//! scripts/torch_probe.py and `vramlab sweep` measure the same grid: for every scenario in
-//! scenarios/, `torch_probe.py --dry-run` (with `--device cpu` for the CPU scenarios, as
-//! scripts/torch-cpu.sh runs it) prints exactly the ids of `vramlab sweep --dry-run`.
+//! The torch probe (scripts/torch_probe) and `vramlab sweep` measure the same grid: for every
+//! scenario in scenarios/, `python3 scripts/torch_probe --dry-run` (with `--device cpu` for the
+//! CPU scenarios, as scripts/torch-cpu.sh runs it) prints exactly the ids of `vramlab sweep --dry-run`.
 //! The dry run imports no torch, so this runs wherever python3 (≥ 3.11, for tomllib) does.
 mod common;
 use common::{root, vramlab};
@@ -39,7 +39,7 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
             .unwrap()
             .contains("device = \"cpu\"");
         let theirs = std::process::Command::new("python3")
-            .arg(root().join("scripts/torch_probe.py"))
+            .arg(root().join("scripts/torch_probe"))
             .arg(s)
             .args(if cpu {
                 &["--device", "cpu"][..]
@@ -50,10 +50,7 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
             .current_dir(root())
             .output()
             .expect("python3 runs");
-        let theirs = ids(
-            &theirs,
-            &format!("torch_probe.py --dry-run {}", s.display()),
-        );
+        let theirs = ids(&theirs, &format!("torch_probe --dry-run {}", s.display()));
         assert!(!ours.is_empty(), "{}: no points", s.display());
         assert_eq!(theirs, ours, "{}: the point ids differ", s.display());
     }
@@ -76,14 +73,14 @@ fn torch_probe_dry_run_imports_no_torch() {
     )
     .unwrap();
     let out = std::process::Command::new("python3")
-        .arg(root().join("scripts/torch_probe.py"))
+        .arg(root().join("scripts/torch_probe"))
         .arg(root().join("scenarios/gpu-smoke.toml"))
         .arg("--dry-run")
         .env("PYTHONPATH", dir.path())
         .current_dir(root())
         .output()
         .unwrap();
-    let got = ids(&out, "torch_probe.py --dry-run with a broken torch");
+    let got = ids(&out, "torch_probe --dry-run with a broken torch");
     assert!(
         got.iter().any(|l| l.starts_with("synthetic-llama-3.1-8b/")),
         "{got:?}"

@@ -9,7 +9,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
-use vramlab::model::{bert::Bert, gpt2::Gpt2, weights, Config, Llama, Source, Trainable};
+use vramlab::model::{llm::bert::Bert, llm::gpt2::Gpt2, weights, Config, Llama, Source, Trainable};
 
 const BATCH: usize = 2;
 const SEQ: usize = 16;
@@ -280,7 +280,7 @@ fn minilm_matches_a_reference_implementation() {
     assert_close("norm", &[norm], &[want["norm"].as_f64().unwrap()], 1e-4);
     assert_eq!(
         want["pooled_target"].as_f64(),
-        Some(vramlab::model::bert::POOLED_TARGET)
+        Some(vramlab::model::llm::bert::POOLED_TARGET)
     );
     let loss = model
         .forward_loss(&ids, &ids)

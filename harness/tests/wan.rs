@@ -16,13 +16,11 @@ use common::{random, Lab};
 
 use candle_core::{DType, Device, Tensor};
 use vramlab::meter::cpu::CpuMeter;
-use vramlab::model::conv3d::{CausalConv3d, FeatCache};
-use vramlab::model::pipeline::{self, count, record, Pipeline, Shapes};
-use vramlab::model::umt5::UmT5Encoder;
-use vramlab::model::wan::{self, WanConfig, WanTransformerConfig, WanVaeConfig};
-use vramlab::model::wan_dit::WanDit;
-use vramlab::model::wan_pipe::Wan;
-use vramlab::model::wan_vae::WanDecoder;
+use vramlab::model::diffusion::wan::{
+    self, CausalConv3d, FeatCache, UmT5Encoder, Wan, WanConfig, WanDecoder, WanDit,
+    WanTransformerConfig, WanVaeConfig,
+};
+use vramlab::model::diffusion::{self, count, record, Pipeline, Shapes};
 use vramlab::record::Phase;
 use vramlab::vocab::{
     Attention, Checkpointing, Component, GenModel, Optimizer, Resolution, VaeDecode,
@@ -560,7 +558,7 @@ fn dit_lora() {
 
 /// The tiny transformer as a diffusers directory (WanPipeline, synthetic f32 transformer).
 fn tiny_wan_dir(dir: &std::path::Path) {
-    use vramlab::model::pipeline::{weights_file, write_config};
+    use vramlab::model::diffusion::{weights_file, write_config};
     use vramlab::vocab::Component;
     let c = tiny_dit();
     std::fs::create_dir_all(dir).unwrap();
@@ -665,7 +663,7 @@ fn gshape(side: usize, frames: usize, batch: usize, cfg: bool, decode: VaeDecode
 /// Every component's stored shapes (from building its modules over the shape recorder, the
 /// VAE with its encoder) agree with the analytic count from the config, for Wan2.1-T2V-1.3B
 /// and the tiny config; the real counts are the published ones (`published_counts` in
-/// wan.rs).
+/// `model/diffusion/wan/config.rs`).
 fn pipeline_counts() {
     for cfg in [WanConfig::t2v_1_3b(), common::tiny_wan()] {
         let p = Wan::new(cfg.clone(), DType::F32, DType::F32);
@@ -674,7 +672,7 @@ fn pipeline_counts() {
             println!("{} {c}: {} parameters", cfg.name, p.params(c));
         }
     }
-    let real = pipeline::preset(GenModel::Wan21T2v13b, DType::BF16, None).unwrap();
+    let real = diffusion::preset(GenModel::Wan21T2v13b, DType::BF16, None).unwrap();
     assert_eq!(real.architecture(), "wan");
     assert_eq!(real.dtype(Component::Transformer), DType::BF16);
     assert_eq!(real.dtype(Component::TextEncoder), DType::BF16);

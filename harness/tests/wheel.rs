@@ -163,6 +163,17 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
     for id in ids.lines() {
         assert!(stdout(&want).contains(id), "{id} not in vramlab's dry run");
     }
+    // It ran the wheel's copy of the package, vramlab._torch_probe, which leaves out its tests.
+    let probe = PathBuf::from(stdout(&run(Command::new(&py)
+        .current_dir(&work)
+        .env_remove("PYTHONPATH")
+        .args(["-c", "import vramlab.probe as p; print(p.source())"]))));
+    assert_eq!(
+        probe.canonicalize().unwrap(),
+        site.join("vramlab/_torch_probe").canonicalize().unwrap()
+    );
+    assert!(probe.join("grid.py").is_file(), "{}", probe.display());
+    assert!(!probe.join("tests").exists(), "{}", probe.display());
     // 3. a tiny training loop on an emulated H100, rows written as CSV.
     std::fs::write(work.join("train.py"), TRAIN).unwrap();
     let csv = work.join("X.csv");

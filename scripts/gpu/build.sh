@@ -47,7 +47,10 @@ EMU_INC="$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_paths()["pureli
 # working tree's copies when it runs from a clone).
 mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu"
 cp scenarios/gpu-smoke.toml "$BUNDLE/scenarios/"
-cp scripts/torch_probe.py "$BUNDLE/scripts/"
+# The torch probe's package, without its unit tests.
+rm -rf "$BUNDLE/scripts/torch_probe"
+mkdir -p "$BUNDLE/scripts/torch_probe"
+tar -C scripts/torch_probe --exclude=tests --exclude=__pycache__ -cf - . | tar -C "$BUNDLE/scripts/torch_probe" -xf -
 cp scripts/gpu/run.sh "$BUNDLE/scripts/gpu/"
 grep -o 'synthetic:[^"]*' scenarios/gpu-smoke.toml | cut -d: -f2- | while read -r cfg; do
   [ -f "$cfg" ] || { echo "gpu/build.sh: $cfg (from gpu-smoke.toml) is missing" >&2; exit 1; }

@@ -26,7 +26,7 @@
 #    CPU, and 10 AdamW steps; its log goes into the archive (rehearsal: VRAMLAB_CUDA_OPS, if
 #    set, is run the same way; without a device it says so in one line and exits 0);
 # 3. for each scenario (gpu-smoke, then gpu-gen-sd15): `vramlab sweep` on the device, then
-#    scripts/torch_probe.py on the same scenario (skipped, and said so, where torch is not
+#    scripts/torch_probe on the same scenario (skipped, and said so, where torch is not
 #    importable, or diffusers for a generation scenario);
 #    then the same torch probe on an emulated H200 (`vramlab emulate --gpu h200`, the stubs
 #    from the bundle's emu-cu13, or built from the torch environment in a rehearsal): the
@@ -228,14 +228,14 @@ for scenario in $SCENARIOS; do
     STEPS+=("torch $stem: skipped (generation needs diffusers, not importable in $PYTHON)")
   elif [ "$torch_ok" = 1 ]; then
     t="$(limit "$TORCH_TIMEOUT")"
-    say "torch_probe.py $scenario --device $DEVICE (limit ${t}s)"
+    say "torch_probe $scenario --device $DEVICE (limit ${t}s)"
     t1=$SECONDS
     if [ "$MODE" = rehearse ]; then
       # On the CPU, torch is measured under the preload meter (docs/src/guides/torch-probe.md).
       timeout -k 10 "$t" env VRAMLAB_TORCH_PYTHON="$PYTHON" scripts/torch-cpu.sh "$scenario" \
         --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
     else
-      timeout -k 10 "$t" "$PYTHON" scripts/torch_probe.py "$scenario" --device "$DEVICE" \
+      timeout -k 10 "$t" "$PYTHON" scripts/torch_probe "$scenario" --device "$DEVICE" \
         --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
     fi
     rc=$?
@@ -243,12 +243,12 @@ for scenario in $SCENARIOS; do
     say "torch_probe $stem exit $rc"
     [ "$rc" -eq 0 ] || torch_rc=$rc
     t="$(limit "$TORCH_TIMEOUT")"
-    say "torch_probe.py $scenario on an emulated $EMU_GPU (limit ${t}s)"
+    say "torch_probe $scenario on an emulated $EMU_GPU (limit ${t}s)"
     t1=$SECONDS
     emu_env=(VRAMLAB_PYTHON_DIR="$ROOT/harness/python")
     [ "$MODE" = device ] && emu_env+=(VRAMLAB_EMU_STUBS="$BUNDLE/emu-cu13")
     timeout -k 10 "$t" env "${emu_env[@]}" "$BIN" emulate --gpu "$EMU_GPU" -- "$PYTHON" \
-      scripts/torch_probe.py "$scenario" --device cuda:0 --out "$WORK/$stem-torch-emulated.csv" \
+      scripts/torch_probe "$scenario" --device cuda:0 --out "$WORK/$stem-torch-emulated.csv" \
       >>"$LOG" 2>&1
     rc=$?
     STEPS+=("torch emulated $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-torch-emulated.csv")")

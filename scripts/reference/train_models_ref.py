@@ -12,7 +12,7 @@ in float64 on the inputs and weights the test uses; vramlab computes in f32 and 
 - MiniLM (all-MiniLM-L6-v2, real weights): "[CLS] the cat sat on the mat . [SEP]" (uncased
   WordPiece ids, written out below). The mean-pooled last hidden state (vramlab's
   `Bert::encode`), its norm, and vramlab's bert training loss: mean over dimensions of
-  (tanh(pooler.dense(mean-pooled)) - 0.5)^2 (harness/src/model/bert.rs).
+  (tanh(pooler.dense(mean-pooled)) - 0.5)^2 (harness/src/model/llm/bert.rs).
 - GPT-2 (tiny config below, formula weights): element k (row-major) of the ti-th parameter
   tensor, in HF's parameter order without the `transformer.` prefix, is
   f32(0.2 sin(0.37 k + 1.3 ti)), plus 1 for LayerNorm weights; the head is tied to wte. The

@@ -213,7 +213,7 @@ class Recorder:
         emulated = self._emu is not None
         name = torch.cuda.get_device_name() + (" (emulated)" if emulated else "")
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        base = dict(schema_version=p["SCHEMA_VERSION"], run_id=f"recorder-{os.getpid():x}",
+        base = dict(schema_version=p.SCHEMA_VERSION, run_id=f"recorder-{os.getpid():x}",
                     point_id=f"{model_id}/{mode}/{precision}/b{batch}/c{context}",
                     started_at=stamp, vramlab_version="vramlab.phase", backend="cuda",
                     device_name=name, cuda_version=str(torch.version.cuda), model_id=model_id,
@@ -222,7 +222,7 @@ class Recorder:
                     optimizer="none", kernels="reference", attention="eager",
                     meter="torch-emulated" if emulated else "torch-cuda", status="ok")
         spans = self.spans or [self.finish()]
-        w = p["Writer"](__import__("pathlib").Path(path))
+        w = p.Writer(__import__("pathlib").Path(path))
         for s in spans:
             w.write(dict(base, phase=s.name, step=s.step,
                          baseline_allocated=s.baseline_allocated,

@@ -151,7 +151,7 @@ fn write_csv(out: &std::path::Path, rep: &Report, gpu: &Gpu, a: &Args) -> Result
     };
     let run_id = format!(
         "emu-{}-{:08x}",
-        crate::runner::now_rfc3339().replace([':', '-'], ""),
+        crate::sweep::runner::now_rfc3339().replace([':', '-'], ""),
         std::process::id()
     );
     let rows = report::records(rep, gpu, &describe, &run_id)?;

@@ -89,8 +89,9 @@ pub struct Args {
         help_heading = "Runtime and device"
     )]
     pub runtime: Runtime,
-    /// The device kind: cuda (adds the CUDA context, cuBLAS workspace and allocator rounding
-    /// rows) or cpu (to compare with `vramlab sweep` on this machine).
+    /// The device kind: cuda (adds the CUDA context, cuBLAS workspace and allocator reserve
+    /// rows, and judges the GPU by NVML used) or cpu (to compare with `vramlab sweep` on this
+    /// machine).
     #[arg(
         long,
         value_enum,
@@ -249,7 +250,18 @@ struct Report<'a> {
     source: &'a str,
     constants: &'a str,
     breakdown: Vec<Row>,
+    /// NVML's "used": every row (the CUDA context included); the figure the GPU verdicts use.
     total_bytes: u64,
+    /// The tensors at the peak (PyTorch's `max_memory_allocated`).
+    allocated_bytes: u64,
+    /// The allocator's pool at the peak (PyTorch's `max_memory_reserved`).
+    reserved_bytes: u64,
+    /// NVML's "used" (= `total_bytes`).
+    nvml_bytes: u64,
+    /// Which figure `smallest_gpu_gb` and `gpu` judge by: always `nvml_bytes`.
+    verdict_figure: &'static str,
+    /// Where the allocator reserve comes from (empty on the CPU).
+    reserve_source: &'a str,
     smallest_gpu_gb: Option<u64>,
     smallest_gpu_examples: Option<&'static str>,
     gpu: Option<GpuFit>,
@@ -534,6 +546,11 @@ pub fn run(a: Args) -> Result<()> {
                 .map(|(name, bytes)| Row { name, bytes })
                 .collect(),
             total_bytes: total,
+            allocated_bytes: e.allocated().map_err(bad)?,
+            reserved_bytes: e.reserved().map_err(bad)?,
+            nvml_bytes: total,
+            verdict_figure: "nvml_bytes",
+            reserve_source: &e.reserve_source,
             smallest_gpu_gb: small.map(|c| c.gb),
             smallest_gpu_examples: small.map(|c| c.examples),
             gpu: fit,
@@ -576,7 +593,7 @@ pub fn run(a: Args) -> Result<()> {
     )
     .map_err(bad)?;
     if let Some(em) = &emulated {
-        print_emulated(em, total);
+        print_emulated(em, &e).map_err(bad)?;
     }
     Ok(())
 }
@@ -626,23 +643,31 @@ fn emulate_query(
     query::run(&q, &g, &python, &stubs)
 }
 
-fn print_emulated(em: &crate::emulate::query::Emulated, analytic_total: u64) {
-    let pct = |b: u64| (b as f64 / analytic_total.max(1) as f64 - 1.0) * 100.0;
+fn print_emulated(
+    em: &crate::emulate::query::Emulated,
+    e: &Breakdown,
+) -> Result<(), crate::checked::Overflow> {
     println!();
     println!(
         "emulated on {} (PyTorch {}'s allocator over a stub CUDA runtime; not a GPU measurement):",
         em.gpu,
         em.torch.as_deref().unwrap_or("?")
     );
-    for (name, b) in [
-        ("max_memory_allocated", em.max_memory_allocated),
-        ("max_memory_reserved", em.max_memory_reserved),
-        ("nvml_used", em.nvml_used),
+    for (name, b, analytic) in [
+        (
+            "max_memory_allocated",
+            em.max_memory_allocated,
+            e.allocated()?,
+        ),
+        ("max_memory_reserved", em.max_memory_reserved, e.reserved()?),
+        ("nvml_used", em.nvml_used, e.total()?),
     ] {
+        let pct = (b as f64 / analytic.max(1) as f64 - 1.0) * 100.0;
         println!(
-            "  {name:<21} {:>24}  ({} vs the analytic total)",
+            "  {name:<21} {:>24}  ({} vs the estimate's {})",
             crate::units::gb_gib(b),
-            crate::units::signed_pct(pct(b))
+            crate::units::signed_pct(pct),
+            crate::units::gb_gib(analytic)
         );
     }
     let verdict = if em.fits {
@@ -651,6 +676,7 @@ fn print_emulated(em: &crate::emulate::query::Emulated, analytic_total: u64) {
         format!("no ({}: {})", em.status, em.message)
     };
     println!("fits on {}: {verdict}", em.gpu);
+    Ok(())
 }
 
 /// `--best-format`'s table: every format's weights and total, and whether it fits.
@@ -759,6 +785,15 @@ fn print_text(
         total as f64 / params as f64
     );
     println!("total: {}", gb_gib(total));
+    if q.backend == Backend::Cuda {
+        println!(
+            "allocated {}; reserved {}; NVML used {} (reserved + CUDA context): the GPU verdicts below use NVML used",
+            gb_gib(e.allocated()?),
+            gb_gib(e.reserved()?),
+            gb_gib(total)
+        );
+        println!("allocator reserve: {}", e.reserve_source);
+    }
     if q.mode == Mode::Train {
         let states =
             (Checked::from(e.weights) + e.gradients + e.optimizer).bytes("model states")?;

@@ -76,6 +76,7 @@ pub fn run(a: Args) -> Result<()> {
     let sources = a.csv.iter().map(|p| p.display().to_string()).collect();
     let mut report = fit_all(&records, sources, a.conservative, a.folds);
     report.constants.generation = fit_generation(&a, &records, &tiles, sha, &report.constants)?;
+    print_reserve(&report.constants.reserve);
     if report.constants.group.is_empty() && report.constants.generation.is_empty() {
         return Err(bad_file(
             &a.csv[0],
@@ -171,6 +172,32 @@ pub fn run(a: Args) -> Result<()> {
         report.constants.generation.len()
     );
     Ok(())
+}
+
+/// The reserve table: per class, the points, models and ratios, and the leave-one-model-out
+/// error of the envelope `estimate` applies.
+fn print_reserve(fits: &[crate::fit::reserve::ReserveFit]) {
+    if fits.is_empty() {
+        return;
+    }
+    println!("== caching-allocator reserve (peak reserved - peak allocated) / peak allocated");
+    println!(
+        "{:<40} {:>6} {:>6} {:>8} {:>8} {:>22}",
+        "class", "points", "models", "median", "max", "held-out by model"
+    );
+    let pct = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{:+.1}%", 100.0 * x));
+    for f in fits {
+        println!(
+            "{:<40} {:>6} {:>6} {:>7.1}% {:>7.1}% {:>22}",
+            f.class.label(),
+            f.points,
+            f.models.len(),
+            100.0 * f.ratio_median,
+            100.0 * f.ratio_max,
+            format!("{} .. {}", pct(f.heldout_min), pct(f.heldout_max))
+        );
+    }
+    println!("(estimate applies each class's max; held-out: allocated x (1 + the other models' max) against the measured reserved)");
 }
 
 /// The generation groups: fitted on the points not held out, printed with their
@@ -305,7 +332,7 @@ pub fn tiles_of(
         serde_json::from_str(&text).map_err(|e| bad_file(&mp, format!("not a manifest: {e}")))?;
     let scenario = v["scenario_text"].as_str().unwrap_or_default();
     let spec = crate::scenario::Spec::parse(&mp, scenario)?;
-    Ok(crate::workload::generate::expand(&spec)
+    Ok(crate::workload::gen_points::expand(&spec)
         .into_iter()
         .map(|p| (p.id, (p.shape.tile, p.shape.overlap)))
         .collect())

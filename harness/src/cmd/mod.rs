@@ -7,7 +7,6 @@ pub mod fit;
 pub mod generate;
 pub mod merge;
 pub mod plot;
-pub mod summary;
 pub mod sweep;
 pub mod synth_weights;
 pub mod validate;

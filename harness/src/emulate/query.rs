@@ -104,7 +104,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     let argv: Vec<String> = vec![
         python.to_string_lossy().into_owned(),
         scripts_dir()
-            .join("torch_probe.py")
+            .join("torch_probe")
             .to_string_lossy()
             .into_owned(),
         scen.to_string_lossy().into_owned(),

@@ -28,9 +28,32 @@ pub const CUDA_CONTEXT: u64 = 512 << 20;
 /// `:4096:2:16:8` (2 × 4096 KiB + 8 × 16 KiB; PyTorch docs, "Reproducibility" / CUDA
 /// semantics, cuBLAS workspaces).
 pub const CUBLAS_WORKSPACE: u64 = 2 * (4096 << 10) + 8 * (16 << 10);
-/// Caching-allocator rounding: one large segment of slack, `kLargeBuffer` = 20 MiB in
-/// c10/cuda/CUDACachingAllocator.cpp (requests of 1–10 MiB are served from 20 MiB segments).
+/// Candle's pool reserve on CUDA, until a device session measures it: one large segment of
+/// slack, the 20 MiB `kLargeBuffer` of PyTorch's c10/cuda/CUDACachingAllocator.cpp (requests
+/// of 1–10 MiB are served from 20 MiB segments). PyTorch's reserve is fitted instead
+/// ([`REFERENCE_RESERVE`]).
 pub const ALLOCATOR_ROUNDING: u64 = 20 << 20;
+
+/// The caching allocator's reserve `estimate` applies to torch on CUDA without a
+/// `--constants` file that carries one: `vramlab fit` on this repository's emulated sweep of
+/// four models' inference and training (docs/src/results/emulated.md; PyTorch's own allocator
+/// on the emulated GPU), built into the binary.
+pub const REFERENCE_RESERVE: (&str, &str) = (
+    "results/emulated/a100-80gb-emu-reserve-llm.constants.toml",
+    include_str!("../../../results/emulated/a100-80gb-emu-reserve-llm.constants.toml"),
+);
+
+/// The built-in reserve fits ([`REFERENCE_RESERVE`]), parsed once.
+pub fn reference_reserve() -> &'static Constants {
+    static C: std::sync::OnceLock<Constants> = std::sync::OnceLock::new();
+    C.get_or_init(|| {
+        Constants::parse(
+            std::path::Path::new(REFERENCE_RESERVE.0),
+            REFERENCE_RESERVE.1,
+        )
+        .expect("the committed reference reserve parses")
+    })
+}
 
 /// The device a query is for: CUDA GPUs (the catalog), or the CPU (candle's CPU backend, to
 /// check an estimate against `vramlab sweep` on this machine).
@@ -148,20 +171,40 @@ pub struct Breakdown {
     /// Device terms (CUDA queries only; sourced defaults, see the constants above).
     pub cuda_context: u64,
     pub cublas_workspace: u64,
-    pub allocator_rounding: u64,
+    /// The allocator's reserve: what its pool holds beyond the tensors (reserved −
+    /// allocated). Torch: a fitted ratio of the allocated bytes ([`fit::reserve`]); candle:
+    /// [`ALLOCATOR_ROUNDING`], unmeasured.
+    pub allocator_reserve: u64,
     /// Where the figures come from: "analytic" or the fitted group.
     pub source: String,
+    /// Where the reserve comes from.
+    pub reserve_source: String,
 }
 
 impl Breakdown {
-    /// The sum of the rows; an [`Overflow`] past 2^64 B ([`estimate`] returns only
-    /// breakdowns whose total fits).
+    /// NVML's "used" on a GPU (the driver's view, what runs out): the sum of the rows; an
+    /// [`Overflow`] past 2^64 B ([`estimate`] returns only breakdowns whose total fits). The
+    /// GPU verdicts use this figure.
     pub fn total(&self) -> Result<u64, Overflow> {
+        self.sum_without(&[], "total")
+    }
+    /// The allocator's reserved pool at the peak: the tensors plus its reserve, without the
+    /// CUDA context (PyTorch's `max_memory_reserved`).
+    pub fn reserved(&self) -> Result<u64, Overflow> {
+        self.sum_without(&["CUDA context"], "reserved")
+    }
+    /// The tensors at the peak (PyTorch's `max_memory_allocated`).
+    pub fn allocated(&self) -> Result<u64, Overflow> {
+        self.sum_without(&["CUDA context", "allocator reserve"], "allocated")
+    }
+    /// The sum of the rows not named in `skip`.
+    fn sum_without(&self, skip: &[&str], figure: &str) -> Result<u64, Overflow> {
         self.rows()
             .iter()
+            .filter(|(name, _)| !skip.contains(name))
             .map(|(_, b)| *b)
             .sum::<Checked>()
-            .bytes("total")
+            .bytes(figure)
     }
     /// The table rows, in display order.
     pub fn rows(&self) -> Vec<(&'static str, u64)> {
@@ -177,7 +220,7 @@ impl Breakdown {
             ("runtime constant", self.runtime_constant),
             ("CUDA context", self.cuda_context),
             ("cuBLAS workspace", self.cublas_workspace),
-            ("allocator rounding", self.allocator_rounding),
+            ("allocator reserve", self.allocator_reserve),
         ]
     }
 }
@@ -457,7 +500,6 @@ fn device_terms(q: &Query) -> Breakdown {
         Backend::Cuda => Breakdown {
             cuda_context: CUDA_CONTEXT,
             cublas_workspace: CUBLAS_WORKSPACE,
-            allocator_rounding: ALLOCATOR_ROUNDING,
             ..Default::default()
         },
         Backend::Cpu => Breakdown::default(),
@@ -598,12 +640,61 @@ pub fn estimate(
     q: &Query,
     constants: Option<&Constants>,
 ) -> Result<Breakdown, Overflow> {
-    let e = fitted(c, q, constants)?;
+    let e = with_reserve(fitted(c, q, constants)?, q, constants)?;
     e.total()?;
     Ok(e)
 }
 
-/// [`estimate`]'s rows, before the total is checked.
+/// `e` with the allocator's reserve over its allocated bytes (CUDA only): torch's from the
+/// constants' own reserve fits where they carry them (a torch fit on CUDA), else the built-in
+/// reference ([`REFERENCE_RESERVE`]); candle's [`ALLOCATOR_ROUNDING`].
+pub fn with_reserve(
+    e: Breakdown,
+    q: &Query,
+    constants: Option<&Constants>,
+) -> Result<Breakdown, Overflow> {
+    let class = fit::reserve::ReserveClass::new(q.mode, q.checkpointing, q.trainable);
+    with_reserve_of(e, q, constants, class)
+}
+
+/// [`with_reserve`] for the runs of `class` (a loaded model: [`fit::reserve::ReserveClass::LOAD`]).
+pub fn with_reserve_of(
+    e: Breakdown,
+    q: &Query,
+    constants: Option<&Constants>,
+    class: fit::reserve::ReserveClass,
+) -> Result<Breakdown, Overflow> {
+    let (reserve, how) = match (q.backend, q.runtime) {
+        (Backend::Cpu, _) => {
+            return Ok(Breakdown {
+                allocator_reserve: 0,
+                ..e
+            })
+        }
+        (Backend::Cuda, Runtime::Candle) => (
+            ALLOCATOR_ROUNDING,
+            "candle's pool on CUDA is not measured yet: one 20 MiB segment assumed".to_string(),
+        ),
+        (Backend::Cuda, Runtime::Torch) => {
+            let (path, k) = match constants.filter(|k| !k.reserve.is_empty()) {
+                Some(k) => ("--constants", k),
+                None => (REFERENCE_RESERVE.0, reference_reserve()),
+            };
+            let (ratio, how) =
+                fit::reserve::reserve_ratio(&k.reserve, class).expect("a reserve file has classes");
+            let bytes = Checked::from_f64((e.allocated()? as f64 * ratio).ceil())
+                .bytes("allocator reserve")?;
+            (bytes, format!("fitted on {} ({path}): {how}", k.device))
+        }
+    };
+    Ok(Breakdown {
+        allocator_reserve: reserve,
+        reserve_source: how,
+        ..e
+    })
+}
+
+/// [`estimate`]'s rows without the allocator's reserve, before the total is checked.
 fn fitted(c: &Config, q: &Query, constants: Option<&Constants>) -> Result<Breakdown, Overflow> {
     let mut e = match q.mode {
         Mode::Infer => analytic_infer(c, q)?,
@@ -997,7 +1088,9 @@ mod tests {
                 (p, w)
             })
             .collect();
-        let budget = budget(16_000_000_000, 0.1);
+        // A budget of exactly Q8_0's total: f32 cannot fit it, Q8_0 just does.
+        let unbounded = format_fits(&cfg, &q, None, &candidates, u64::MAX);
+        let budget = unbounded[1].total_bytes.unwrap();
         let fits = format_fits(&cfg, &q, None, &candidates, budget);
         let order: Vec<Precision> = fits.iter().map(|f| f.precision).collect();
         use Precision::*;
@@ -1457,6 +1550,7 @@ mod tests {
             sources: vec![],
             group,
             generation: vec![],
+            reserve: vec![],
         }
     }
 
@@ -1524,10 +1618,10 @@ mod tests {
             (params * 4).saturating_sub(backward)
         );
         let states =
-            |e: &Breakdown| e.total().unwrap() - e.activations - e.logits - e.step_transient;
+            |e: &Breakdown| e.allocated().unwrap() - e.activations - e.logits - e.step_transient;
         assert_eq!(states(&foreach), states(&fused));
         assert_eq!(
-            foreach.total().unwrap() - states(&foreach),
+            foreach.allocated().unwrap() - states(&foreach),
             backward.max(params * 4)
         );
         // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32), over

@@ -6,9 +6,9 @@
 use super::Runtime;
 use crate::checked::{Checked, Overflow};
 use crate::error::InputError;
-use crate::model::flux::{FluxConfig, PATCH};
-use crate::model::sd::{DownBlock, SdConfig};
-use crate::model::wan::WanConfig;
+use crate::model::diffusion::flux::{FluxConfig, PATCH};
+use crate::model::diffusion::sd::{DownBlock, SdConfig};
+use crate::model::diffusion::wan::WanConfig;
 use crate::vocab::{Attention, Backend, Component, GenModel, Phase, Resolution, VaeDecode};
 use candle_core::DType;
 use serde::Serialize;
@@ -160,7 +160,7 @@ impl GenArch {
             vae_factor: c.vae.spatial_factor(),
             latent_channels: t.in_channels,
             out_channels: 3,
-            text_len: crate::model::wan::TEXT_LEN,
+            text_len: crate::model::diffusion::wan::TEXT_LEN,
             text_hidden: c.text_encoder.d_model,
             context_dim: t.text_dim,
             pooled_dim: 0,

@@ -18,6 +18,7 @@
 pub mod gen_terms;
 pub mod generate;
 pub mod nnls;
+pub mod reserve;
 
 use crate::features::Features;
 use crate::record::{Phase, Record, Status};
@@ -827,6 +828,10 @@ pub struct Constants {
     /// Generation groups (mode = "generate", [`generate`]); absent in files written before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generation: Vec<generate::GenGroupFit>,
+    /// The caching allocator's reserve per class of run ([`reserve`]; torch on CUDA only);
+    /// absent in files written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserve: Vec<reserve::ReserveFit>,
 }
 
 /// Everything `fit` computes from a set of records.
@@ -994,6 +999,7 @@ pub fn fit_all(
             sources,
             group,
             generation: Vec::new(),
+            reserve: reserve::fit(records),
         },
         heldout,
         envelope,

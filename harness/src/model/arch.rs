@@ -1,10 +1,10 @@
 //! The [`Architecture`] trait and the registry of architectures.
 //!
-//! One file per architecture (`llama.rs`, `qwen2.rs`, ...) holds everything about it: its
-//! `config.json` (a serde struct) and how it normalizes into [`Config`], its tensor shapes (the
-//! single source for synthetic weights, preflight, features and estimate), the HF-json export,
-//! its LoRA targets, and how its trainable and inference models are built. Adding an
-//! architecture is one new file plus one line in [`REGISTRY`].
+//! One file per architecture under `llm/` (`llm/llama.rs`, `llm/qwen2.rs`, ...) holds everything
+//! about it: its `config.json` (a serde struct) and how it normalizes into [`Config`], its tensor
+//! shapes (the single source for synthetic weights, preflight, features and estimate), the
+//! HF-json export, its LoRA targets, and how its trainable and inference models are built.
+//! Adding an architecture is one new file under `llm/` plus one line in [`REGISTRY`].
 use super::{Config, KvCache, Trainable};
 use crate::error::bad_file;
 use crate::vocab::Ops;
@@ -18,16 +18,17 @@ use std::path::Path;
 /// HF-named tensors (variables for training, plain tensors for inference).
 pub type Tensors = HashMap<String, Tensor>;
 
-/// Every architecture vramlab implements. Adding one: a new file and one line here.
+/// Every architecture vramlab implements. Adding one: a new file under `llm/` and one line
+/// here.
 pub static REGISTRY: &[&dyn Architecture] = &[
-    &super::llama::LlamaArch,
-    &super::mistral::MistralArch,
-    &super::qwen2::Qwen2Arch,
-    &super::gpt2::Gpt2Arch,
-    &super::bert::BertArch,
-    &super::qwen3::Qwen3Arch,
-    &super::phi3::Phi3Arch,
-    &super::gpt_bigcode::GptBigCodeArch,
+    &super::llm::llama::LlamaArch,
+    &super::llm::mistral::MistralArch,
+    &super::llm::qwen2::Qwen2Arch,
+    &super::llm::gpt2::Gpt2Arch,
+    &super::llm::bert::BertArch,
+    &super::llm::qwen3::Qwen3Arch,
+    &super::llm::phi3::Phi3Arch,
+    &super::llm::gpt_bigcode::GptBigCodeArch,
 ];
 
 /// What an architecture's inference model is: a causal decoder (prefill + decode with a KV
@@ -85,7 +86,7 @@ pub trait Architecture: Sync + Send {
     /// Every stored parameter tensor with its HF name and shape, in load order. Default: the
     /// llama decoder family's (every variant its normalized config describes).
     fn tensor_shapes(&self, c: &Config) -> Vec<(String, Vec<usize>)> {
-        super::llama::decoder_shapes(c)
+        super::llm::llama::decoder_shapes(c)
     }
     /// The config written back as an HF `config.json` (what `synth-weights` writes).
     fn to_hf_json(&self, c: &Config) -> Value;

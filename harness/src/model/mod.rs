@@ -1,37 +1,24 @@
-//! Models: the [`Architecture`] trait and its registry (`arch.rs`), one file per architecture,
-//! the normalized [`Config`], weight loading, the KV cache, and the building blocks (`nn.rs`).
+//! Models. The core: the [`Architecture`] trait and its registry (`arch.rs`), the normalized
+//! [`Config`], model sources and weight loading (`source.rs`, `weights.rs`, `gguf/`), synthetic
+//! weights, the KV cache, trainable sets and the building blocks (`nn/`). Then [`llm`], one file
+//! per language-model architecture of the registry, and [`diffusion`], the generation
+//! pipelines behind the [`Pipeline`](diffusion::Pipeline) trait.
 pub mod arch;
-pub mod bert;
 pub mod config;
-pub mod conv3d;
-pub mod flux;
+pub mod diffusion;
 pub mod gguf;
-pub mod gpt2;
-pub mod gpt_bigcode;
 pub mod kv;
-pub mod llama;
-pub mod mistral;
+pub mod llm;
 pub mod nn;
-pub mod phi3;
-pub mod pipeline;
-pub mod qwen2;
-pub mod qwen3;
-pub mod sd;
-pub mod sd_unet;
 pub mod source;
 pub mod synth;
 pub mod trainable;
-pub mod umt5;
-pub mod wan;
-pub mod wan_dit;
-pub mod wan_pipe;
-pub mod wan_vae;
 pub mod weights;
 
 pub use arch::{Arch, Architecture, Decoder, Encoder, InferenceModel, Role};
 pub use config::Config;
 pub use kv::{KvCache, KvKind};
-pub use llama::Llama;
+pub use llm::llama::Llama;
 pub use source::Source;
 pub use trainable::Trainable;
 

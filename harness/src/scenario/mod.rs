@@ -1,6 +1,7 @@
-//! Scenario files: the serde spec (strict), and the pure grid expansion into points.
+//! Scenario files: the serde spec (strict) and the pure expansion of language-model grids
+//! into points. Generation and fine-tuning points are expanded beside their workloads
+//! (`workload/gen_points.rs`, `workload/ft_points.rs`), which own their sources' types.
 pub mod grid;
-pub mod shard;
 pub mod spec;
 
 pub use grid::{expand, Point};

@@ -18,8 +18,8 @@ use super::{number_after, precision, Expressed, PeerRow};
 use crate::estimate::generate::{self as gen, GenArch, GenQuery};
 use crate::estimate::Runtime;
 use crate::fit::Constants;
-use crate::model::flux::FluxConfig;
-use crate::model::sd::SdConfig;
+use crate::model::diffusion::flux::FluxConfig;
+use crate::model::diffusion::sd::SdConfig;
 use crate::vocab::{Attention, Backend, GenModel, Precision, Resolution, VaeDecode};
 use candle_core::DType;
 

@@ -112,7 +112,10 @@ impl Metric {
         match self {
             Metric::NvmlUsed => true,
             // The cuBLAS workspace is a tensor of PyTorch's caching allocator.
-            Metric::MaxAllocated => !matches!(row, "CUDA context" | "allocator rounding"),
+            Metric::MaxAllocated => !matches!(
+                row,
+                "CUDA context" | "allocator reserve" | "allocator rounding"
+            ),
             Metric::MaxReserved => row != "CUDA context",
             Metric::ModelStates => matches!(row, "weights" | "gradients" | "optimizer state"),
             Metric::LayerActivations => row == "activations",
@@ -537,9 +540,13 @@ fn estimate_row(
                     estimate::estimate(cfg, &q, k).map_err(over)?
                 }
                 // Weights loaded, no forward pass: no cuBLAS handle yet.
-                (Mode::Infer, None, None) => {
-                    estimate::estimate(cfg, &q, k).map_err(over)?.weights_only()
-                }
+                (Mode::Infer, None, None) => estimate::with_reserve_of(
+                    estimate::estimate(cfg, &q, k).map_err(over)?.weights_only(),
+                    &q,
+                    k,
+                    crate::fit::reserve::ReserveClass::LOAD,
+                )
+                .map_err(over)?,
                 (_, Some(_), Some(_)) => estimate::estimate(cfg, &q, k).map_err(over)?,
                 (Mode::Infer, Some(_), None) => {
                     return Err(fail("prompt length not stated in the source".into()))
@@ -562,7 +569,8 @@ impl Breakdown {
         Breakdown {
             weights: self.weights,
             cuda_context: self.cuda_context,
-            allocator_rounding: self.allocator_rounding,
+            allocator_reserve: self.allocator_reserve,
+            reserve_source: self.reserve_source,
             source: self.source,
             ..Default::default()
         }

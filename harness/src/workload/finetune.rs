@@ -25,138 +25,35 @@
 //!   UNet's skips cross its levels, so it is refused for SD).
 //!
 //! FLUX and SDXL are refused ([`NO_LORA_REASON`]).
-use super::generate::{run_points, GenSource, OpenOutput, SweepIn};
+use super::generate::GenSource;
 use super::training::{self, MicroBatch, TrainSpec};
 use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
+use crate::model::diffusion::sd::{SdConfig, SdUnet};
+use crate::model::diffusion::wan::{self, Cond, WanConfig, WanDit, WanTransformerConfig};
+use crate::model::diffusion::{self as pipeline, record, PipelineClass};
 use crate::model::nn::{Linear, Lora};
-use crate::model::pipeline::{self, record, PipelineClass};
-use crate::model::sd::SdConfig;
-use crate::model::sd_unet::SdUnet;
-use crate::model::wan::{self, WanConfig, WanTransformerConfig};
-use crate::model::wan_dit::{Cond, WanDit};
 use crate::record::{Phase, Record, Status};
-use crate::scenario::spec::{is_pipeline_source, key_line, NO_LORA_REASON};
-use crate::scenario::Spec;
-use crate::vocab::{
-    Attention, Checkpointing, Component, GenModel, Mode, Optimizer, Precision, Resolution,
-    Trainable,
-};
+use crate::scenario::spec::NO_LORA_REASON;
+use crate::vocab::{Attention, Component, GenModel, Optimizer, Trainable};
+use crate::workload::ft_points::FtPoint;
 use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Shape, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// One fine-tuning point.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FtPoint {
-    pub id: String,
-    pub source: String,
-    pub model_id: String,
-    pub precision: Precision,
-    pub attention: Attention,
-    pub resolution: Resolution,
-    /// A video model's frames (the table's `frames`; None for an image model).
-    pub frames: Option<usize>,
-    pub batch: usize,
-    pub optimizer: Optimizer,
-    pub trainable: Trainable,
-    pub checkpointing: Checkpointing,
-    pub grad_accum: usize,
-    pub steps: usize,
-    pub lr: f64,
-    pub repeat: usize,
-    /// The index of the `[sweep]` table the point comes from (for error lines).
-    pub table: usize,
-}
-
-impl FtPoint {
-    fn train_spec(&self, model: &FtModel) -> TrainSpec {
-        TrainSpec {
-            batch: self.batch,
-            seq: model.text_len(),
-            optimizer: self.optimizer,
-            checkpointing: self.checkpointing,
-            grad_accum: self.grad_accum,
-            steps: self.steps,
-            lr: self.lr,
-        }
+/// The training spec of point `p` on `model`.
+fn train_spec(p: &FtPoint, model: &FtModel) -> TrainSpec {
+    TrainSpec {
+        batch: p.batch,
+        seq: model.text_len(),
+        optimizer: p.optimizer,
+        checkpointing: p.checkpointing,
+        grad_accum: p.grad_accum,
+        steps: p.steps,
+        lr: p.lr,
     }
-}
-
-/// The fine-tuning points of a scenario (its `mode = ["train"]` tables on diffusion
-/// pipelines), in table order
-/// (source, precision, attention, resolution, frames, batch, optimizer, trainable,
-/// checkpointing, accumulation).
-pub fn expand(spec: &Spec) -> Vec<FtPoint> {
-    let mut v = Vec::new();
-    for (table, s) in spec.sweep.0.iter().enumerate() {
-        let sources = s.source.as_ref().unwrap_or(&spec.model.source).to_vec();
-        if !s.mode.contains(&Mode::Train) || !sources.iter().all(|s| is_pipeline_source(s)) {
-            continue;
-        }
-        let mut axes = Vec::new();
-        for src in &sources {
-            for &precision in &s.precision {
-                for &attention in &s.attention {
-                    for &resolution in &s.resolution {
-                        let frames: Vec<Option<usize>> = match &s.frames {
-                            Some(f) => f.iter().map(|&f| Some(f)).collect(),
-                            None => vec![None],
-                        };
-                        for &frames in &frames {
-                            for &batch in &s.batch {
-                                axes.push((src, precision, attention, resolution, frames, batch));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        for (src, precision, attention, resolution, frames, batch) in axes {
-            let model_id = src.rsplit([':', '/']).next().unwrap_or(src).to_string();
-            for &optimizer in &s.optimizer {
-                for &trainable in &s.trainable {
-                    for &checkpointing in &s.checkpointing {
-                        for &ga in &s.grad_accum {
-                            for repeat in 0..s.repeats {
-                                let f = frames.map_or(String::new(), |f| format!("/f{f}"));
-                                let mut id = format!(
-                                    "{model_id}/train/{precision}/{resolution}{f}/b{batch}/{optimizer}/{checkpointing}/ga{ga}/{trainable}"
-                                );
-                                if attention != Attention::Eager {
-                                    id += &format!("/{attention}");
-                                }
-                                if s.repeats > 1 {
-                                    id += &format!("/r{repeat}");
-                                }
-                                v.push(FtPoint {
-                                    id,
-                                    source: src.clone(),
-                                    model_id: model_id.clone(),
-                                    precision,
-                                    attention,
-                                    resolution,
-                                    frames,
-                                    batch: batch as usize,
-                                    optimizer,
-                                    trainable,
-                                    checkpointing,
-                                    grad_accum: ga as usize,
-                                    steps: s.train_steps,
-                                    lr: s.lr,
-                                    repeat,
-                                    table,
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    v
 }
 
 /// The trainable denoiser of a fine-tuning source and its config.
@@ -178,7 +75,7 @@ impl FtModel {
         }
     }
 
-    fn architecture(&self) -> &'static str {
+    pub fn architecture(&self) -> &'static str {
         match self {
             FtModel::Wan(_) => "wan",
             FtModel::Sd(_) => "stable-diffusion",
@@ -201,7 +98,7 @@ impl FtModel {
         }
     }
 
-    fn params(&self) -> u64 {
+    pub fn params(&self) -> u64 {
         match self {
             FtModel::Wan(c) => wan::transformer_params(c),
             FtModel::Sd(_) => pipeline::count(&self.shapes()),
@@ -330,7 +227,7 @@ pub fn shapes(c: &WanTransformerConfig) -> pipeline::Shapes {
 
 /// The directory holding the denoiser of `src` in `dtype`: a diffusers directory as it is,
 /// or (synthetic) its component written once under `$VRAMLAB_MODELS/synthetic-gen/`.
-fn prepare(src: &GenSource, model: &FtModel, dtype: DType) -> Result<PathBuf> {
+pub fn prepare(src: &GenSource, model: &FtModel, dtype: DType) -> Result<PathBuf> {
     match src {
         GenSource::Diffusers(dir) => Ok(dir.clone()),
         GenSource::Synthetic(m) => {
@@ -360,125 +257,8 @@ fn prepare(src: &GenSource, model: &FtModel, dtype: DType) -> Result<PathBuf> {
     }
 }
 
-/// Checks every point before measuring: the model (Wan only), the resolution (a multiple of
-/// 16), frames (4k + 1), LoRA. One line naming the file, the line and the key.
-fn check(path: &Path, text: &str, points: &[FtPoint]) -> Result<()> {
-    for p in points {
-        let at = |key: &str, msg: String| match key_line(text, p.table, key) {
-            Some(line) => bad_file(path, format!("line {line}: [sweep] {msg}")),
-            None => bad_file(path, format!("[sweep] {msg}")),
-        };
-        let src = GenSource::parse(&p.source)
-            .map_err(|e| bad_file(path, format!("[model] source: {e}")))?;
-        let model = config_of(&src).map_err(|e| at("mode", crate::error::one_line(&e)))?;
-        let r = p.resolution;
-        match (&model, p.frames) {
-            (FtModel::Wan(_), frames) => {
-                if !r.width.is_multiple_of(16) || !r.height.is_multiple_of(16) {
-                    return Err(at(
-                        "resolution",
-                        format!("resolution `{r}` is not a multiple of 16 (Wan's VAE stride 8 × patch 2)"),
-                    ));
-                }
-                let Some(f) = frames else {
-                    return Err(at(
-                        "frames",
-                        "`frames` is missing: Wan2.1 is a video model (frames 4k+1, e.g. [5, 9])"
-                            .into(),
-                    ));
-                };
-                if f == 0 || !(f - 1).is_multiple_of(4) {
-                    return Err(at(
-                        "frames",
-                        format!(
-                            "frames {f} is not 4k + 1 (Wan's VAE keeps the first frame, then 4 per latent frame)"
-                        ),
-                    ));
-                }
-            }
-            (FtModel::Sd(c), frames) => {
-                // The latents halve at each downsampler and must double back exactly.
-                let m = c.vae.scale() << (c.unet.block_out_channels.len() - 1);
-                if !r.width.is_multiple_of(m) || !r.height.is_multiple_of(m) {
-                    return Err(at(
-                        "resolution",
-                        format!("resolution `{r}` is not a multiple of {m} (the VAE's stride × the UNet's downsamplers)"),
-                    ));
-                }
-                if frames.is_some() {
-                    return Err(at(
-                        "frames",
-                        "`frames` on Stable Diffusion: an image model has none".into(),
-                    ));
-                }
-                if p.checkpointing == Checkpointing::Layer {
-                    return Err(at(
-                        "checkpointing",
-                        "checkpointing `layer` on Stable Diffusion: the UNet's skips cross its levels, so it is not a stack of layers to re-run (use `none`)".into(),
-                    ));
-                }
-            }
-        }
-        if !matches!(p.trainable, Trainable::Lora(_)) {
-            return Err(at(
-                "trainable",
-                format!(
-                    "trainable `{}`: a denoiser is fine-tuned with LoRA only (`lora-rN`)",
-                    p.trainable
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `vramlab sweep` of a scenario whose tables are all `mode = "train"` on a diffusion
-/// pipeline: measures each point in this process (the transformer loaded per point), writes
-/// each row as it is measured and the manifest beside the CSV. `open` opens the output once
-/// the scenario is checked (creating or resuming it) and returns the finished points' ids.
-pub fn sweep(s: &SweepIn, open: &OpenOutput) -> Result<()> {
-    let points = expand(s.spec);
-    let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
-    run_points(
-        s,
-        &ids,
-        || check(s.scenario, s.text, &points),
-        open,
-        |i, run| {
-            let p = &points[i];
-            let src = GenSource::parse(&p.source).map_err(crate::error::InputError::arg)?;
-            let model = config_of(&src)?;
-            let dtype = p.precision.dtype();
-            let dir = prepare(&src, &model, dtype)?;
-            run.weights(&p.model_id, &p.source, || {
-                pipeline::weights_files(&dir, model.component())
-            })?;
-            let base = Record {
-                architecture: model.architecture().into(),
-                param_count: model.params(),
-                weight_source: src.kind().into(),
-                mode: Mode::Train,
-                precision: p.precision,
-                batch: p.batch as u64,
-                context: model.text_len() as u64,
-                optimizer: p.optimizer,
-                checkpointing: Some(p.checkpointing),
-                grad_accum: Some(p.grad_accum as u64),
-                trainable: Some(p.trainable),
-                attention: p.attention,
-                resolution: Some(p.resolution),
-                frames: p.frames.map(|f| f as u64),
-                ..run.base(&p.id, &p.model_id)
-            };
-            run.meter.trim()?;
-            let rows = measure_point(&model, &dir, p, &run.dev, run.meter.as_mut(), &base);
-            run.write_point(&base, rows)
-        },
-    )
-}
-
 /// Loads the denoiser (a `load` row), attaches the adapters and runs the steps.
-fn measure_point(
+pub fn measure_point(
     model: &FtModel,
     dir: &Path,
     p: &FtPoint,
@@ -523,13 +303,13 @@ fn measure_point(
     let mut rows = vec![load];
     let (latents, text) = model.input_shapes(p);
     let inputs = Inputs::of_shape(latents, text, dtype, dev)?;
-    crate::supervisor::mark_phase(Phase::Warmup);
+    crate::progress::mark_phase(Phase::Warmup);
     warm_up((&net).into(), &inputs, p.grad_accum)?;
     run(
         &net,
         &vars,
         &inputs,
-        &p.train_spec(model),
+        &train_spec(p, model),
         meter,
         &mut |r, loss| {
             let mut rec = row(r.phase, &r.mem, r.elapsed_ms);

@@ -128,7 +128,7 @@ pub fn check_growing_kv(
     }
 }
 
-use vramlab::model::sd::{
+use vramlab::model::diffusion::sd::{
     ClipAct, ClipArch, ClipConfig, DownBlock, PerBlock, SdConfig, UNetConfig, UpBlock, VaeConfig,
 };
 
@@ -184,7 +184,7 @@ pub fn tiny_sd() -> SdConfig {
 /// loaded under a fresh counting meter: the load rows per component, and the meter to measure
 /// the phases with.
 pub struct TinySd {
-    pub sd: vramlab::model::sd::Sd,
+    pub sd: vramlab::model::diffusion::sd::Sd,
     pub loads: Vec<(vramlab::vocab::Component, vramlab::meter::PhaseMemory, f64)>,
     pub meter: vramlab::meter::cpu::CpuMeter,
     pub dir: tempfile::TempDir,
@@ -194,7 +194,7 @@ pub fn load_tiny_sd() -> TinySd {
     use candle_core::{DType, Device};
     use vramlab::workload::generate;
     let dir = tempfile::tempdir().unwrap();
-    let mut sd = vramlab::model::sd::Sd::new(tiny_sd(), DType::F32, DType::F32);
+    let mut sd = vramlab::model::diffusion::sd::Sd::new(tiny_sd(), DType::F32, DType::F32);
     generate::write_synthetic(&sd, dir.path()).unwrap();
     let mut meter = vramlab::meter::cpu::CpuMeter::new();
     let loads = generate::load(
@@ -217,7 +217,7 @@ pub fn load_tiny_sd() -> TinySd {
 /// loader (`pipeline::from_dir`: `model_index.json` → the family) in `dtype`, and loaded under a
 /// fresh counting meter: the load rows per component, and the meter to measure the phases with.
 pub struct Lab {
-    pub p: Box<dyn vramlab::model::pipeline::Pipeline>,
+    pub p: Box<dyn vramlab::model::diffusion::Pipeline>,
     pub loads: Vec<(vramlab::vocab::Component, vramlab::meter::PhaseMemory, f64)>,
     pub meter: vramlab::meter::cpu::CpuMeter,
     pub dir: tempfile::TempDir,
@@ -225,17 +225,17 @@ pub struct Lab {
 
 /// [`Lab`] of `written` (a pipeline whose VAE is f32), which must read back as `architecture`.
 pub fn load_lab(
-    written: &dyn vramlab::model::pipeline::Pipeline,
+    written: &dyn vramlab::model::diffusion::Pipeline,
     dtype: candle_core::DType,
     architecture: &str,
 ) -> Lab {
     use candle_core::{DType, Device};
-    use vramlab::model::pipeline;
+    use vramlab::model::diffusion;
     use vramlab::vocab::Component;
     use vramlab::workload::generate;
     let dir = tempfile::tempdir().unwrap();
     generate::write_synthetic(written, dir.path()).unwrap();
-    let mut p = pipeline::from_dir(dir.path(), dtype, None).unwrap();
+    let mut p = diffusion::from_dir(dir.path(), dtype, None).unwrap();
     assert_eq!(p.architecture(), architecture);
     assert_eq!(p.dtype(Component::Vae), DType::F32);
     let mut meter = vramlab::meter::cpu::CpuMeter::new();
@@ -316,7 +316,7 @@ pub fn act(m: &vramlab::meter::PhaseMemory) -> f64 {
 /// Runs generation point `g` on the CPU meter and checks that its two denoising steps have the
 /// same peak (±0.1 %); returns the point's phases.
 pub fn equal_steps(
-    p: &dyn vramlab::model::pipeline::Pipeline,
+    p: &dyn vramlab::model::diffusion::Pipeline,
     g: &vramlab::workload::generate::GenShape,
     meter: &mut vramlab::meter::cpu::CpuMeter,
 ) -> vramlab::workload::generate::Measured {
@@ -330,7 +330,7 @@ pub fn equal_steps(
 /// phase leaves live exactly what a fresh (b, 3, H, W) f32 tensor holds (measured here: the
 /// data bytes plus candle's tensor header, a few hundred bytes).
 pub fn decode_output_exact(
-    p: &dyn vramlab::model::pipeline::Pipeline,
+    p: &dyn vramlab::model::diffusion::Pipeline,
     meter: &mut vramlab::meter::cpu::CpuMeter,
     shapes: &[vramlab::workload::generate::GenShape],
 ) {
@@ -388,8 +388,8 @@ pub fn load_keeps(
 
 /// A Wan2.1-shaped VAE (4 levels, temporal upsampling in the first two up blocks: stride
 /// 4 × 8 × 8), narrow.
-pub fn tiny_vae() -> vramlab::model::wan::WanVaeConfig {
-    vramlab::model::wan::WanVaeConfig {
+pub fn tiny_vae() -> vramlab::model::diffusion::wan::WanVaeConfig {
+    vramlab::model::diffusion::wan::WanVaeConfig {
         base_dim: 8,
         z_dim: 4,
         dim_mult: vec![1, 2, 4, 4],
@@ -403,14 +403,14 @@ pub fn tiny_vae() -> vramlab::model::wan::WanVaeConfig {
 
 /// A Wan2.1-shaped pipeline, narrow: the tiny VAE (4 latent channels, with latents
 /// statistics), a two-block DiT of 2 heads × 12 over 4 channels, a two-layer umT5 of width 16.
-pub fn tiny_wan() -> vramlab::model::wan::WanConfig {
-    let mut c = vramlab::model::wan::WanConfig::t2v_1_3b();
+pub fn tiny_wan() -> vramlab::model::diffusion::wan::WanConfig {
+    let mut c = vramlab::model::diffusion::wan::WanConfig::t2v_1_3b();
     c.name = "tiny-wan".into();
     let t = &mut c.transformer;
     (t.num_attention_heads, t.attention_head_dim, t.ffn_dim) = (2, 12, 40);
     (t.num_layers, t.text_dim, t.freq_dim) = (2, 16, 8);
     (t.in_channels, t.out_channels) = (4, 4);
-    c.vae = vramlab::model::wan::WanVaeConfig {
+    c.vae = vramlab::model::diffusion::wan::WanVaeConfig {
         latents_mean: vec![0.1, -0.2, 0.3, -0.4],
         latents_std: vec![1.5, 2.0, 0.5, 1.0],
         ..tiny_vae()
@@ -422,7 +422,7 @@ pub fn tiny_wan() -> vramlab::model::wan::WanConfig {
 }
 
 /// Random tensors of `shapes` (norm gammas around 1).
-pub fn random(shapes: &vramlab::model::pipeline::Shapes) -> candle_nn::VarBuilder<'static> {
+pub fn random(shapes: &vramlab::model::diffusion::Shapes) -> candle_nn::VarBuilder<'static> {
     let dev = candle_core::Device::Cpu;
     let map: std::collections::HashMap<String, candle_core::Tensor> = shapes
         .iter()
@@ -518,4 +518,53 @@ pub fn tiny_train_spec(steps: usize) -> vramlab::workload::training::TrainSpec {
         steps,
         lr: 1e-3,
     }
+}
+
+/// The committed emulated sweep the built-in allocator reserve is fitted on.
+pub const RESERVE_CSV: &str = "results/emulated/a100-80gb-emu-reserve-llm.csv";
+
+/// A reserve class as the CSV spells it: (mode, checkpointing, LoRA).
+pub type ReserveKey = (&'static str, &'static str, bool);
+
+/// The largest (peak reserved − peak allocated) / peak allocated of a class in
+/// [`RESERVE_CSV`], derived from its rows: `None` is the `load` phase of every point, a class
+/// the whole-run rows (`total`, `step_total`) of its points.
+#[allow(dead_code)]
+pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
+    let mut rdr = csv::Reader::from_path(root().join(RESERVE_CSV)).unwrap();
+    let h = rdr.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let (mode, phase, ck, tr, a, r, st) = (
+        col("mode"),
+        col("phase"),
+        col("checkpointing"),
+        col("trainable"),
+        col("peak_allocated"),
+        col("peak_reserved"),
+        col("status"),
+    );
+    let mut max = f64::NAN;
+    for rec in rdr.records() {
+        let rec = rec.unwrap();
+        if &rec[st] != "ok" {
+            continue;
+        }
+        let train = &rec[mode] == "train";
+        let whole = if train { "step_total" } else { "total" };
+        let of_class = match class {
+            None => &rec[phase] == "load",
+            Some((m, c, lora)) => {
+                &rec[phase] == whole
+                    && &rec[mode] == m
+                    && (!train || &rec[ck] == c)
+                    && (train && rec[tr].starts_with("lora")) == lora
+            }
+        };
+        if of_class {
+            let (a, r): (u64, u64) = (rec[a].parse().unwrap(), rec[r].parse().unwrap());
+            max = max.max((r - a) as f64 / a as f64);
+        }
+    }
+    assert!(!max.is_nan(), "no rows of {class:?} in {RESERVE_CSV}");
+    max
 }

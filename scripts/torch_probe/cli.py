@@ -1,0 +1,354 @@
+"""PyTorch reference for a vramlab scenario (docs/src/guides/torch-probe.md; ARCHITECTURE.md §3-§4).
+
+    python3 scripts/torch_probe SCENARIO.toml --out FILE.csv [--device cuda:0|cpu]
+                            [--torch-optim foreach|for-loop|fused] [--attention eager|sdpa]
+    python3 scripts/torch_probe SCENARIO.toml --dry-run
+
+Reads the same scenario TOML as `vramlab sweep`, expands the same grid (the point ids are
+identical to `vramlab sweep --dry-run`; harness/tests/torch_probe_ids.rs checks it), builds each
+model with Hugging Face transformers from the same config.json (the real class of its
+`model_type`, e.g. LlamaForCausalLM), with real weights where the scenario names them
+(`hf:DIR` safetensors, `gguf:FILE` through transformers' GGUF loader, dequantized), runs the same
+phases (load; prefill, decode every k steps, total; forward, backward, optimizer, step_total),
+and writes the same CSV schema as harness/src/record.rs, feature_* columns included (so
+`vramlab fit` reads it), with a manifest beside it whose runtime is `torch-X.Y+transformers-Z`.
+
+Definitions that match the harness: gradient accumulation runs micro-batches of
+batch/n; attention is `eager` (scores materialized, as in our models) unless --attention sdpa;
+`mixed-*` keeps f32 master weights and casts them to 16 bits inside the forward (autograd casts
+the gradients back onto the f32 masters, so AdamW's state is f32), as harness's `to_dtype` does;
+the parameter dtype is asserted after building.
+
+Recorded in each row: `kernels` = `reference` (torch's own ops), `attention` = eager|sdpa,
+`optimizer` = the optimizer and its torch implementation (`adamw-foreach`, `adamw-for-loop`, `adamw-fused`;
+`sgd-…` likewise). torch's CPU optimizers default to the for-loop: the choice is always explicit.
+
+Meters:
+- `--device cuda:N` (meter `torch-cuda`): baseline = memory_allocated / memory_reserved,
+  reset_peak_memory_stats, run, synchronize, peak = max_memory_allocated / max_memory_reserved;
+  device_used = total - free (mem_get_info), non_pool = device_used - reserved.
+- `--device cpu` (meter `cpu-preload`): allocated = live heap bytes counted by
+  libvramlab_preload.so (harness/preload), which must be in LD_PRELOAD (scripts/torch-cpu.sh
+  does it); reserved = VmRSS, its peak VmHWM reset through /proc/self/clear_refs; device_used =
+  MemTotal - MemAvailable; non_pool = RSS - allocated. Each point starts with malloc_trim(0).
+  Each point first runs once unmeasured at its own shapes (oneDNN keeps per-shape state the
+  first time a shape runs); --no-onednn turns oneDNN off.
+- `--device emu:GPU` (meter `torch-emulated`): the same as cuda:0, on an emulated GPU
+  (docs/src/guides/emulator.md): the probe runs itself again under `vramlab emulate --gpu GPU`
+  (the binary from $VRAMLAB_BIN, PATH, or this checkout's target/). Every model is built from its
+  config on the device, reading no weights (values do not change memory); the device name ends
+  in "(emulated)"; device_used is total - free of the emulated device (cudaMalloc's bytes plus
+  the CUDA context constant).
+
+Generation (`mode = "generate"`): diffusers' UNet2DConditionModel / AutoencoderKL /
+FluxTransformer2DModel / WanTransformer3DModel / AutoencoderKLWan and transformers' CLIP / T5 /
+umT5 encoders from the same diffusers directory
+vramlab loads (`synthetic:MODEL` = $VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE, written
+by `vramlab sweep`; `diffusers:DIR`), the rows of harness/src/workload/generate.rs (see
+generate.py).
+
+Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line, exit 2.
+--dry-run imports neither torch nor transformers.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import InputError, emulated, git_rev, now_rfc3339, self_args, short_hash, vramlab_bin
+from .csvout import SCHEMA_VERSION, Writer
+from .features import PRECISION_BYTES, features, shape_of
+from .generate import gen_group_len, gen_layout, run_generate_group
+from .grid import as_list, expand, expand_generate, is_finetune, load_spec, parse_source
+from .llm import adapter_count, build_model, infer_point, logits_kw, point_cols, train_point, warm_up
+from .meters import CudaMeter, NullMeter, PreloadMeter
+
+SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
+              "prompt_len", "decode_every", "repeats", "optimizer", "checkpointing", "grad_accum",
+              "trainable", "train_steps", "lr", "kernels", "attention",
+              "resolution", "frames", "cfg", "vae_decode", "tile", "overlap", "vae_precision",
+              "denoise_steps"}
+# Our fused kernels and flash attention are candle ops; the probe's attention is --attention.
+RUNNABLE = {"mode": {"infer", "train", "generate"}, "precision": set(PRECISION_BYTES),
+            "kernels": {"reference"}, "attention": {"eager"},
+            "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
+
+
+def check_runnable(path: Path, spec: dict):
+    """What the probe cannot run is refused before anything is measured (exit 2)."""
+    for s in as_list(spec["sweep"]):
+        if "generate" in s.get("mode", []):
+            check_generate(path, spec, s)
+            continue
+        if is_finetune(spec, s):
+            raise InputError(f"{path}: the torch probe cannot run `mode = [\"train\"]` on a diffusion "
+                             "pipeline (the denoiser's LoRA is measured by vramlab only)")
+        for k, v in s.items():
+            if k not in SWEEP_KEYS:
+                raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(v)}`")
+            bad = [x for x in as_list(v) if k in RUNNABLE and x not in RUNNABLE[k]]
+            if bad:
+                raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(bad[0])}`")
+        mixed = [x for x in s.get("precision", []) if x.startswith("mixed-")]
+        if mixed and "train" in s.get("mode", []) and "layer" in s.get("checkpointing", []):
+            # train_forward's 16-bit casts live for the forward only; a checkpointed layer's
+            # recomputation in backward would meet the f32 masters.
+            raise InputError(f"{path}: the torch probe cannot run `precision = \"{mixed[0]}\"` "
+                             "with `checkpointing = \"layer\"`")
+        for tr in s.get("trainable", []):
+            if tr not in ("full", "frozen-embeddings") and not re.fullmatch(r"lora-r[1-9][0-9]*", tr):
+                raise InputError(f"{path}: the torch probe cannot run `trainable = \"{tr}\"`")
+
+
+def check_generate(path: Path, spec: dict, s: dict):
+    """A generation table: its keys, attention (eager or sliced; the probe's --attention
+    says eager or sdpa), and each point's diffusers directory (no torch)."""
+    for k, v in s.items():
+        if k not in SWEEP_KEYS or k in ("kv_cache", "optimizer", "checkpointing", "grad_accum",
+                                        "trainable", "kernels"):
+            raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(v)}` with mode \"generate\"")
+    bad = [a for a in s.get("attention", []) if a not in ("eager", "sliced")]
+    if bad:
+        raise InputError(f"{path}: the torch probe cannot run `attention = \"{bad[0]}\"` for generation")
+    if s.get("mode") != ["generate"]:
+        raise InputError(f"{path}: [sweep] mode \"generate\" runs alone in its [sweep] table")
+    for p in expand_generate(spec, s):
+        try:
+            lay = gen_layout(p)
+        except InputError as e:
+            raise InputError(f"{path}: {e}") from None
+        if lay["family"] == "wan" and "frames" not in s:
+            raise InputError(f"{path}: `frames` is missing: {p['model_id']} is a video model "
+                             "(frames 4k+1, e.g. [5, 9])")
+
+
+def run(args) -> int:
+    spec, text = load_spec(args.scenario)
+    check_runnable(args.scenario, spec)
+    points = expand(spec)
+    cpu = args.device == "cpu"
+    meter = PreloadMeter() if cpu else None
+    import torch
+    import transformers
+
+    if cpu:
+        device = torch.device("cpu")
+        # oneDNN (bf16/f16 matmuls on CPU) keeps per-shape state: megabytes retained the first
+        # time each shape runs. Each point's unmeasured rehearsal creates it; --no-onednn turns
+        # oneDNN off (bf16 matmuls then take torch's slow reference kernels).
+        torch.backends.mkldnn.enabled = not args.no_onednn
+        dev_name, drv, cuda_v = platform.processor() or platform.machine(), "", ""
+        pool = {"meter": meter.kind, "allocator": "glibc malloc via libvramlab_preload.so",
+                "onednn": not args.no_onednn}
+        gpu = None
+    else:
+        if not torch.cuda.is_available():
+            print("error: torch sees no CUDA device", file=sys.stderr)
+            return 1
+        device = torch.device(args.device)
+        torch.cuda.set_device(device)
+        meter = CudaMeter(torch, device)
+        props = torch.cuda.get_device_properties(device)
+        dev_name, cuda_v = props.name, str(torch.version.cuda)
+        if emulated():
+            dev_name += " (emulated)"
+        drv = ""
+        try:
+            drv = Path("/proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
+        except (OSError, IndexError):
+            pass
+        pool = {"meter": meter.kind, "allocator": torch.cuda.get_allocator_backend(),
+                "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+        if emulated():
+            pool["emulated"] = {"context_bytes": int(os.environ.get("VRAMLAB_EMU_CONTEXT", "0")),
+                                "weights": "built from each config on the device, not read"}
+        gpu = dict(name=props.name, total_memory=props.total_memory,
+                   compute_capability=f"{props.major}.{props.minor}")
+    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+              "mixed-bf16": torch.float32, "mixed-f16": torch.float32}
+    runtime = f"torch-{torch.__version__}+transformers-{transformers.__version__}"
+    generating = any(p["mode"] == "generate" for p in points)
+    if generating:
+        import diffusers
+        runtime += f"+diffusers-{diffusers.__version__}"
+    started_at = now_rfc3339()
+    run_id = f"{re.sub('[:-]', '', started_at)}-torch-{os.getpid():x}"
+    shash = short_hash(text.encode())
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    manifest_path = out.with_name(out.stem + ".manifest.json")
+    manifest = dict(
+        schema_version=SCHEMA_VERSION, run_id=run_id, started_at=started_at, finished_at=None,
+        csv=str(out), scenario_path=str(args.scenario), scenario_hash=shash, scenario_text=text,
+        backend="cpu" if cpu else "cuda", device=args.device, device_name=dev_name,
+        pool=pool, runtime=runtime, attention=args.attention, torch_optim=args.torch_optim,
+        versions=dict(vramlab="torch_probe", git_rev=git_rev(), python=platform.python_version(),
+                      torch=torch.__version__, transformers=transformers.__version__,
+                      diffusers=diffusers.__version__ if generating else None,
+                      cuda_driver=drv, cuda_runtime=cuda_v),
+        gpu=gpu, host=dict(hostname=socket.gethostname(), os=platform.release(), cpus=os.cpu_count(),
+                           torch_threads=torch.get_num_threads()),
+        points=len(points), status_counts={},
+    )
+
+    def write_manifest():
+        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+    write_manifest()
+    writer = Writer(out)
+    counts: dict[str, int] = {}
+    print(f"torch_probe {spec['name']}: {len(points)} points -> {out} ({runtime}, {meter.kind}, "
+          f"attention {args.attention}, optimizer {args.torch_optim})", file=sys.stderr)
+
+    common = dict(
+        schema_version=SCHEMA_VERSION, run_id=run_id, vramlab_version="torch_probe",
+        git_rev=git_rev(), backend="cpu" if cpu else "cuda", device_name=dev_name,
+        driver_version=drv, cuda_version=cuda_v, candle_version="",
+        kernels="reference", attention=args.attention, pool_release="", scenario_hash=shash,
+        meter=meter.kind,
+    )
+    i = 0
+    while i < len(points):
+        if points[i]["mode"] == "generate":
+            n = gen_group_len(points, i)
+            run_generate_group(torch, points[i:i + n], common, writer, meter, device, args, counts)
+            i += n
+            continue
+        src, prec = points[i]["source"], points[i]["precision"]
+        n = 0
+        while i + n < len(points) and points[i + n]["source"] == src and points[i + n]["precision"] == prec:
+            n += 1
+        group, i = points[i:i + n], i + n
+        kind, path = parse_source(src)
+        base = dict(common, weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind])
+        dtype = dtypes[prec]
+        model = None
+        try:
+            meter.trim()
+            started = meter.start()
+            config, model = build_model(torch, transformers, kind, path, dtype, args.attention, device)
+            model.eval()
+            load_mem, load_ms = meter.finish(started)
+            load_err = None
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded per point, the sweep goes on
+            oom = not cpu and isinstance(e, torch.cuda.OutOfMemoryError)
+            load_err = ("oom" if oom else "error", " ".join(str(e).split())[:300])
+        if load_err:
+            for p in group:
+                writer.write(dict(base, **point_cols(p, args.torch_optim), phase="load", status=load_err[0],
+                                  message=load_err[1]))
+                counts[load_err[0]] = counts.get(load_err[0], 0) + 1
+            model = None
+            meter.trim()
+            continue
+        wrong = {str(q.dtype) for q in model.parameters() if q.dtype != dtype}
+        if wrong:
+            raise RuntimeError(f"{src}: parameters built as {sorted(wrong)}, not {dtype}")
+        nparams = sum(q.numel() for q in model.parameters())
+        shape = shape_of(model.config)
+        base.update(architecture=model.config.model_type, param_count=nparams)
+        lkw = logits_kw(model)
+        warm_up(torch, transformers, model, group, device, lkw)
+        for p in group:
+            cols = dict(base, **point_cols(p, args.torch_optim), started_at=now_rfc3339())
+            meter.trim()
+            load_f = features(shape, p, "load", 0, nparams + adapter_count(model, p), 0)
+            writer.write(dict(cols, phase="load", kv_tokens=0, status="ok", elapsed_ms=load_ms,
+                              message="weights built once per (model, precision); shared by the group",
+                              **load_mem, **load_f))
+            try:
+                # An unmeasured rehearsal at the point's own shapes first: torch's CPU kernels
+                # (oneDNN) keep per-shape state the first time a shape runs.
+                if p["mode"] == "train":
+                    train_point(torch, model, p, device, NullMeter(), args.torch_optim, rehearse=True)
+                    rows = train_point(torch, model, p, device, meter, args.torch_optim)
+                else:
+                    infer_point(torch, transformers, model, model.config, p, dtype, device, NullMeter(), lkw)
+                    rows = infer_point(torch, transformers, model, model.config, p, dtype, device, meter, lkw)
+                for r in rows:
+                    f = features(shape, p, r["phase"], r.get("kv_tokens") or 0,
+                                 r.pop("params", nparams), r.pop("trainable", 0))
+                    writer.write(dict(cols, **r, **f, status="ok"))
+                status = "ok"
+            except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+                oom = not cpu and isinstance(e, torch.cuda.OutOfMemoryError)
+                msg = " ".join(str(e).split())[:300]
+                m = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
+                first = "forward" if p["mode"] == "train" else "prefill"
+                status = "oom" if oom else "error"
+                writer.write(dict(cols, phase=first, status=status,
+                                  message=(f"requested {m.group(1)}: " if m else "") + msg))
+            counts[status] = counts.get(status, 0) + 1
+            print(f"  {p['id']}: {status}", file=sys.stderr)
+        del model
+        meter.trim()
+
+    manifest["finished_at"] = now_rfc3339()
+    manifest["status_counts"] = counts
+    write_manifest()
+    print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" -> {out}", file=sys.stderr)
+    return 1 if counts.get("error") else 0
+
+
+def run_emulated(args, argv: list) -> int:
+    """`--device emu:GPU`: this probe again, as cuda:0, under `vramlab emulate --gpu GPU`."""
+    gpu = args.device.split(":", 1)[1]
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--device":
+            skip = True
+        elif not a.startswith("--device="):
+            rest.append(a)
+    cmd = [vramlab_bin(), "emulate", "--gpu", gpu, "--", sys.executable,
+           *self_args(), *rest, "--out", str(args.out), "--device", "cuda:0"]
+    # The probe's own progress is on stderr; emulate's per-step table is not needed here.
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    return done.returncode
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
+    ap.add_argument("scenario", type=Path)
+    ap.add_argument("--out", type=Path, help="output CSV (manifest beside it)")
+    ap.add_argument("--device", default="cuda:0", help="cuda:N (torch's caching allocator), cpu "
+                    "(the preload meter; use scripts/torch-cpu.sh) or emu:GPU (an emulated GPU, "
+                    "e.g. emu:h100-80gb)")
+    ap.add_argument("--torch-optim", choices=["foreach", "for-loop", "fused"], default="foreach",
+                    help="the optimizer implementation (recorded in the optimizer column)")
+    ap.add_argument("--attention", choices=["eager", "sdpa"], default="eager",
+                    help="attention implementation (recorded in the kernels column); eager "
+                    "materializes the scores like vramlab's models")
+    ap.add_argument("--no-onednn", action="store_true",
+                    help="cpu: turn oneDNN off (no per-shape kernel state; bf16 much slower)")
+    ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")
+    args = ap.parse_args(argv)
+    try:
+        if args.dry_run:
+            spec, _ = load_spec(args.scenario)
+            for p in expand(spec):
+                print(p["id"])
+            return 0
+        if args.out is None:
+            spec, _ = load_spec(args.scenario)
+            args.out = Path("results") / f"{spec['name']}-torch.csv"
+        if args.out.suffix != ".csv":
+            raise InputError(f"--out {args.out}: must end in .csv")
+        if args.device.startswith("emu:"):
+            return run_emulated(args, argv if argv is not None else sys.argv[1:])
+        if args.device != "cpu" and not re.fullmatch(r"cuda(:[0-9]+)?", args.device):
+            raise InputError(f"--device {args.device}: must be cpu, cuda:N or emu:GPU")
+        return run(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,75 @@
+"""What every part of the probe shares: bad input, the checkout, run metadata, the emulated GPU."""
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+
+# The checkout (scripts/torch_probe/ is two levels down); in a wheel, site-packages.
+ROOT = Path(__file__).resolve().parent.parent.parent
+# The package's directory (`python3 scripts/torch_probe` runs it).
+PKG_DIR = Path(__file__).resolve().parent
+
+class InputError(Exception):
+    """Bad input: exit code 2, like vramlab."""
+
+
+def now_rfc3339() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def short_hash(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()[:16]
+
+
+def git_rev() -> str:
+    import subprocess
+    try:  # a worktree's .git is a file: ask git first
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()[:12]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    head = ROOT / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            return (ROOT / ".git" / ref[5:]).read_text().strip()[:12]
+        return ref[:12]
+    except OSError:
+        return ""
+
+
+EMU_CONV_NOTE = ("emulated: convolutions on PyTorch's native CUDA path (cuDNN off); cuDNN's "
+                 "algorithm and workspace are not modeled")
+
+
+def emulated() -> bool:
+    """Whether this process runs on vramlab's emulated GPU (`vramlab emulate` sets these)."""
+    return bool(os.environ.get("VRAMLAB_EMU_TOTAL")) and bool(os.environ.get("VRAMLAB_EMU_REPORT"))
+
+
+def vramlab_bin() -> str:
+    """The vramlab binary: $VRAMLAB_BIN, PATH, or this checkout's release or debug build."""
+    import shutil
+    for c in (os.environ.get("VRAMLAB_BIN"), shutil.which("vramlab"),
+              ROOT / "target" / "release" / "vramlab", ROOT / "target" / "debug" / "vramlab"):
+        if c and Path(c).is_file():
+            return str(c)
+    raise InputError("--device emu:GPU needs the vramlab binary (set VRAMLAB_BIN, put it on PATH, "
+                     "or `cargo build -p vramlab`)")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read config: {e}") from e
+
+
+def self_args() -> list:
+    """The arguments after `python` that run this probe again in another process: `-m NAME`
+    where it is a subpackage (vramlab._torch_probe in the wheel), else its directory."""
+    package = __package__ or PKG_DIR.name
+    return ["-m", package] if "." in package else [str(PKG_DIR)]

@@ -1,0 +1,339 @@
+"""Language models with transformers: building the model, the KV cache, the inference and
+training points (phases load; prefill, decode, total; forward, backward, optimizer, step_total)
+and LoRA adapters."""
+import time
+from pathlib import Path
+
+from .common import InputError, emulated
+from .meters import NullMeter, span
+
+
+def make_cache(transformers, kind, config, batch, context, dtype, device):
+    """A KV cache: `preallocated` = StaticCache (capacity `context`), `growing` = DynamicCache.
+    StaticCache's constructor changed across transformers releases; try the known forms."""
+    if kind == "growing":
+        return transformers.DynamicCache()
+    S = transformers.StaticCache
+    attempts = [
+        dict(config=config, max_batch_size=batch, max_cache_len=context, device=device, dtype=dtype),
+        dict(config=config, batch_size=batch, max_cache_len=context, device=device, dtype=dtype),
+        dict(config=config, max_cache_len=context),
+    ]
+    last = None
+    for kw in attempts:
+        try:
+            return S(**kw)
+        except TypeError as e:
+            last = e
+    raise RuntimeError(f"cannot build a StaticCache with this transformers: {last}")
+
+
+def logits_kw(model) -> dict:
+    import inspect
+    params = inspect.signature(model.forward).parameters
+    if "logits_to_keep" in params:
+        return {"logits_to_keep": 1}
+    if "num_logits_to_keep" in params:
+        return {"num_logits_to_keep": 1}
+    return {}
+
+
+def cache_kw(model, cache) -> dict:
+    """The KV cache argument: `cache` in newer transformers, `past_key_values` before."""
+    import inspect
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device):
+    """The real transformers class of the config's model_type, with the source's weights:
+    `hf:DIR` from_pretrained, `gguf:FILE` transformers' GGUF loader (dequantizes),
+    `synthetic:CONFIG` from_config (random values, real shapes)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+    kw = dict(dtype=dtype, attn_implementation=attention)
+    if emulated() and kind == "gguf":
+        # On the emulated GPU: the GGUF's config, dense weights of the point's dtype built on
+        # the device (values do not change memory; no host copy).
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{path}: no such GGUF file")
+        config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
+        with torch.device(device):
+            return config, AutoModelForCausalLM.from_config(config, **kw)
+    if kind == "gguf":
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{path}: no such GGUF file")
+        config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
+        # Dense weights in the point's dtype, as vramlab's GGUF loader makes them (transformers
+        # could also keep the blocks packed behind its own matmul kernels).
+        dense = transformers.GgufConfig(gguf_file=str(p), dequantize=True)
+        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name,
+                                                     quantization_config=dense, **kw)
+        return config, model.to(device)
+    cfg_path = Path(path) / "config.json" if (kind == "hf" or Path(path).is_dir()) else Path(path)
+    if not cfg_path.is_file():
+        raise InputError(f"{cfg_path}: no such config.json")
+    config = AutoConfig.from_pretrained(str(cfg_path))
+    # Encoders train as masked LMs (BertForMaskedLM), as vramlab's bert does.
+    auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
+    if kind == "hf" and not emulated():
+        model = auto.from_pretrained(str(cfg_path.parent), config=config, **kw).to(device)
+    else:
+        with torch.device(device):
+            model = auto.from_config(config, **kw)
+    return config, model
+
+
+def optimizer_label(p: dict, impl: str) -> str:
+    return f"{p['train']['optimizer']}-{impl}" if p["mode"] == "train" else "none"
+
+
+def warm_up(torch, transformers, model, group, device, lkw):
+    """One-off costs (oneDNN/BLAS buffers, cuBLAS handles, lazily built kernels) land outside
+    every measured phase: a prefill and decode at the group's largest inference shape, and a
+    forward + backward at its largest training micro-batch shape."""
+    infer = [p for p in group if p["mode"] == "infer"]
+    train = [p for p in group if p["mode"] == "train"]
+    if infer:
+        b = max(p["batch"] for p in infer)
+        s = max(max(p["prompt_len"] for p in infer), 1)
+        with torch.no_grad():
+            ids = torch.zeros((b, s), dtype=torch.long, device=device)
+            cache = transformers.DynamicCache()
+            out = model(ids, use_cache=True, **cache_kw(model, cache), **lkw)
+            model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache), **lkw)
+            del ids, cache, out
+    if train and device.type != "cpu":
+        # On a GPU, a full-model forward and backward can exceed memory that the point itself
+        # (LoRA, checkpointing) fits in: rehearse the largest point as it will run.
+        big = max(train, key=lambda p: (p["batch"] // p["train"]["grad_accum"], p["context"]))
+        train_point(torch, model, big, device, NullMeter(), "foreach", rehearse=True)
+    elif train:
+        b = max(p["batch"] // p["train"]["grad_accum"] for p in train)
+        s = max(p["context"] for p in train)
+        g = torch.Generator(device="cpu").manual_seed(7)
+        model.train()
+        for _ in range(2):
+            ids = torch.randint(0, model.config.vocab_size, (max(b, 1), s), generator=g).to(device)
+            train_forward(torch, model, ids, compute_dtype(torch, train[0]["precision"])).backward()
+            model.zero_grad(set_to_none=True)
+            del ids
+        model.eval()
+
+
+def point_cols(p: dict, impl: str) -> dict:
+    if p["mode"] == "train":
+        t = p["train"]
+        return dict(point_id=p["id"], model_id=p["model_id"], mode="train", precision=p["precision"],
+                    batch=p["batch"], context=p["context"], optimizer=optimizer_label(p, impl),
+                    checkpointing=t["checkpointing"], grad_accum=t["grad_accum"],
+                    trainable=t["trainable"])
+    cols = dict(point_id=p["id"], model_id=p["model_id"], mode=p["mode"],
+                precision=p["precision"], batch=p["batch"], context=p["context"], optimizer="none")
+    if p["mode"] == "encode":
+        return cols
+    return dict(cols, prompt_len=p["prompt_len"], decode_steps=p["decode_steps"],
+                kv_cache=p["kv_cache"], kv_window=p["kv_window"])
+
+
+def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw):
+    """Prefill, then decode steps; rows as harness/src/workload/inference.rs makes them."""
+    rows = []
+    b, plen = p["batch"], p["prompt_len"]
+    g = torch.Generator(device="cpu").manual_seed(42)
+    with torch.no_grad():
+        started = meter.start()
+        ids = torch.randint(0, config.vocab_size, (b, plen), generator=g).to(device)
+        cache = make_cache(transformers, p["kv_cache"], config, b, p["context"], dtype, device)
+        pos = torch.arange(plen, device=device)
+        out = model(ids, **cache_kw(model, cache), use_cache=True, cache_position=pos, **lkw)
+        nxt = out.logits[:, -1:].argmax(-1)
+        del ids, out
+        mem, ms = meter.finish(started)
+        total, total_t0 = mem, time.perf_counter() - ms / 1e3
+        rows.append(dict(phase="prefill", step=0, kv_tokens=plen, elapsed_ms=ms, **mem))
+        window = None
+        for t in range(1, p["decode_steps"] + 1):
+            if window is None:
+                window = meter.start()
+            cur = plen + t - 1
+            out = model(nxt, **cache_kw(model, cache), use_cache=True,
+                        cache_position=torch.tensor([cur], device=device), **lkw)
+            nxt = out.logits[:, -1:].argmax(-1)
+            del out
+            if t % p["decode_every"] == 0 or t == p["decode_steps"]:
+                mem, ms = meter.finish(window)
+                window = None
+                total = span(total, [mem])
+                rows.append(dict(phase="decode", step=t, kv_tokens=cur + 1, elapsed_ms=ms, **mem))
+        kv_tokens = plen + p["decode_steps"]
+        del cache, nxt
+        rows.append(dict(phase="total", step=p["decode_steps"], kv_tokens=kv_tokens,
+                         elapsed_ms=(time.perf_counter() - total_t0) * 1e3, **total))
+    return rows
+
+
+LORA_ALPHA = 8.0  # PEFT's default, as in harness/src/model/nn/layers.rs
+LORA_TARGETS = {"gpt2": ("c_attn",), "bert": ("query", "value")}  # others: q_proj, v_proj
+
+
+def lora_modules(model):
+    targets = LORA_TARGETS.get(model.config.model_type, ("q_proj", "v_proj"))
+    return [(n, m) for n, m in model.named_modules() if n.split(".")[-1] in targets]
+
+
+def lora_dims(mod) -> tuple[int, int]:
+    """(fan_in, fan_out): transformers' GPT-2 Conv1D stores (in, out); nn.Linear (out, in)."""
+    w = mod.weight
+    return (w.shape[0], w.shape[1]) if type(mod).__name__ == "Conv1D" else (w.shape[1], w.shape[0])
+
+
+def adapter_count(model, p: dict) -> int:
+    """Parameters a `lora-rN` point adds (features.rs adapter_params): rank · (in + out) each."""
+    tr = p["train"]["trainable"] if p["mode"] == "train" else "full"
+    if not tr.startswith("lora-r"):
+        return 0
+    r = int(tr[len("lora-r"):])
+    return sum(r * sum(lora_dims(m)) for _, m in lora_modules(model))
+
+
+def add_lora(torch, model, rank: int) -> list:
+    """Rank-`rank` LoRA on the attention's query and value projections, as vramlab's
+    `lora-rN` (PEFT's defaults without PEFT): every base weight frozen, A (r, in) Kaiming-
+    uniform, B (out, r) zero, y += alpha/r · x Aᵀ Bᵀ through a forward hook. Returns what
+    remove_lora undoes."""
+    for q in model.parameters():
+        q.requires_grad_(False)
+    added = []
+    for _, mod in lora_modules(model):
+        w = mod.weight
+        fan_in, fan_out = lora_dims(mod)
+        bound = 1.0 / fan_in ** 0.5
+        a = torch.nn.Parameter(torch.empty(rank, fan_in, dtype=w.dtype, device=w.device)
+                               .uniform_(-bound, bound))
+        b = torch.nn.Parameter(torch.zeros(fan_out, rank, dtype=w.dtype, device=w.device))
+        mod.register_parameter("lora_A", a)
+        mod.register_parameter("lora_B", b)
+        scale = LORA_ALPHA / rank
+
+        # (`scale` is the same for every module: noqa B023.)
+        def hook(m, inp, out):
+            return out + (inp[0] @ m.lora_A.t().to(inp[0].dtype)
+                          @ m.lora_B.t().to(inp[0].dtype)) * scale  # noqa: B023
+        added.append((mod, mod.register_forward_hook(hook)))
+    return added
+
+
+def remove_lora(added: list):
+    for mod, handle in added:
+        handle.remove()
+        del mod.lora_A, mod.lora_B
+
+
+def compute_dtype(torch, precision: str):
+    """The 16-bit compute dtype of a `mixed-*` precision; None for pure ones."""
+    return {"mixed-bf16": torch.bfloat16, "mixed-f16": torch.float16}.get(precision)
+
+
+def train_forward(torch, model, ids, compute):
+    """The training loss. `compute` (mixed-*): the parameters are f32 masters, and the model
+    runs on their 16-bit casts (torch.func.functional_call), so that autograd brings the
+    gradients back onto the masters in f32, as the harness's `to_dtype` does."""
+    if compute is None:
+        return model(ids, labels=ids, use_cache=False).loss
+    cast = {k: v.to(compute) for k, v in model.named_parameters()}
+    return torch.func.functional_call(model, cast, (ids,), dict(labels=ids, use_cache=False)).loss
+
+
+def make_optimizer(torch, params, kind: str, impl: str, lr: float):
+    """The optimizer with its implementation chosen explicitly (torch picks the for-loop on
+    CPU when left to itself)."""
+    flags = {"foreach": dict(foreach=True), "for-loop": dict(foreach=False),
+             "fused": dict(fused=True)}[impl]
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, **flags)
+    return torch.optim.SGD(params, lr=lr, **flags)
+
+
+def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = False):
+    """Training steps as harness/src/workload/training.rs measures them: forward, backward,
+    optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
+    backward merged into one span each; `mixed-*` through train_forward. `rehearse`: one
+    micro-batch's forward and backward, no optimizer."""
+    t = p["train"]
+    compute = compute_dtype(torch, p["precision"])
+    vocab = model.config.vocab_size
+    n = t["grad_accum"]
+    micro = p["batch"] // n
+    steps = t["steps"]
+    if rehearse:
+        n = steps = 1
+    g = torch.Generator(device="cpu").manual_seed(42)
+    rows = []
+    model.train()
+    # With a frozen base, checkpointed layers need inputs that require grad (as PEFT users set
+    # with enable_input_require_grads), or no gradient reaches the adapters inside them.
+    frozen_inputs = t["checkpointing"] == "layer" and t["trainable"] != "full"
+    if t["checkpointing"] == "layer":
+        model.gradient_checkpointing_enable()
+    if frozen_inputs:
+        model.enable_input_require_grads()
+    if t["trainable"] == "frozen-embeddings":
+        model.get_input_embeddings().weight.requires_grad_(False)
+    lora = []
+    if t["trainable"].startswith("lora-r"):
+        lora = add_lora(torch, model, int(t["trainable"][len("lora-r"):]))
+    params = [q for q in model.parameters() if q.requires_grad]
+    n_params = sum(q.numel() for q in model.parameters())
+    n_train = sum(q.numel() for q in params)
+
+    opt = None
+    try:
+        for step in range(1, steps + 1):
+            fwd, bwd = [], []
+            started_step = time.perf_counter()
+            fwd_ms = bwd_ms = 0.0
+            for _ in range(n):
+                started = meter.start()
+                ids = torch.randint(0, vocab, (micro, p["context"]), generator=g).to(device)
+                loss = train_forward(torch, model, ids, compute) / t["grad_accum"]
+                del ids
+                m, ms = meter.finish(started)
+                fwd.append(m)
+                fwd_ms += ms
+                started = meter.start()
+                loss.backward()
+                del loss
+                m, ms = meter.finish(started)
+                bwd.append(m)
+                bwd_ms += ms
+            if rehearse:
+                model.zero_grad(set_to_none=True)
+                break
+            started = meter.start()
+            if opt is None:
+                opt = make_optimizer(torch, params, t["optimizer"], impl, t["lr"])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            opt_mem, opt_ms = meter.finish(started)
+            f, b = span(fwd[0], fwd[1:]), span(bwd[0], bwd[1:])
+            extra = dict(params=n_params, trainable=n_train)
+            for phase, m, ms in (("forward", f, fwd_ms), ("backward", b, bwd_ms),
+                                 ("optimizer", opt_mem, opt_ms)):
+                rows.append(dict(phase=phase, step=step, elapsed_ms=ms, **m, **extra))
+            rows.append(dict(phase="step_total", step=step,
+                             elapsed_ms=(time.perf_counter() - started_step) * 1e3,
+                             **span(fwd[0], fwd[1:] + bwd + [opt_mem]), **extra))
+    finally:
+        del opt, params
+        model.zero_grad(set_to_none=True)
+        remove_lora(lora)
+        for q in model.parameters():
+            q.requires_grad_(True)
+        if frozen_inputs:
+            model.disable_input_require_grads()
+        if t["checkpointing"] == "layer":
+            model.gradient_checkpointing_disable()
+        model.eval()
+    return rows

@@ -2,7 +2,7 @@
 //! here from the published shapes, independently of the formulas in the crate.
 mod common;
 use assert_cmd::Command;
-use common::root;
+use common::{estimate_json, estimate_row as row, root};
 use predicates::str::contains;
 use std::path::{Path, PathBuf};
 use vramlab::export::{csv::CsvExporter, Exporter};
@@ -19,27 +19,6 @@ fn vramlab() -> Command {
     let mut c = Command::cargo_bin("vramlab").unwrap();
     c.current_dir(root());
     c
-}
-
-fn estimate_json(args: &[&str]) -> serde_json::Value {
-    let out = vramlab()
-        .arg("estimate")
-        .args(args)
-        .arg("--json")
-        .assert()
-        .success();
-    serde_json::from_slice(&out.get_output().stdout).unwrap()
-}
-
-fn row(j: &serde_json::Value, name: &str) -> u64 {
-    j["breakdown"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no row {name} in {j}"))["bytes"]
-        .as_u64()
-        .unwrap()
 }
 
 #[test]

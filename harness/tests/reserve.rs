@@ -2,30 +2,12 @@
 //! reserved and NVML "used", through the real binary. Expected figures are derived here, from
 //! the committed emulated sweep and the JSON's own rows.
 mod common;
-use common::{reserve_ratio, root, vramlab, ReserveKey, RESERVE_CSV as REFERENCE_CSV};
+use common::{
+    estimate_json, estimate_row as row, reserve_ratio, root, vramlab, ReserveKey,
+    RESERVE_CSV as REFERENCE_CSV,
+};
 
 const REFERENCE: &str = "results/emulated/a100-80gb-emu-reserve-llm.constants.toml";
-
-fn estimate_json(args: &[&str]) -> serde_json::Value {
-    let out = vramlab()
-        .arg("estimate")
-        .args(args)
-        .arg("--json")
-        .assert()
-        .success();
-    serde_json::from_slice(&out.get_output().stdout).unwrap()
-}
-
-fn row(j: &serde_json::Value, name: &str) -> u64 {
-    j["breakdown"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no row {name} in {j}"))["bytes"]
-        .as_u64()
-        .unwrap()
-}
 
 fn reserve_tables(text: &str) -> Vec<toml::Value> {
     let v: toml::Value = toml::from_str(text).unwrap();

@@ -529,7 +529,6 @@ pub type ReserveKey = (&'static str, &'static str, bool);
 /// The largest (peak reserved − peak allocated) / peak allocated of a class in
 /// [`RESERVE_CSV`], derived from its rows: `None` is the `load` phase of every point, a class
 /// the whole-run rows (`total`, `step_total`) of its points.
-#[allow(dead_code)]
 pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
     let mut rdr = csv::Reader::from_path(root().join(RESERVE_CSV)).unwrap();
     let h = rdr.headers().unwrap().clone();
@@ -567,4 +566,27 @@ pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
     }
     assert!(!max.is_nan(), "no rows of {class:?} in {RESERVE_CSV}");
     max
+}
+
+/// `vramlab estimate ARGS --json`, which must succeed, parsed.
+pub fn estimate_json(args: &[&str]) -> serde_json::Value {
+    let out = vramlab()
+        .arg("estimate")
+        .args(args)
+        .arg("--json")
+        .assert()
+        .success();
+    serde_json::from_slice(&out.get_output().stdout).unwrap()
+}
+
+/// The bytes of the breakdown row `name` of an estimate's JSON.
+pub fn estimate_row(j: &serde_json::Value, name: &str) -> u64 {
+    j["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no row {name} in {j}"))["bytes"]
+        .as_u64()
+        .unwrap()
 }

@@ -21,6 +21,7 @@ pub mod progress;
 pub mod record;
 pub mod scenario;
 pub mod sweep;
+pub mod terms;
 pub mod units;
 pub mod validate;
 pub mod vocab;

@@ -4,8 +4,9 @@
 //!
 //! [`figures`] turns records into [`Figure`]s (pure data, tested), [`render`] draws one.
 use crate::export::csv::Table;
-use crate::fit::{record_terms, Constants, GroupKey, Target};
+use crate::fit::{Constants, GroupKey, Target};
 use crate::record::{Phase, Record, Status};
+use crate::terms::record_terms;
 use crate::units::GIB;
 use crate::vocab::{KvKind, Mode, Runtime};
 use anyhow::Result;

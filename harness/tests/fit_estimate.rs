@@ -6,8 +6,9 @@ use common::{estimate_json, estimate_row as row, root};
 use predicates::str::contains;
 use std::path::{Path, PathBuf};
 use vramlab::export::{csv::CsvExporter, Exporter};
-use vramlab::fit::{record_terms, Constants, GroupKey, Target};
+use vramlab::fit::{Constants, GroupKey, Target};
 use vramlab::record::{Phase, Record, Status};
+use vramlab::terms::record_terms;
 
 /// Llama-3.1-8B: 2·128256·4096 (embedding + untied head) + 32 layers ×
 /// (q, o: 4096² each; k, v: 1024·4096 each; MLP 3·14336·4096; 2 norms) + final norm.

@@ -235,9 +235,8 @@ fn load_rows(l: &Lab) {
 /// the materialized scores) does not fall short of the measured ones.
 fn denoise(l: &mut Lab) {
     use vramlab::estimate::generate::estimate;
-    use vramlab::fit::gen_terms::{GenArch, GenQuery};
-    use vramlab::fit::Runtime;
-    use vramlab::vocab::{Backend, Phase};
+    use vramlab::terms::generation::{GenArch, GenQuery};
+    use vramlab::vocab::{Backend, Phase, Runtime};
     let arch = GenArch::flux(&tiny());
     for (w, h, b) in [(64, 64, 1), (96, 64, 2), (256, 256, 1), (256, 256, 2)] {
         let g = shape(w, h, b, VaeDecode::Full);

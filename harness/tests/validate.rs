@@ -319,6 +319,7 @@ fn sdxl_pipeline_rows_are_generation_estimates() {
 /// constants (named in the report), and --constants of another architecture leave them to it.
 #[test]
 fn generation_rows_name_their_constants() {
+    use vramlab::terms::generation::GenTerm;
     let r = report(&[]);
     let estimator = r["estimator"].as_str().unwrap();
     assert!(
@@ -339,17 +340,11 @@ fn generation_rows_name_their_constants() {
                 && g.key.vae_decode == Some(vramlab::vocab::VaeDecode::Full)
         })
         .unwrap();
-    let at = |name: &str| {
-        vramlab::fit::gen_terms::GEN_TERMS
-            .iter()
-            .position(|t| *t == name)
-            .unwrap()
-    };
     let x = (4u64 * 1024 * 1024 * 128 * 4) as f64;
     let predicted = g
         .coefficients()
         .iter()
-        .map(|f| f[at("vae_act")] * x + f[at("const")])
+        .map(|f| f[GenTerm::VaeAct.index()] * x + f[GenTerm::Const.index()])
         .fold(0.0, f64::max);
     let act = term(
         &terms(&r, "hf-blog-sdxl-fp16-sdpa-b4"),

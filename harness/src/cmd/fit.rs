@@ -3,7 +3,8 @@
 use crate::error::{bad_file, InputError};
 use crate::export::csv::read;
 use crate::fit::generate::{self, GenGroupFit, Origin};
-use crate::fit::{fit_all, Constants, ErrStats, TERMS};
+use crate::fit::{fit_all, Constants, ErrStats};
+use crate::terms::TERMS;
 use anyhow::Result;
 use std::path::PathBuf;
 

@@ -28,9 +28,9 @@
 //! terms from its own config.
 use crate::checked::{Checked, Overflow};
 use crate::estimate::{budget, largest, Backend, CATALOG};
-pub use crate::fit::gen_terms::*;
 use crate::fit::generate::{activation, find, find_transfer, GenConstants, GenGroupKey};
 use crate::fit::{Constants, Runtime};
+pub use crate::terms::generation::*;
 use crate::vocab::{Phase, Resolution};
 use serde::Serialize;
 

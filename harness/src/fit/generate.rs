@@ -6,10 +6,10 @@
 //! group's points cannot identify is held at its analytic prior and the file says why, as the
 //! LLM fit does (ARCHITECTURE.md §9). Each group records its origin: runtime, backend, device and
 //! the sha256 of every CSV it was fitted on.
-use super::gen_terms::{phase_terms, priors, GenArch, GenQuery, GenTerms, GEN_TERMS};
 use super::{nnls, rank, ErrStats, Heldout};
 use crate::error::bad_file;
 use crate::record::{Record, Status};
+use crate::terms::generation::{phase_terms, priors, GenArch, GenQuery, GenTerms, GEN_TERMS};
 use crate::vocab::{Backend, GenModel, Mode, Phase, Precision, Runtime, VaeDecode};
 use anyhow::Result;
 use nalgebra::{DMatrix, DVector};
@@ -214,7 +214,7 @@ pub fn samples(
         if q.vae_decode == VaeDecode::Tiled && tile.0 == 0 {
             continue;
         }
-        for phase in super::gen_terms::GEN_PHASES {
+        for phase in crate::terms::generation::GEN_PHASES {
             let peak = rows
                 .iter()
                 .filter(|r| r.phase == Some(phase))

@@ -110,7 +110,7 @@ fn points(records: &[Record]) -> BTreeMap<ReserveClass, BTreeMap<String, Point>>
             _ => continue,
         };
         if r.backend != Backend::Cuda
-            || r.meter.runtime() != crate::fit::Runtime::Torch
+            || r.meter.runtime() != crate::vocab::Runtime::Torch
             || r.status != Some(Status::Ok)
         {
             continue;

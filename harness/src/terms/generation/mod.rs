@@ -1,35 +1,82 @@
 //! The terms of a generation phase (docs/src/guides/generation.md): what is exact (weights, text
 //! context, latents, decoded images) and what a fit estimates (activation bytes per latent pixel,
-//! per output pixel, per token), from the architecture ([`GenArch`]) and the query ([`GenQuery`]).
-//! Here, under `fit`, so that the fit and the estimate (`estimate::generate`) share
-//! them without an import circle.
-use super::Runtime;
+//! per output pixel, per token), from the architecture ([`GenArch`], `arch.rs`) and the query
+//! ([`GenQuery`]). Shared by the fit (`fit::generate`) and the estimate (`estimate::generate`).
+mod arch;
+
+pub use arch::GenArch;
+
 use crate::checked::{Checked, Overflow};
 use crate::error::InputError;
-use crate::model::diffusion::flux::{FluxConfig, PATCH};
-use crate::model::diffusion::sd::{DownBlock, SdConfig};
-use crate::model::diffusion::wan::WanConfig;
-use crate::vocab::{Attention, Backend, Component, GenModel, Phase, Resolution, VaeDecode};
+use crate::vocab::{Attention, Backend, Component, Phase, Resolution, Runtime, VaeDecode};
 use candle_core::DType;
 use serde::Serialize;
 
-/// The uncertain terms of a generation phase, in admission order for a fit.
-pub const GEN_TERMS: [&str; 6] = [
-    "text_act",
-    "denoise_act",
-    "vae_act",
-    "denoise_scores",
-    "vae_scores",
-    "const",
-];
-pub const N_GEN: usize = GEN_TERMS.len();
+/// One uncertain term of a generation phase: a column of [`GenTerms`] (`t as usize`,
+/// [`GenTerm::index`]), named in constants files by [`GenTerm::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GenTerm {
+    /// The text encoders' activations: pass batch × text tokens × hidden × bytes.
+    TextAct,
+    /// The denoiser's activations: pass batch × latent pixels × width × bytes.
+    DenoiseAct,
+    /// The VAE decoder's activations: images decoded at once × output pixels × width × bytes.
+    VaeAct,
+    /// The denoiser's attention scores: images × heads × queries × keys × bytes.
+    DenoiseScores,
+    /// The VAE's mid-block attention scores.
+    VaeScores,
+    /// A runtime constant: 1 on every row.
+    Const,
+}
+
+impl GenTerm {
+    /// Every term, in admission order for a fit (`GenTerm::ALL[i] as usize == i`).
+    pub const ALL: [GenTerm; 6] = [
+        GenTerm::TextAct,
+        GenTerm::DenoiseAct,
+        GenTerm::VaeAct,
+        GenTerm::DenoiseScores,
+        GenTerm::VaeScores,
+        GenTerm::Const,
+    ];
+
+    /// The term's name in constants files and reports (part of the constants format).
+    pub const fn name(self) -> &'static str {
+        match self {
+            GenTerm::TextAct => "text_act",
+            GenTerm::DenoiseAct => "denoise_act",
+            GenTerm::VaeAct => "vae_act",
+            GenTerm::DenoiseScores => "denoise_scores",
+            GenTerm::VaeScores => "vae_scores",
+            GenTerm::Const => "const",
+        }
+    }
+
+    /// The term's column in [`GenTerms`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The term named `name` ([`GenTerm::name`]), if any.
+    pub fn from_name(name: &str) -> Option<GenTerm> {
+        GenTerm::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
+/// The uncertain terms of a generation phase, in admission order for a fit: [`GenTerm::name`]
+/// of [`GenTerm::ALL`].
+pub const GEN_TERMS: [&str; N_GEN] = {
+    let mut names = [""; N_GEN];
+    let mut i = 0;
+    while i < N_GEN {
+        names[i] = GenTerm::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+pub const N_GEN: usize = GenTerm::ALL.len();
 pub type GenTerms = [f64; N_GEN];
-const TEXT_ACT: usize = 0;
-const DENOISE_ACT: usize = 1;
-const VAE_ACT: usize = 2;
-const DENOISE_SCORES: usize = 3;
-const VAE_SCORES: usize = 4;
-const CONST: usize = 5;
 
 /// The phases of a generation, in the order they run.
 pub const GEN_PHASES: [Phase; 4] = [
@@ -38,235 +85,6 @@ pub const GEN_PHASES: [Phase; 4] = [
     Phase::Denoise,
     Phase::VaeDecode,
 ];
-
-/// What the estimator reads of a generation architecture.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenArch {
-    pub architecture: &'static str,
-    /// Every component with its parameter count, in load order.
-    pub components: Vec<(Component, u64)>,
-    /// Resolutions are a multiple of this: the VAE's factor (SD), or the VAE's factor times
-    /// the denoiser's 2×2 patch (FLUX: 16).
-    pub factor: usize,
-    /// Output pixels per latent pixel along each side (the VAE's factor).
-    pub vae_factor: usize,
-    pub latent_channels: usize,
-    pub out_channels: usize,
-    pub text_len: usize,
-    /// The widest text encoder's hidden size (encoders run one after the other).
-    pub text_hidden: usize,
-    /// Context features per text token the denoiser reads (all encoders concatenated).
-    pub context_dim: usize,
-    /// Pooled text features per prompt the denoiser reads besides the tokens (FLUX's CLIP
-    /// vector; 0 for SD).
-    pub pooled_dim: usize,
-    /// The denoiser's activation channels per latent pixel at full latent resolution (a
-    /// UNet's first level; a DiT's hidden size over the latent pixels of its patch).
-    pub denoise_width: usize,
-    /// The analytic prior of `denoise_act` (tensors of `denoise_width` per latent pixel alive
-    /// at a step's peak) on candle and on torch: a UNet peaks in a convolution, a DiT in its
-    /// widest block, which holds tensors of its MLP's width (see each constructor).
-    pub denoise_prior: [f64; 2],
-    /// Latent pixels per token at the denoiser's first attention level (4 per halving).
-    pub attn_pixels_per_token: usize,
-    /// Heads at that level.
-    pub attn_heads: usize,
-    /// Text tokens attending jointly with the image tokens (FLUX's `txt` stream; 0 where the
-    /// text is cross-attended). Each counts as `attn_pixels_per_token` latent pixels of
-    /// activations.
-    pub joint_tokens: usize,
-    /// vramlab's denoiser runs `attention = "flash"` (vramlab-kernels' memory-efficient
-    /// kernel, no materialized scores): the Wan DiT, vramlab's own code. SD's UNet and FLUX's
-    /// transformer are candle-transformers' eager attention.
-    pub denoise_flash: bool,
-    /// candle materializes the denoiser's scores in f32 (SD's UNet); else in the pipeline's
-    /// dtype (FLUX).
-    pub denoise_scores_f32: bool,
-    /// The VAE decoder's channels at output resolution.
-    pub vae_width: usize,
-    /// Whether the VAE has the mid-block attention over every latent pixel.
-    pub vae_attention: bool,
-    /// The real pipeline decodes in f32 whatever the pipeline's dtype (SDXL `force_upcast`).
-    pub vae_upcast: bool,
-    pub has_cfg: bool,
-    /// Whether CFG runs the denoiser (and the text encoders) on one doubled batch (SD); Wan
-    /// runs the conditional and unconditional passes one after the other.
-    pub cfg_batched: bool,
-    /// Output frames per latent frame after the first (1: an image model, 4: Wan's causal VAE).
-    pub temporal_factor: usize,
-    /// Elements of the VAE decoder's feature cache per latent pixel of one video (0 without
-    /// one): the causal convolutions' last frames, kept between temporal chunks.
-    pub vae_cache_per_latent_pixel: u64,
-}
-
-impl GenArch {
-    /// Stable Diffusion 1.x/2.x/XL from its diffusers config.
-    pub fn sd(c: &SdConfig) -> GenArch {
-        let u = &c.unet;
-        let level = u
-            .down_block_types
-            .iter()
-            .position(|b| *b == DownBlock::CrossAttnDownBlock2D)
-            .unwrap_or(0);
-        let encoders = std::iter::once(&c.text_encoder).chain(c.text_encoder_2.as_ref());
-        GenArch {
-            architecture: "stable-diffusion",
-            components: c
-                .components()
-                .into_iter()
-                .map(|k| (k, c.params(k)))
-                .collect(),
-            factor: c.vae.scale(),
-            vae_factor: c.vae.scale(),
-            latent_channels: u.in_channels,
-            out_channels: c.vae.out_channels,
-            text_len: c.text_len(),
-            text_hidden: encoders.map(|e| e.hidden_size).max().unwrap_or(0),
-            context_dim: c.context_dim(),
-            pooled_dim: 0,
-            denoise_width: u.block_out_channels[0],
-            denoise_prior: [12.0, 3.0],
-            attn_pixels_per_token: 1 << (2 * level),
-            // candle (like diffusers) reads `attention_head_dim` as the head count.
-            attn_heads: u.attention_head_dim.at(level),
-            joint_tokens: 0,
-            denoise_flash: false,
-            denoise_scores_f32: true,
-            vae_width: c.vae.block_out_channels[0],
-            vae_attention: true,
-            vae_upcast: c.default_vae_dtype(DType::F16) == DType::F32,
-            has_cfg: c.has_cfg(),
-            cfg_batched: true,
-            temporal_factor: 1,
-            vae_cache_per_latent_pixel: 0,
-        }
-    }
-
-    /// Wan2.1 text-to-video from its diffusers configs: a DiT over patches of 2×2 latent
-    /// pixels (per latent frame), umT5 context of 512 tokens, the causal VAE decoding one
-    /// latent frame per chunk in f32 (the real pipeline loads the VAE in f32).
-    pub fn wan(c: &WanConfig) -> GenArch {
-        let t = &c.transformer;
-        let [_, ph, pw] = t.patch_size;
-        let ffn = t.ffn_dim as f64 / t.dim() as f64;
-        GenArch {
-            architecture: "wan",
-            components: c
-                .components()
-                .into_iter()
-                .map(|k| (k, c.params_analytic(k)))
-                .collect(),
-            factor: c.vae.spatial_factor() * ph,
-            vae_factor: c.vae.spatial_factor(),
-            latent_channels: t.in_channels,
-            out_channels: 3,
-            text_len: crate::model::diffusion::wan::TEXT_LEN,
-            text_hidden: c.text_encoder.d_model,
-            context_dim: t.text_dim,
-            pooled_dim: 0,
-            denoise_width: t.dim() / (ph * pw),
-            // The feed-forward at its widest, both runtimes: the block's input, the
-            // modulated norm and the residual (3 of the hidden size), the first linear's output
-            // and its GELU (2 of `ffn_dim`).
-            denoise_prior: [3.0 + 2.0 * ffn; 2],
-            attn_pixels_per_token: ph * pw,
-            attn_heads: t.num_attention_heads,
-            joint_tokens: 0,
-            // vramlab's candle DiT materializes its scores in the activations' dtype.
-            denoise_flash: true,
-            denoise_scores_f32: false,
-            vae_width: c.vae.base_dim,
-            vae_attention: true,
-            vae_upcast: true,
-            has_cfg: true,
-            cfg_batched: false,
-            temporal_factor: c.vae.temporal_factor(),
-            vae_cache_per_latent_pixel: c.vae.decoder_cache_per_latent_pixel(),
-        }
-    }
-
-    /// The VAE's dtype when the query does not set one: f32 where the real pipeline upcasts.
-    pub fn default_vae_dtype(&self, pipeline: DType) -> DType {
-        if self.vae_upcast {
-            DType::F32
-        } else {
-            pipeline
-        }
-    }
-
-    /// Latent frames of `frames` output frames (`(F − 1)/4 + 1` for Wan; 1 for an image).
-    pub fn latent_frames(&self, frames: u64) -> u64 {
-        (frames.max(1) - 1) / self.temporal_factor as u64 + 1
-    }
-
-    /// The batch one denoiser (and text encoder) pass sees: doubled by CFG where it is batched.
-    pub fn pass_batch(&self, q: &GenQuery) -> Checked {
-        if self.cfg_batched {
-            q.denoise_batch()
-        } else {
-            q.batch.into()
-        }
-    }
-
-    /// FLUX.1 from its diffusers configs: a DiT over (H/16)·(W/16) image tokens (2×2 patches of
-    /// the VAE's latents, `in_channels` = 4 × the VAE's latent channels) joined with the T5
-    /// tokens in every block's attention. diffusers' FluxPipeline decodes in the pipeline's
-    /// dtype whatever `force_upcast` says.
-    pub fn flux(c: &FluxConfig) -> GenArch {
-        let t = &c.transformer;
-        let hidden = t.hidden_size();
-        let mlp = t.dit().mlp_ratio;
-        GenArch {
-            architecture: "flux",
-            components: c
-                .components()
-                .into_iter()
-                .map(|k| (k, c.params(k)))
-                .collect(),
-            factor: c.spatial_factor(),
-            vae_factor: c.vae.base.scale(),
-            latent_channels: c.vae.base.latent_channels,
-            out_channels: c.vae.base.out_channels,
-            text_len: c.text_len,
-            text_hidden: c.text_encoder.hidden_size.max(c.text_encoder_2.d_model),
-            context_dim: t.joint_attention_dim,
-            pooled_dim: t.pooled_projection_dim,
-            denoise_width: hidden / (PATCH * PATCH),
-            // A single-stream block at its concatenation. candle: the input, the modulated
-            // norm, q, k and v copied out of the fused projection and normed, rope'd q and k,
-            // the attention output (11 of the hidden size) and the fused projection's MLP
-            // part, its GELU and the concatenation's (3 of the MLP width). diffusers: the input,
-            // the norm, the attention output, the concatenation's attention part and rotary
-            // temporaries (5) with the MLP's GELU and the concatenation's MLP part (2 widths).
-            denoise_prior: [11.0 + 3.0 * mlp, 5.0 + 2.0 * mlp],
-            attn_pixels_per_token: PATCH * PATCH,
-            attn_heads: t.num_attention_heads,
-            joint_tokens: c.text_len,
-            denoise_flash: false,
-            denoise_scores_f32: false,
-            vae_width: c.vae.base.block_out_channels[0],
-            vae_attention: true,
-            vae_upcast: false,
-            has_cfg: false,
-            cfg_batched: true,
-            temporal_factor: 1,
-            vae_cache_per_latent_pixel: 0,
-        }
-    }
-
-    /// The architecture of a known model's published configs.
-    pub fn preset(m: GenModel) -> GenArch {
-        match m {
-            GenModel::Sd15 | GenModel::Sd21 | GenModel::Sdxl => GenArch::sd(&SdConfig::preset(m)),
-            GenModel::FluxDev | GenModel::FluxSchnell => GenArch::flux(&FluxConfig::preset(m)),
-            GenModel::Wan21T2v13b => GenArch::wan(&WanConfig::t2v_1_3b()),
-        }
-    }
-
-    pub fn params(&self) -> u64 {
-        self.components.iter().map(|c| c.1).sum()
-    }
-}
 
 /// One generation query.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -485,7 +303,7 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms
             .collect()
     };
     let mut x = [0.0; N_GEN];
-    x[CONST] = 1.0;
+    x[GenTerm::Const.index()] = 1.0;
     let r = q.resolution;
     let f = a.vae_factor;
     let nb = real(a.pass_batch(q));
@@ -508,14 +326,16 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms
     let exact = match phase {
         Phase::Load => live(&[]),
         Phase::TextEncode => {
-            x[TEXT_ACT] = nb * (a.text_len * a.text_hidden) as f64 * bytes(q.dtype) as f64;
+            x[GenTerm::TextAct.index()] =
+                nb * (a.text_len * a.text_hidden) as f64 * bytes(q.dtype) as f64;
             live(&["text context"])
         }
         Phase::Denoise => {
             let lp = lf * real(pixels(r.width, r.height) / (f * f) as u64);
             let ppt = a.attn_pixels_per_token as f64;
             let px = lp + a.joint_tokens as f64 * ppt;
-            x[DENOISE_ACT] = nb * px * a.denoise_width as f64 * bytes(q.dtype) as f64;
+            x[GenTerm::DenoiseAct.index()] =
+                nb * px * a.denoise_width as f64 * bytes(q.dtype) as f64;
             let tokens = px / ppt;
             // A block's self- and cross-attention run one after the other: the larger scores
             // set the peak. Cross-attention's keys are the text tokens (77 for SD, 512 for
@@ -526,7 +346,8 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms
                 tokens
             };
             let (heads, f32) = (a.attn_heads as f64, a.denoise_scores_f32);
-            x[DENOISE_SCORES] = scores(nb, tokens, keys, heads, q.attention, f32, a.denoise_flash);
+            x[GenTerm::DenoiseScores.index()] =
+                scores(nb, tokens, keys, heads, q.attention, f32, a.denoise_flash);
             live(&["text context", "latents"])
         }
         _ => {
@@ -538,11 +359,13 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms
             let px = real(pixels(w, h));
             // A video decodes in temporal chunks: the largest yields `temporal_factor` frames.
             let chunk = if q.frames > 1 { a.temporal_factor } else { 1 } as f64;
-            x[VAE_ACT] = chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
+            x[GenTerm::VaeAct.index()] =
+                chunk * images * px * a.vae_width as f64 * bytes(q.vae_dtype) as f64;
             if a.vae_attention {
                 // diffusers' VAE keeps SDPA when the denoiser's attention is set to eager.
                 let latent = px / (f * f) as f64;
-                x[VAE_SCORES] = scores(images, latent, latent, 1.0, Attention::Sdpa, true, false);
+                x[GenTerm::VaeScores.index()] =
+                    scores(images, latent, latent, 1.0, Attention::Sdpa, true, false);
             }
             live(&[
                 "latents",
@@ -570,25 +393,27 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms
 /// - `denoise_scores` 2 and `vae_scores` 2: the scores and their softmax, both alive at once
 ///   (the term is already 0 where the runtime never materializes them);
 /// - `const` 0: no runtime constant without a measurement.
-pub fn prior(a: &GenArch, term: usize, runtime: Runtime) -> f64 {
+pub fn prior(a: &GenArch, term: GenTerm, runtime: Runtime) -> f64 {
     match (term, runtime) {
-        (TEXT_ACT, _) => 8.0,
-        (DENOISE_ACT, Runtime::Candle) => a.denoise_prior[0],
-        (DENOISE_ACT, Runtime::Torch) => a.denoise_prior[1],
-        (VAE_ACT, Runtime::Candle) => 12.0,
-        (VAE_ACT, Runtime::Torch) => 6.0,
-        (DENOISE_SCORES | VAE_SCORES, _) => 2.0,
-        _ => 0.0,
+        (GenTerm::TextAct, _) => 8.0,
+        (GenTerm::DenoiseAct, Runtime::Candle) => a.denoise_prior[0],
+        (GenTerm::DenoiseAct, Runtime::Torch) => a.denoise_prior[1],
+        (GenTerm::VaeAct, Runtime::Candle) => 12.0,
+        (GenTerm::VaeAct, Runtime::Torch) => 6.0,
+        (GenTerm::DenoiseScores | GenTerm::VaeScores, _) => 2.0,
+        (GenTerm::Const, _) => 0.0,
     }
 }
 
+/// The priors of every term ([`prior`]) for an architecture and runtime.
 pub fn priors(a: &GenArch, runtime: Runtime) -> GenTerms {
-    std::array::from_fn(|j| prior(a, j, runtime))
+    GenTerm::ALL.map(|t| prior(a, t, runtime))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::GenModel;
 
     fn query(w: usize, h: usize, frames: u64, runtime: Runtime, attention: Attention) -> GenQuery {
         GenQuery {
@@ -610,6 +435,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn names_and_columns_are_the_constants_format() {
+        // Constants files on disk key coefficients by these names, in this column order.
+        assert_eq!(
+            GEN_TERMS,
+            [
+                "text_act",
+                "denoise_act",
+                "vae_act",
+                "denoise_scores",
+                "vae_scores",
+                "const"
+            ]
+        );
+        for (i, t) in GenTerm::ALL.into_iter().enumerate() {
+            assert_eq!((t as usize, t.index()), (i, i));
+            assert_eq!(GenTerm::from_name(t.name()), Some(t));
+        }
+    }
+
     /// The denoiser's scores: Wan's DiT at 128×128 × 5 frames has (5−1)/4 + 1 = 2 latent frames
     /// of 16×16 latents in 2×2 patches, 2·8·8 = 128 image tokens, fewer than the 512 text
     /// tokens its cross-attention reads: the cross-attention scores (128 × 512 per head) set
@@ -625,7 +470,7 @@ mod tests {
                 Phase::Denoise,
             )
             .unwrap()
-            .x[DENOISE_SCORES]
+            .x[GenTerm::DenoiseScores.index()]
         };
         assert_eq!(x(128, 128, 5), (12 * 128 * 512 * 2) as f64);
         let t: u64 = 21 * 30 * 52;
@@ -633,7 +478,7 @@ mod tests {
         // vramlab's candle DiT under flash attention materializes none.
         let flash = query(128, 128, 5, Runtime::Candle, Attention::Flash);
         assert_eq!(
-            phase_terms(&a, &flash, Phase::Denoise).unwrap().x[DENOISE_SCORES],
+            phase_terms(&a, &flash, Phase::Denoise).unwrap().x[GenTerm::DenoiseScores.index()],
             0.0
         );
     }

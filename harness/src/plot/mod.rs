@@ -2,10 +2,10 @@
 //! PNG text uses the DejaVu Sans font shipped in `harness/assets/fonts`, so no system font is
 //! needed). Axes are in GiB; titles name the model, runtime, backend and device.
 //!
-//!
 //! [`figures`] turns records into [`Figure`]s (pure data, tested): `figures.rs` picks the rows
 //! and the helpers every figure shares, one file per figure kind builds it (`inference.rs`,
 //! `training.rs`, `generation.rs`, `parity.rs`); [`render`] (`draw.rs`) draws one.
+
 mod draw;
 mod figures;
 mod generation;

@@ -8,7 +8,7 @@ import tomllib
 
 from .common import InputError, read_json
 
-# vramlab's quantized precisions (harness/src/vocab.rs `Precision`): GGUF blocks kept.
+# vramlab's quantized precisions (harness/src/vocab/precision.rs `Precision`): GGUF blocks kept.
 QUANTIZED = {"native", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4k", "q5k", "q6k", "q8k"}
 
 
@@ -240,7 +240,7 @@ def gen_points(mid, source, precision, attention, w, h, s, tile, overlap, vae_p,
 
 
 def is_finetune(spec: dict, s: dict) -> bool:
-    """A `mode = ["train"]` table on diffusion pipelines (spec.rs is_pipeline_source:
+    """A `mode = ["train"]` table on diffusion pipelines (scenario/spec/pipeline.rs is_pipeline_source:
     `diffusers:` or a `synthetic:` generation preset): workload/finetune.rs's LoRA of a
     denoiser."""
     gen = {"sd15", "sd21", "sdxl", "flux-dev", "flux-schnell", "wan2.1-t2v-1.3b"}

@@ -1,0 +1,127 @@
+//! The runtime and device side of a row: the backend, the runtime that measured it, the op
+//! implementations it ran with (kernels, attention), the CUDA pool's release and the meter.
+use serde::Serialize;
+
+vocab! {
+    /// The device kind a row ran on (the `backend` column; `estimate --backend`).
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Backend {
+        /// CUDA GPUs.
+        Cuda,
+        /// The CPU (candle's CPU backend, or the torch probe on CPU).
+        #[default]
+        Cpu,
+    }
+}
+
+vocab! {
+    /// Which implementation of RMSNorm/LayerNorm, RoPE, SwiGLU and softmax a model runs:
+    /// compositions of candle ops (`reference`) or vramlab-kernels' fused ops with a hand-written
+    /// backward (`fused`).
+    #[derive(Default)]
+    case = "lowercase";
+    pub enum Kernels {
+        #[default]
+        Reference,
+        Fused,
+    }
+}
+
+vocab! {
+    /// How a model computes attention: `eager` materializes the b·heads·s² scores and
+    /// probabilities (and keeps them for the backward); `flash` is vramlab-kernels' tiled
+    /// attention, which keeps only the output and a log-sum-exp per row.
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Attention {
+        #[default]
+        Eager,
+        /// vramlab-kernels' flash attention on candle; FlashAttention on torch (also vLLM).
+        Flash,
+        /// PyTorch `scaled_dot_product_attention` (flash or memory-efficient kernel): no scores
+        /// saved for the backward. The torch probe's `--attention sdpa`; not a candle op.
+        Sdpa,
+        /// candle-transformers' sliced attention (generation's UNet): the scores of a slice
+        /// of the heads at a time.
+        Sliced,
+    }
+}
+
+/// The op implementations a point runs with (the `kernels` and `attention` axes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Ops {
+    pub kernels: Kernels,
+    pub attention: Attention,
+}
+
+vocab! {
+    /// Scenario option `pool_release`: what the CUDA pool does with freed memory at a
+    /// synchronization.
+    #[derive(Default)]
+    case = "lowercase";
+    pub enum PoolRelease {
+        /// Keep everything (release threshold u64::MAX), like PyTorch's caching allocator.
+        #[default]
+        Keep,
+        /// Give freed memory back to the driver (release threshold 0), CUDA's default.
+        Release,
+    }
+}
+
+impl PoolRelease {
+    /// The `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` value.
+    pub fn threshold(&self) -> u64 {
+        match self {
+            PoolRelease::Keep => u64::MAX,
+            PoolRelease::Release => 0,
+        }
+    }
+}
+
+vocab! {
+    /// How a row's memory was read (the `meter` column).
+    #[derive(Default)]
+    case = "kebab-case";
+    pub enum MeterKind {
+        /// vramlab's counting global allocator (CPU, candle).
+        #[default]
+        CpuAlloc,
+        /// The preloaded counting allocator (CPU, the torch probe).
+        CpuPreload,
+        /// The CUDA memory pool's high-water marks.
+        CudaPool,
+        /// `cuMemGetInfo` differences (no pool).
+        CudaMeminfo,
+        /// `torch.cuda` statistics (the torch probe on a GPU).
+        TorchCuda,
+        /// `torch.cuda` statistics on an emulated GPU (`vramlab emulate`): PyTorch's own
+        /// allocator over a stub CUDA runtime, no device. Never passes for a measured row.
+        TorchEmulated,
+    }
+}
+
+impl MeterKind {
+    /// The runtime whose rows this meter reads: the torch probe's meters, or candle's.
+    pub fn runtime(&self) -> Runtime {
+        match self {
+            MeterKind::CpuPreload | MeterKind::TorchCuda | MeterKind::TorchEmulated => {
+                Runtime::Torch
+            }
+            MeterKind::CpuAlloc | MeterKind::CudaPool | MeterKind::CudaMeminfo => Runtime::Candle,
+        }
+    }
+}
+
+vocab! {
+    /// The software that ran the measured workloads: their uncertain terms (activations saved
+    /// per layer, logits path, optimizer transients, allocator) differ.
+    #[derive(clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Runtime {
+        /// vramlab's own candle workloads (`vramlab sweep`).
+        Candle,
+        /// PyTorch + transformers (`scripts/torch_probe`).
+        Torch,
+    }
+}

@@ -1,7 +1,7 @@
 //! `vramlab estimate`: breakdown, smallest GPU of the catalog, largest batch and context for a
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content. This file
-//! holds the flags and the dispatch: [`llm`] or [`generation`] builds a [`Report`], which
-//! [`text`] or [`json`] renders.
+//! holds the flags and the dispatch: `llm.rs` or `generation.rs` builds a [`Report`], which
+//! `text.rs` or `json.rs` renders.
 mod emulated;
 mod generation;
 mod json;

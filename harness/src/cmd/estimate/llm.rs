@@ -1,0 +1,307 @@
+//! The LLM estimator of `vramlab estimate`: the query of the flags, its exact quantized
+//! weights, `--best-format`, the constants, and the [`LlmReport`] of the estimate.
+use super::emulated::emulate_query;
+use super::overflow::{constants_flag, overflow_error, Size};
+use super::report::{BestFormat, LlmReport, ModelJson, QuantWeights, Row};
+use super::Args;
+use crate::checked::Checked;
+use crate::error::InputError;
+use crate::estimate::{
+    self, gpu_by_name, smallest_gpu, Compute, Mode, Overflow, Precision, Query, Resolved,
+    Trainable, CATALOG,
+};
+use crate::fit::Constants;
+use crate::model::Config;
+use crate::vocab::Checkpointing;
+use anyhow::Result;
+
+/// The exact weights of a quantized `precision` (None for a dense one).
+fn quantized_weights(
+    a: &Args,
+    gguf: Option<&std::path::Path>,
+    m: &Config,
+    precision: Precision,
+) -> Result<Option<QuantWeights>> {
+    use crate::vocab::Quantized;
+    let Some(q) = precision.quantized() else {
+        return Ok(None);
+    };
+    match (a.mode, a.trainable) {
+        (Mode::Infer, _) | (Mode::Train, Trainable::Lora(_)) => {}
+        _ => {
+            return Err(InputError::arg(format!(
+                "--precision {precision}: quantized weights are estimated for inference, or for training LoRA adapters on the frozen quantized base (QLoRA: --mode train --trainable lora-rN)"
+            ))
+            .into())
+        }
+    }
+    let compute = precision.dtypes(a.compute).1;
+    let plan = match (gguf, q) {
+        (Some(file), _) => crate::model::gguf::plan(file, m, q)?,
+        (None, Quantized::To(t)) => crate::model::gguf::plan_config(m, t)
+            .map_err(|e| InputError::arg(format!("--model {}: {e}", a.model)))?,
+        (None, Quantized::Native) => {
+            return Err(InputError::arg(format!(
+                "--precision native reads the tensor types of a GGUF file; --model {} is not one (use a format such as q4k or q8_0)",
+                a.model
+            ))
+            .into())
+        }
+    };
+    let bytes = crate::model::gguf::plan_bytes(&plan, compute);
+    Ok(Some(QuantWeights {
+        bytes,
+        bits_per_weight: bytes as f64 * 8.0 / m.param_count() as f64,
+        types: crate::model::gguf::plan_types(&plan, compute),
+    }))
+}
+
+/// The query of `a` at `precision` (with its exact weight bytes, for a quantized one).
+fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
+    Query {
+        mode: a.mode,
+        precision,
+        compute: a.compute,
+        weight_bytes,
+        batch: a.batch,
+        context: a.context,
+        optimizer: a.optimizer,
+        checkpointing: if a.checkpointing {
+            Checkpointing::Layer
+        } else {
+            Checkpointing::None
+        },
+        trainable: a.trainable,
+        sharding: a.sharding,
+        gpus: a.gpus,
+        attention: a.attention,
+        kv_cache: a.kv_cache,
+        kv_window: a.kv_window,
+        runtime: a.runtime,
+        backend: a.backend,
+        optimizer_impl: a.optimizer_impl,
+    }
+}
+
+/// `--gpu`'s name and bytes, if given.
+fn gpu(a: &Args) -> Result<Option<(String, u64)>> {
+    let Some(name) = &a.gpu else {
+        return Ok(None);
+    };
+    let gpu = gpu_by_name(name).ok_or_else(|| {
+        let names: Vec<&str> = CATALOG
+            .iter()
+            .flat_map(|c| c.names.iter().copied())
+            .collect();
+        InputError::arg(format!(
+            "unknown --gpu `{name}` (known: {}, or a size like 48gb)",
+            names.join(", ")
+        ))
+    })?;
+    Ok(Some(gpu))
+}
+
+/// `--best-format` on the GPU `(name, bytes)`: every candidate format's fit at the query of
+/// `a` (at `precision`, the default one).
+fn best_format(
+    a: &Args,
+    m: &Config,
+    gguf: Option<&std::path::Path>,
+    precision: Precision,
+    (name, bytes): (&str, u64),
+) -> Result<BestFormat> {
+    if a.precision.is_some() {
+        return Err(InputError::arg(
+            "--best-format chooses the precision; drop --precision/--weights",
+        )
+        .into());
+    }
+    // Every format is compared at one compute dtype (`--compute`): the unquantized
+    // candidate of a preset is the dense precision of that dtype, so a format's KV
+    // cache and activations are the same bytes and fewer bits never cost more.
+    let top = match (gguf.is_some(), a.compute) {
+        (true, _) => Precision::Native,
+        (false, Compute::F32) => Precision::F32,
+        (false, Compute::F16) => Precision::F16,
+        (false, Compute::Bf16) => Precision::Bf16,
+    };
+    let candidates: Vec<(Precision, Result<Option<u64>, String>)> = std::iter::once(top)
+        .chain(estimate::BEST_FORMATS)
+        .map(|p| {
+            let w = quantized_weights(a, gguf, m, p)
+                .map(|w| w.map(|w| w.bytes))
+                .map_err(|e| crate::error::one_line(&e));
+            (p, w)
+        })
+        .collect();
+    let base = query(a, precision, None);
+    let budget = estimate::budget(bytes, a.headroom);
+    let formats = estimate::format_fits(m, &base, None, &candidates, budget);
+    let best = formats.iter().find(|f| f.fits).map(|f| f.precision);
+    Ok(BestFormat {
+        gpu: name.to_string(),
+        budget_bytes: budget,
+        best,
+        formats,
+    })
+}
+
+/// The report of the LLM query of `a`.
+pub fn report(a: &Args) -> Result<LlmReport> {
+    if !(0.0..1.0).contains(&a.headroom) {
+        return Err(
+            InputError::arg(format!("--headroom must be in [0, 1), got {}", a.headroom)).into(),
+        );
+    }
+    if a.batch == 0 || a.context == 0 || a.gpus == 0 {
+        return Err(InputError::arg("--batch, --context and --gpus must be at least 1").into());
+    }
+    let Resolved {
+        name: model_name,
+        config: m,
+        gguf,
+    } = estimate::resolve(&a.model)?;
+    let precision = a.precision.unwrap_or(if gguf.is_some() {
+        Precision::Native
+    } else {
+        Precision::Bf16
+    });
+    let gpu = gpu(a)?;
+    let best = match (&gpu, a.best_format) {
+        (Some((name, bytes)), true) => Some(best_format(
+            a,
+            &m,
+            gguf.as_deref(),
+            precision,
+            (name, *bytes),
+        )?),
+        _ => None,
+    };
+    let precision = best.as_ref().and_then(|b| b.best).unwrap_or(precision);
+    let quant = quantized_weights(a, gguf.as_deref(), &m, precision)?;
+    let mut notes = Vec::new();
+    let constants: Option<Constants> = match &a.constants {
+        None => None,
+        Some(p) => {
+            let c = Constants::load(p)?;
+            c.check_architecture(p, m.architecture.name())?;
+            if let Some(w) = c.check_query(p, a.runtime, a.backend, a.allow_transfer)? {
+                eprintln!("warning: {w}");
+                notes.push(format!("warning: {w}"));
+            }
+            Some(c)
+        }
+    };
+    let q = query(a, precision, quant.as_ref().map(|w| w.bytes));
+    // A figure past 2^64 B: bad input, naming the flags that cause it.
+    let bad = |o: Overflow| {
+        let sizes = [
+            Size::of("--batch", a.batch, a.batch > 1),
+            Size::of("--context", a.context, a.context > 1),
+            Size::of("--constants", constants_flag(a), constants.is_some()),
+        ];
+        overflow_error(o, &a.model, &sizes, |reset| {
+            let q = Query {
+                batch: if reset[0] { 1 } else { q.batch },
+                context: if reset[1] { 1 } else { q.context },
+                ..q
+            };
+            let c = constants.as_ref().filter(|_| !reset[2]);
+            estimate::estimate(&m, &q, c).is_ok()
+        })
+    };
+    let e = estimate::estimate(&m, &q, constants.as_ref()).map_err(bad)?;
+    let used = match (&a.constants, &constants) {
+        (Some(p), Some(c)) => format!(
+            "{} ({} on {}, {}; models {}); {}",
+            p.display(),
+            c.runtime.as_str(),
+            c.backend,
+            c.device,
+            c.models.join(", "),
+            e.source
+        ),
+        _ => format!(
+            "analytic (no --constants); device terms: sourced {} defaults",
+            a.backend.as_str()
+        ),
+    };
+    if let Some(k) = constants.as_ref().filter(|_| e.source == "analytic") {
+        notes.push(match estimate::group_key(&m, &q, k.backend) {
+            Some(k) => format!(
+                "no fitted `{}` group in the constants file; analytic constants used",
+                k.label()
+            ),
+            None => {
+                "no fitted group applies (a sharded job, or no optimizer); analytic formulas used"
+                    .into()
+            }
+        });
+    }
+    let fitted = match &constants {
+        Some(c) => estimate::fitted_group(c, &m, &q).map_err(bad)?,
+        None => None,
+    };
+    if let Some((g, _)) = fitted {
+        for (t, why) in &g.model.held {
+            notes.push(format!("{}: term {t} {why}", g.key.label()));
+        }
+    }
+    if a.context > m.max_position_embeddings as u64 {
+        notes.push(format!(
+            "context {} exceeds the model's max_position_embeddings {}",
+            a.context, m.max_position_embeddings
+        ));
+    }
+    let total = e.total().map_err(bad)?;
+    let emulated = match &a.emulate {
+        None => None,
+        Some(g) => Some(emulate_query(a, g, &m, precision, quant.is_some())?),
+    };
+    let small = smallest_gpu(total, a.headroom);
+    let fit = gpu
+        .map(|(name, bytes)| {
+            estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
+        })
+        .transpose()
+        .map_err(bad)?;
+    let train = q.mode == Mode::Train;
+    let model_states_bytes = train
+        .then(|| (Checked::from(e.weights) + e.gradients + e.optimizer).bytes("model states"))
+        .transpose()
+        .map_err(bad)?;
+    let unsharded_bytes = train
+        .then(|| (Checked::from(e.activations) + e.logits).bytes("activations"))
+        .transpose()
+        .map_err(bad)?;
+    Ok(LlmReport {
+        model: ModelJson {
+            name: model_name,
+            architecture: m.architecture.name(),
+            params: m.param_count(),
+            config: m.to_hf_json(),
+        },
+        query: q,
+        headroom: a.headroom,
+        source: e.source.clone(),
+        constants: used,
+        breakdown: Row::all(&e.rows()),
+        total_bytes: total,
+        allocated_bytes: e.allocated().map_err(bad)?,
+        reserved_bytes: e.reserved().map_err(bad)?,
+        nvml_bytes: total,
+        verdict_figure: "nvml_bytes",
+        reserve_source: e.reserve_source.clone(),
+        smallest_gpu_gb: small.map(|c| c.gb),
+        smallest_gpu_examples: small.map(|c| c.examples),
+        gpu: fit,
+        weights: quant,
+        best_format: best,
+        notes,
+        emulated,
+        max_position_embeddings: m.max_position_embeddings as u64,
+        model_states_bytes,
+        unsharded_bytes,
+        largest_gpu_gb: CATALOG.last().map(|c| c.gb).unwrap_or(0),
+    })
+}

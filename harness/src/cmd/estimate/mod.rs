@@ -1,0 +1,255 @@
+//! `vramlab estimate`: breakdown, smallest GPU of the catalog, largest batch and context for a
+//! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content. This file
+//! holds the flags and the dispatch: `llm.rs` or `generation.rs` builds a [`Report`], which
+//! `text.rs` or `json.rs` renders.
+mod emulated;
+mod generation;
+mod json;
+mod llm;
+mod overflow;
+mod report;
+mod text;
+
+use crate::estimate::{
+    self, Attention, Backend, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision,
+    Runtime, Sharding, Trainable,
+};
+use crate::vocab::KvKind;
+use anyhow::Result;
+pub use json::render_json;
+pub use report::Report;
+use std::path::PathBuf;
+pub use text::render_text;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct Args {
+    /// What the job runs: `infer` (prefill, then decode with a growing KV cache), `train` (one
+    /// training step), `encode` (an encoder's forward, e.g. BERT) or `generate` (a generation
+    /// pipeline; `infer` means the same for one).
+    #[arg(long, value_enum, default_value = "infer")]
+    pub mode: Mode,
+    /// Sequences per batch (per GPU when training on --gpus); images or videos per batch for
+    /// a generation pipeline.
+    #[arg(long, default_value_t = 1)]
+    pub batch: u64,
+    /// Tokens per sequence (prompt + generated for inference; sequence length for training).
+    #[arg(long, default_value_t = 4096)]
+    pub context: u64,
+
+    /// A built-in preset, an HF directory, a config.json or a GGUF file; or a generation
+    /// pipeline (`--help` lists the presets and pipelines).
+    #[arg(
+        long,
+        help_heading = "Model and precision",
+        long_help = model_long_help()
+    )]
+    pub model: String,
+    /// f32, f16, bf16, mixed-bf16, mixed-f16; or weights kept quantized (inference): `native`
+    /// (a GGUF's own tensor types, read from the file) or q4_0, q4_1, q5_0, q5_1, q8_0, q4k,
+    /// q5k, q6k, q8k (every matrix at that format's block bytes, scales included). Default:
+    /// `native` for a GGUF file, bf16 otherwise. `--weights` is the same flag.
+    #[arg(
+        long,
+        value_enum,
+        visible_alias = "weights",
+        help_heading = "Model and precision"
+    )]
+    pub precision: Option<Precision>,
+    /// The compute dtype (activations, KV cache) of a quantized precision.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "f32",
+        help_heading = "Model and precision"
+    )]
+    pub compute: Compute,
+
+    /// Training only.
+    #[arg(long, value_enum, default_value = "adamw", help_heading = "Training")]
+    pub optimizer: Optimizer,
+    /// Training with torch: how AdamW's step runs (its transient: foreach ≈ the parameter
+    /// bytes, for-loop ≈ the largest tensor, fused ≈ 0).
+    #[arg(long, value_enum, default_value = "foreach", help_heading = "Training")]
+    pub optimizer_impl: OptimizerImpl,
+    /// Training only: activation checkpointing (keep each layer's input, recompute in backward).
+    #[arg(long, help_heading = "Training")]
+    pub checkpointing: bool,
+    /// Training only: what is updated: full, frozen-embeddings, or lora-rN (rank-N LoRA on the
+    /// query and value projections; gradients and optimizer state cover the adapters only).
+    #[arg(long, default_value = "full", value_parser = parse_trainable, help_heading = "Training")]
+    pub trainable: Trainable,
+    /// GPUs the training job spans.
+    #[arg(long, default_value_t = 1, help_heading = "Training")]
+    pub gpus: u64,
+    /// How training state is spread over `--gpus` (ZeRO stages; fsdp = zero3).
+    #[arg(long, value_enum, default_value = "ddp", help_heading = "Training")]
+    pub sharding: Sharding,
+
+    /// The runtime the job will use: torch (PyTorch + transformers, what most users run) or
+    /// candle (vramlab's own workloads).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "torch",
+        help_heading = "Runtime and device"
+    )]
+    pub runtime: Runtime,
+    /// The device kind: cuda (adds the CUDA context, cuBLAS workspace and allocator reserve
+    /// rows, and judges the GPU by NVML used) or cpu (to compare with `vramlab sweep` on this
+    /// machine).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "cuda",
+        help_heading = "Runtime and device"
+    )]
+    pub backend: Backend,
+    /// Attention kernel: flash and sdpa never materialize the b·heads·s² scores; eager does.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "flash",
+        help_heading = "Runtime and device"
+    )]
+    pub attention: Attention,
+    /// Inference KV cache kind (selects the fitted group).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "preallocated",
+        help_heading = "Runtime and device"
+    )]
+    pub kv_cache: KvKind,
+    /// Inference with a sliding-window model (Mistral): `model` caps the KV cache at the
+    /// window (min(context, window) tokens per sequence, what vLLM and HF allocate); `full`
+    /// holds every token. Models without a window ignore it.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "model",
+        help_heading = "Runtime and device"
+    )]
+    pub kv_window: KvWindow,
+    /// Fitted constants from `vramlab fit` (default: built-in analytic constants). They supply
+    /// only the uncertain rows (runtime constant, activations, logits); weights, KV cache,
+    /// gradients and optimizer state are always exact. Used only when their runtime and
+    /// backend match the query's (else exit 2; see --allow-transfer).
+    #[arg(long, help_heading = "Runtime and device")]
+    pub constants: Option<PathBuf>,
+    /// Use constants measured on another runtime or backend anyway (prints a warning line).
+    #[arg(long, help_heading = "Runtime and device")]
+    pub allow_transfer: bool,
+
+    /// A GPU to fit (h100-80, a100-40, l4, h200, mi300x, … or a size such as 48gb).
+    #[arg(long, help_heading = "GPU fit")]
+    pub gpu: Option<String>,
+    /// Fraction of GPU memory kept free.
+    #[arg(long, default_value_t = 0.1, help_heading = "GPU fit")]
+    pub headroom: f64,
+    /// With --gpu: the format with the most bits per weight that fits the GPU at this batch
+    /// and context, among the unquantized one (a GGUF's own types; for a preset the dense
+    /// precision of --compute) and q8_0, q6k, q5k, q4k, q4_1, q4_0 (each at its exact block
+    /// bytes), all with activations and KV cache in --compute, with a table of every
+    /// format's total. The rest of the report is then for that format.
+    #[arg(long, requires = "gpu", help_heading = "GPU fit")]
+    pub best_format: bool,
+
+    /// Also run this exact query under PyTorch on an emulated GPU (h200, h100-80gb, h100-pcie,
+    /// a100-80gb, a100-40gb, l40s, l4, rtx-4090, rtx-3090, v100-16gb, v100-32gb): PyTorch's
+    /// own allocator gives max_memory_allocated, max_memory_reserved and the NVML-equivalent
+    /// "used", printed beside the analytic total, with "fits on GPU: yes/no" from a run at
+    /// that GPU's capacity. Seconds; needs the torch environment (--python).
+    #[arg(long, value_name = "GPU", help_heading = "Emulated GPU")]
+    pub emulate: Option<String>,
+    /// With --emulate: the Python of the torch environment (default: $VRAMLAB_TORCH_PYTHON,
+    /// else python3 on PATH).
+    #[arg(long, value_name = "PYTHON", help_heading = "Emulated GPU")]
+    pub python: Option<PathBuf>,
+
+    /// Generation models (`--model sd15|sd21|sdxl`): the output image, `WxH` pixels.
+    #[arg(long, default_value = "512x512", help_heading = "Generation and video")]
+    pub resolution: crate::vocab::Resolution,
+    /// Generation models: classifier-free guidance (doubles the denoiser's batch).
+    #[arg(long, help_heading = "Generation and video")]
+    pub cfg: bool,
+    /// Video models (`--model wan2.1-t2v-1.3b`): output frames per video, 4k+1 for Wan.
+    #[arg(long, default_value_t = 1, help_heading = "Generation and video")]
+    pub frames: u64,
+    /// Generation models: how the VAE decodes: the whole batch at once, one image at a time,
+    /// or overlapping tiles of `--tile` pixels.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "full",
+        help_heading = "Generation and video"
+    )]
+    pub vae_decode: crate::vocab::VaeDecode,
+    /// Generation models, `--vae-decode tiled`: tile side in output pixels.
+    #[arg(long, default_value_t = 256, help_heading = "Generation and video")]
+    pub tile: usize,
+    /// Generation models, `--vae-decode tiled`: overlap of neighbouring tiles in pixels.
+    #[arg(long, default_value_t = 64, help_heading = "Generation and video")]
+    pub overlap: usize,
+    /// Generation models: the analytic priors instead of the built-in reference constants
+    /// (fitted on this repository's CPU measurements of the runtime; see the `constants:` line).
+    #[arg(
+        long,
+        conflicts_with = "constants",
+        help_heading = "Generation and video"
+    )]
+    pub priors: bool,
+
+    /// Print JSON instead of tables.
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+}
+
+/// `estimate`'s exit codes (its `--help`).
+const EXIT_CODES: &str = "Exit codes: 0 the estimate was printed (whether or not it fits \
+--gpu or the emulated GPU); 1 a failure (with --emulate: the torch probe failed on the emulated \
+GPU); 2 bad input: an unusable --model file, constants file or flag value (one line naming it).";
+
+/// `--model`'s long help: the forms it takes, then the built-in presets and the generation
+/// pipelines, listed from the tables `--model` is resolved against (the presets are compiled
+/// into the binary: no repository path is needed).
+pub fn model_long_help() -> String {
+    use clap::ValueEnum;
+    let presets: Vec<&str> = estimate::model::PRESETS.iter().map(|(n, _)| *n).collect();
+    let mut s = String::from(
+        "The model: a built-in preset, an HF directory (its config.json), a config.json, a \
+         GGUF file (its tensor types give exact quantized weight bytes), or a generation \
+         pipeline.\n\n",
+    );
+    s.push_str("Presets (published config.json files, built in): ");
+    s.push_str(&presets.join(", "));
+    s.push_str(".\n\nGeneration pipelines:");
+    for m in crate::vocab::GenModel::value_variants() {
+        let v = m.to_possible_value().expect("no GenModel is skipped");
+        let help = v.get_help().map(|h| h.to_string()).unwrap_or_default();
+        s.push_str(&format!("\n  {:<16} {help}", v.get_name()));
+    }
+    s
+}
+
+fn parse_trainable(s: &str) -> Result<Trainable, String> {
+    Trainable::try_from(s.to_string())
+}
+
+/// The report of the query of `a`: of a generation pipeline, or of an LLM.
+pub fn report(a: &Args) -> Result<Report> {
+    Ok(match a.model.parse::<crate::vocab::GenModel>() {
+        Ok(m) => Report::Generation(Box::new(generation::report(a, m)?)),
+        Err(_) => Report::Llm(Box::new(llm::report(a)?)),
+    })
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let r = report(&a)?;
+    if a.json {
+        println!("{}", render_json(&r)?);
+    } else {
+        print!("{}", render_text(&r));
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The report of `vramlab estimate`: one value per query holding everything the output shows,
+//! built by [`super::llm`] or [`super::generation`] and rendered by [`super::text`] or
+//! [`super::json`]. Fields marked `serde(skip)` are shown by the text only.
+use crate::emulate::query::Emulated;
+use crate::estimate::generate::{GenGpuFit, GenQuery, PhaseEstimate};
+use crate::estimate::{FormatFit, GpuFit, Precision, Query};
+use crate::vocab::Phase;
+use serde::Serialize;
+
+/// An estimate, of an LLM query or of a generation pipeline.
+pub enum Report {
+    Llm(Box<LlmReport>),
+    Generation(Box<GenReport>),
+}
+
+/// One row of a table: a name and its bytes.
+#[derive(Serialize)]
+pub struct Row {
+    pub name: String,
+    pub bytes: u64,
+}
+
+impl Row {
+    /// The rows of `(name, bytes)` pairs.
+    pub fn all<S: ToString>(rows: &[(S, u64)]) -> Vec<Row> {
+        rows.iter()
+            .map(|(name, bytes)| Row {
+                name: name.to_string(),
+                bytes: *bytes,
+            })
+            .collect()
+    }
+}
+
+/// The model of an LLM report: its name, architecture, parameter count and the normalized
+/// config written back as `config.json`.
+#[derive(Serialize)]
+pub struct ModelJson {
+    pub name: String,
+    pub architecture: &'static str,
+    pub params: u64,
+    pub config: serde_json::Value,
+}
+
+/// An LLM query's estimate (its `--json` keys in this order).
+#[derive(Serialize)]
+pub struct LlmReport {
+    pub model: ModelJson,
+    pub query: Query,
+    pub headroom: f64,
+    pub source: String,
+    pub constants: String,
+    pub breakdown: Vec<Row>,
+    /// NVML's "used": every row (the CUDA context included); the figure the GPU verdicts use.
+    pub total_bytes: u64,
+    /// The tensors at the peak (PyTorch's `max_memory_allocated`).
+    pub allocated_bytes: u64,
+    /// The allocator's pool at the peak (PyTorch's `max_memory_reserved`).
+    pub reserved_bytes: u64,
+    /// NVML's "used" (= `total_bytes`).
+    pub nvml_bytes: u64,
+    /// Which figure `smallest_gpu_gb` and `gpu` judge by: always `nvml_bytes`.
+    pub verdict_figure: &'static str,
+    /// Where the allocator reserve comes from (empty on the CPU).
+    pub reserve_source: String,
+    pub smallest_gpu_gb: Option<u64>,
+    pub smallest_gpu_examples: Option<&'static str>,
+    pub gpu: Option<GpuFit>,
+    /// A quantized precision's weights: bytes, bits per weight, and the kept types.
+    pub weights: Option<QuantWeights>,
+    /// `--best-format`: every format's fit, most bits first, and the one chosen.
+    pub best_format: Option<BestFormat>,
+    pub notes: Vec<String>,
+    /// `--emulate GPU`: PyTorch's figures on the emulated GPU, integer bytes.
+    pub emulated: Option<Emulated>,
+    /// The model's `max_position_embeddings`.
+    #[serde(skip)]
+    pub max_position_embeddings: u64,
+    /// Training: weights + gradients + optimizer state per GPU.
+    #[serde(skip)]
+    pub model_states_bytes: Option<u64>,
+    /// Training: activations + logits per GPU, which no FSDP degree shards.
+    #[serde(skip)]
+    pub unsharded_bytes: Option<u64>,
+    /// The largest class of the catalog, GB.
+    #[serde(skip)]
+    pub largest_gpu_gb: u64,
+}
+
+/// `--best-format`'s answer.
+#[derive(Serialize)]
+pub struct BestFormat {
+    pub gpu: String,
+    pub budget_bytes: u64,
+    /// The format with the most bits per weight that fits; None if none does.
+    pub best: Option<Precision>,
+    pub formats: Vec<FormatFit>,
+}
+
+/// The weights of a quantized precision, from the GGUF's tensor types or the block formula.
+#[derive(Serialize)]
+pub struct QuantWeights {
+    pub bytes: u64,
+    /// bytes × 8 / parameters, scales and the dense norms included.
+    pub bits_per_weight: f64,
+    /// (type, tensors, bytes) per kept type.
+    pub types: Vec<(&'static str, usize, u64)>,
+}
+
+/// The model of a generation report.
+#[derive(Serialize)]
+pub struct GenModelJson {
+    pub name: &'static str,
+    pub architecture: &'static str,
+    pub params: u64,
+}
+
+/// A generation pipeline's estimate (docs/src/guides/generation.md).
+#[derive(Serialize)]
+pub struct GenReport {
+    pub model: GenModelJson,
+    pub query: GenQuery,
+    /// Images the denoiser runs per pass (twice the batch with classifier-free guidance).
+    pub denoiser_batch: u64,
+    pub headroom: f64,
+    pub constants: String,
+    /// Every exact tensor.
+    pub exact: Vec<Row>,
+    /// The peak phase's composition.
+    pub breakdown: Vec<Row>,
+    pub phases: Vec<PhaseEstimate>,
+    pub peak_phase: Phase,
+    pub total_bytes: u64,
+    /// Each GPU class of the catalog.
+    pub gpus: Vec<GenGpuFit>,
+    pub notes: Vec<String>,
+    /// The pipeline's precision.
+    #[serde(skip)]
+    pub precision: Precision,
+    /// Device rows added to every phase (CUDA context, cuBLAS workspace, allocator rounding).
+    #[serde(skip)]
+    pub device: Vec<Row>,
+    /// A video model (the GPU table has a frames column).
+    #[serde(skip)]
+    pub video: bool,
+}

@@ -27,7 +27,11 @@ fn runtime(csv_rel: &str) -> String {
 
 #[test]
 fn compare_between_stacks_reports_every_phase_and_gates() {
-    assert!(runtime(DEFAULT).starts_with("torch-2.15"), "{}", runtime(DEFAULT));
+    assert!(
+        runtime(DEFAULT).starts_with("torch-2.15"),
+        "{}",
+        runtime(DEFAULT)
+    );
     assert!(
         runtime(OLD).starts_with("torch-2.2.2") && runtime(OLD).ends_with("transformers-4.39.3"),
         "{}",
@@ -144,7 +148,14 @@ fn the_committed_stack_results_are_current() {
             )
         };
         let want: Vec<_> = rows(committed).iter().map(key).collect();
-        let got: Vec<_> = vramlab::export::csv::read(&out).unwrap().iter().map(key).collect();
-        assert_eq!(got, want, "{committed} is stale: re-run {SCENARIO} under {var}");
+        let got: Vec<_> = vramlab::export::csv::read(&out)
+            .unwrap()
+            .iter()
+            .map(key)
+            .collect();
+        assert_eq!(
+            got, want,
+            "{committed} is stale: re-run {SCENARIO} under {var}"
+        );
     }
 }

@@ -532,3 +532,61 @@ fn a_programs_own_recorder_writes_rows_vramlab_reads() {
         Some(vramlab::record::Status::Ok)
     );
 }
+
+/// FSDP full shard on N emulated GPUs in one process (torch's fake process group, FSDP2): rank
+/// 0's weights, gradients and AdamW state are each the 1/N share the program derives from the
+/// parameter shapes, within the caching allocator's 512 B rounding of each tensor; with
+/// CPUOffloadPolicy none of them stays on the GPU.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn fsdp_full_shard_holds_a_1_over_n_share_per_rank() {
+    let end = |r: &Run, name: &str, step: u64| {
+        u(&r.json["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name && p["step"] == step)
+            .unwrap_or_else(|| panic!("no {name} phase of step {step}"))["end_allocated"])
+    };
+    for n in ["2", "8"] {
+        let r = emulate(&["--gpu", "a100-80gb"], &data("fsdp_tiny.py"), &[n]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let e = r.expect.as_ref().expect("EXPECT line");
+        let shard = u(&e["shard_bytes"]);
+        // Every dim 0 of the tiny Llama divides by 2 and 8: the shard is exactly 1/N.
+        assert_eq!(shard * n.parse::<u64>().unwrap(), u(&e["full_param_bytes"]));
+        assert_eq!(u(&e["local_param_bytes"]), shard);
+        let slack = 512 * u(&e["tensors"]);
+        let within = |what: &str, got: u64, want: u64| {
+            assert!(
+                got >= want && got - want <= slack,
+                "N={n} {what}: {got} B, the 1/N share is {want} B (+ at most {slack} B rounding)"
+            )
+        };
+        let (load, grads, step) = (
+            end(&r, "load", 1),
+            end(&r, "backward", 1),
+            end(&r, "optimizer", 1),
+        );
+        within("weights", load, shard);
+        within("gradients", grads - load, u(&e["grad_bytes"]));
+        assert_eq!(u(&e["grad_bytes"]), shard);
+        within("AdamW state", step - grads, 2 * shard);
+        assert_eq!(u(&e["state_bytes"]), 2 * shard);
+    }
+    let off = emulate(
+        &["--gpu", "a100-80gb"],
+        &data("fsdp_tiny.py"),
+        &["2", "offload"],
+    );
+    assert_eq!(off.code, 0, "{}", off.stderr);
+    let e = off.expect.as_ref().expect("EXPECT line");
+    let slack = 512 * u(&e["tensors"]);
+    for (phase, step) in [("load", 1), ("optimizer", 1), ("optimizer", 2)] {
+        assert!(
+            end(&off, phase, step) < slack,
+            "offload: {phase} {step} left {} B on the GPU",
+            end(&off, phase, step)
+        );
+    }
+}

@@ -569,7 +569,7 @@ fn tiny_wan_dir(dir: &std::path::Path) {
     .unwrap();
     write_config(dir, Component::Transformer, &c).unwrap();
     vramlab::model::synth::write_tensors(
-        vramlab::workload::finetune::shapes(&c),
+        vramlab::model::diffusion::denoiser::shapes(&c),
         DType::F32,
         vramlab::model::synth::SEED,
         &weights_file(dir, Component::Transformer),

@@ -45,12 +45,25 @@ def cache_kw(model, cache) -> dict:
     return {name: cache}
 
 
+def older_than(version: str, major: int, minor: int) -> bool:
+    """Whether a package version string ("4.39.3", "5.24.0.dev0") is below major.minor."""
+    have = tuple(int(x) for x in version.split(".")[:2])
+    return have < (major, minor)
+
+
+def dtype_kwarg(transformers) -> str:
+    """The from_config/from_pretrained keyword that sets the weights' dtype in this stack."""
+    return "torch_dtype" if older_than(transformers.__version__, 4, 56) else "dtype"
+
+
 def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device):
     """The real transformers class of the config's model_type, with the source's weights:
     `hf:DIR` from_pretrained, `gguf:FILE` transformers' GGUF loader (dequantizes),
     `synthetic:CONFIG` from_config (random values, real shapes)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
-    kw = dict(dtype=dtype, attn_implementation=attention)
+    # transformers renamed `torch_dtype` to `dtype` in 4.56; older stacks (torch-2.2's 4.39)
+    # know only the old name.
+    kw = {dtype_kwarg(transformers): dtype, "attn_implementation": attention}
     if emulated() and kind == "gguf":
         # On the emulated GPU: the GGUF's config, dense weights of the point's dtype built on
         # the device (values do not change memory; no host copy).
@@ -240,10 +253,23 @@ def train_forward(torch, model, ids, compute):
     """The training loss. `compute` (mixed-*): the parameters are f32 masters, and the model
     runs on their 16-bit casts (torch.func.functional_call), so that autograd brings the
     gradients back onto the masters in f32, as the harness's `to_dtype` does."""
+    kw = dict(labels=ids, use_cache=False)
+    if needs_mask():
+        kw["attention_mask"] = torch.ones_like(ids)
     if compute is None:
-        return model(ids, labels=ids, use_cache=False).loss
+        return model(ids, **kw).loss
     cast = {k: v.to(compute) for k, v in model.named_parameters()}
-    return torch.func.functional_call(model, cast, (ids,), dict(labels=ids, use_cache=False)).loss
+    return torch.func.functional_call(model, cast, (ids,), kw).loss
+
+
+def needs_mask() -> bool:
+    """Whether the forward gets an all-ones attention mask, as a tokenizer's batch carries.
+    transformers before 4.40 (the torch-2.2 stack's 4.39) sizes its causal mask from the value
+    of `cache_position[-1]` when no mask is passed: a device read, which the emulated GPU answers
+    with zeros (docs/src/guides/emulator.md). Newer stacks size it from the shapes, and run
+    without a mask as before, so their committed results stay comparable."""
+    import transformers
+    return older_than(transformers.__version__, 4, 40)
 
 
 def make_optimizer(torch, params, kind: str, impl: str, lr: float):

@@ -4,7 +4,8 @@
 //! about it: its `config.json` (a serde struct) and how it normalizes into [`Config`], its tensor
 //! shapes (the single source for synthetic weights, preflight, features and estimate), the
 //! HF-json export, its LoRA targets, and how its trainable and inference models are built.
-//! Adding an architecture is one new file under `llm/` plus one line in [`REGISTRY`].
+//! Adding an architecture is one new file under `llm/` plus one line in
+//! [`REGISTRY`](super::llm::REGISTRY).
 use super::{Config, KvCache, Trainable};
 use crate::error::bad_file;
 use crate::vocab::Ops;
@@ -17,19 +18,6 @@ use std::path::Path;
 
 /// HF-named tensors (variables for training, plain tensors for inference).
 pub type Tensors = HashMap<String, Tensor>;
-
-/// Every architecture vramlab implements. Adding one: a new file under `llm/` and one line
-/// here.
-pub static REGISTRY: &[&dyn Architecture] = &[
-    &super::llm::llama::LlamaArch,
-    &super::llm::mistral::MistralArch,
-    &super::llm::qwen2::Qwen2Arch,
-    &super::llm::gpt2::Gpt2Arch,
-    &super::llm::bert::BertArch,
-    &super::llm::qwen3::Qwen3Arch,
-    &super::llm::phi3::Phi3Arch,
-    &super::llm::gpt_bigcode::GptBigCodeArch,
-];
 
 /// What an architecture's inference model is: a causal decoder (prefill + decode with a KV
 /// cache) or an encoder (one forward over the batch, no cache).
@@ -86,7 +74,7 @@ pub trait Architecture: Sync + Send {
     /// Every stored parameter tensor with its HF name and shape, in load order. Default: the
     /// llama decoder family's (every variant its normalized config describes).
     fn tensor_shapes(&self, c: &Config) -> Vec<(String, Vec<usize>)> {
-        super::llm::llama::decoder_shapes(c)
+        decoder_shapes(c)
     }
     /// The config written back as an HF `config.json` (what `synth-weights` writes).
     fn to_hf_json(&self, c: &Config) -> Value;
@@ -147,23 +135,6 @@ pub trait Architecture: Sync + Send {
 pub struct Arch(&'static dyn Architecture);
 
 impl Arch {
-    /// The architecture of `config.json`'s `model_type` (or a GGUF's `general.architecture`).
-    pub fn of_model_type(model_type: &str) -> Option<Arch> {
-        REGISTRY
-            .iter()
-            .find(|a| a.model_types().contains(&model_type))
-            .map(|a| Arch(*a))
-    }
-
-    /// Every `model_type` the registry reads, for error messages.
-    pub fn known_model_types() -> String {
-        REGISTRY
-            .iter()
-            .flat_map(|a| a.model_types().iter().copied())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
     pub fn get(&self) -> &'static dyn Architecture {
         self.0
     }
@@ -250,4 +221,54 @@ pub fn no_ops(name: &str, ops: Ops) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The decoder family's tensors (HF names), in load order, for every variant the normalized
+/// config can describe: q/k/v or fused `qkv_proj`, optional biases, Qwen3's per-head q/k
+/// norms, gate/up or fused `gate_up_proj`, tied or separate head.
+pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
+    let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+    let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
+    let mut out = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![c.vocab_size, d],
+    )];
+    for i in 0..c.num_layers {
+        let p = format!("model.layers.{i}");
+        let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
+        push("input_layernorm.weight", vec![d]);
+        if c.fused_qkv {
+            push("self_attn.qkv_proj.weight", vec![q + 2 * kv, d]);
+        } else {
+            push("self_attn.q_proj.weight", vec![q, d]);
+            push("self_attn.k_proj.weight", vec![kv, d]);
+            push("self_attn.v_proj.weight", vec![kv, d]);
+            if c.qkv_bias {
+                push("self_attn.q_proj.bias", vec![q]);
+                push("self_attn.k_proj.bias", vec![kv]);
+                push("self_attn.v_proj.bias", vec![kv]);
+            }
+        }
+        if c.qk_norm {
+            push("self_attn.q_norm.weight", vec![hd]);
+            push("self_attn.k_norm.weight", vec![hd]);
+        }
+        push("self_attn.o_proj.weight", vec![d, q]);
+        if c.o_bias {
+            push("self_attn.o_proj.bias", vec![d]);
+        }
+        push("post_attention_layernorm.weight", vec![d]);
+        if c.fused_gate_up {
+            push("mlp.gate_up_proj.weight", vec![2 * f, d]);
+        } else {
+            push("mlp.gate_proj.weight", vec![f, d]);
+            push("mlp.up_proj.weight", vec![f, d]);
+        }
+        push("mlp.down_proj.weight", vec![d, f]);
+    }
+    out.push(("model.norm.weight".to_string(), vec![d]));
+    if !c.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![c.vocab_size, d]));
+    }
+    out
 }

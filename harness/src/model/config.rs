@@ -1,13 +1,11 @@
 //! The normalized [`Config`] every other part uses. Each architecture's file parses its own
-//! `config.json` into it (see [`super::arch`]); this file holds what is common: reading the
-//! file, dispatching on `model_type`, the shape invariants, and the counts.
+//! `config.json` into it (see [`super::arch`]); this file holds what is common: the fields, the
+//! shape invariants and the counts. Reading a file and dispatching on `model_type`
+//! (`Config::from_file`, `Config::from_json`) live with the registry, in `model/llm/mod.rs`.
 use super::arch::{Arch, Architecture};
 use crate::checked::Checked;
-use crate::error::bad_file;
 pub use crate::vocab::KvWindow;
-use anyhow::Result;
 use serde_json::Value;
-use std::path::Path;
 
 /// The normalized model description. All sizes are element counts, not bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,39 +45,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and normalizes an HF `config.json`.
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| bad_file(path, format!("not valid JSON: {e}")))?;
-        Self::from_json(path, &v)
-    }
-
-    /// Normalizes an already parsed `config.json` through its architecture's parser (chosen by
-    /// `model_type`); `path` is only used in error messages.
-    pub fn from_json(path: &Path, v: &Value) -> Result<Self> {
-        if !v.is_object() {
-            return Err(bad_file(path, "config.json must be a JSON object"));
-        }
-        let model_type = v
-            .get("model_type")
-            .filter(|x| !x.is_null())
-            .ok_or_else(|| bad_file(path, "missing config key `model_type`"))?
-            .as_str()
-            .ok_or_else(|| bad_file(path, "config key `model_type` must be a string"))?;
-        let arch = Arch::of_model_type(model_type).ok_or_else(|| {
-            bad_file(
-                path,
-                format!(
-                    "unknown architecture `model_type = \"{model_type}\"` (supported: {})",
-                    Arch::known_model_types()
-                ),
-            )
-        })?;
-        arch.parse(path, v)
-    }
-
     /// A config with every size given and every flag off: what each architecture's parser
     /// fills in.
     pub fn new(architecture: &'static dyn Architecture, model_type: &str) -> Config {
@@ -245,6 +210,7 @@ impl Config {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::path::Path;
 
     fn smollm2() -> Value {
         json!({"model_type": "llama", "vocab_size": 49152, "hidden_size": 576,

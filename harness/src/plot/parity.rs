@@ -3,8 +3,8 @@
 use super::figures::{gib, ok, phase_name, slug, Row};
 use super::{Chart, Figure, Kind, Series, Style};
 use crate::fit::{Constants, GroupKey, Target};
-use crate::terms::record_terms;
 use crate::record::Record;
+use crate::terms::record_terms;
 use crate::units::GIB;
 use crate::vocab::Runtime;
 use std::collections::BTreeMap;

@@ -11,13 +11,15 @@ use crate::error::InputError;
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::WeightInfo;
 use crate::export::Exporter;
+use crate::model::diffusion::denoiser::{self, FtModel};
+use crate::model::diffusion::GenSource;
 use crate::model::diffusion::{self as pipeline, Pipeline};
 use crate::record::{Record, Status, SCHEMA_VERSION};
 use crate::vocab::{Component, MeterKind, Mode, Optimizer, Precision};
-use crate::workload::finetune::{self, FtModel};
+use crate::workload::finetune;
 use crate::workload::ft_points::FtPoint;
 use crate::workload::gen_points::GenPoint;
-use crate::workload::generate::{self, GenSource};
+use crate::workload::generate;
 use anyhow::Result;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -114,7 +116,7 @@ fn ft_weights(points: &[FtPoint]) -> Result<Vec<WeightInfo>> {
             continue;
         }
         let src = GenSource::parse(&p.source).map_err(InputError::arg)?;
-        let model = finetune::config_of(&src)?;
+        let model = denoiser::config_of(&src)?;
         let dir = finetune::prepare(&src, &model, p.precision.dtype())?;
         let files = pipeline::weights_files(&dir, model.component())?;
         v.push(weight_info(&p.model_id, &p.source, files)?);
@@ -179,7 +181,7 @@ fn ft_base(
     meter: MeterKind,
 ) -> Result<(Record, FtModel, GenSource)> {
     let src = GenSource::parse(&p.source).map_err(InputError::arg)?;
-    let model = finetune::config_of(&src)?;
+    let model = denoiser::config_of(&src)?;
     let base = Record {
         architecture: model.architecture().into(),
         param_count: model.params(),

@@ -24,18 +24,18 @@
 //!   accumulation; `checkpointing = "layer"` re-runs one DiT block at a time (Wan only: the
 //!   UNet's skips cross its levels, so it is refused for SD).
 //!
-//! FLUX and SDXL are refused ([`NO_LORA_REASON`]).
-use super::generate::GenSource;
+//! FLUX and SDXL are refused
+//! ([`NO_LORA_REASON`](crate::model::diffusion::denoiser::NO_LORA_REASON)).
 use super::training::{self, MicroBatch, TrainSpec};
-use crate::error::bad_file;
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::diffusion::sd::{SdConfig, SdUnet};
-use crate::model::diffusion::wan::{self, Cond, WanConfig, WanDit, WanTransformerConfig};
-use crate::model::diffusion::{self as pipeline, record, PipelineClass};
+use crate::model::diffusion as pipeline;
+use crate::model::diffusion::denoiser::{Denoiser, FtModel};
+use crate::model::diffusion::sd::SdUnet;
+use crate::model::diffusion::wan::{Cond, WanDit};
+use crate::model::diffusion::GenSource;
 use crate::model::nn::{Linear, Lora};
 use crate::record::{Phase, Record, Status};
-use crate::scenario::spec::NO_LORA_REASON;
-use crate::vocab::{Attention, Component, GenModel, Optimizer, Trainable};
+use crate::vocab::{Optimizer, Trainable};
 use crate::workload::ft_points::FtPoint;
 use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Shape, Tensor, Var};
@@ -54,175 +54,6 @@ fn train_spec(p: &FtPoint, model: &FtModel) -> TrainSpec {
         steps: p.steps,
         lr: p.lr,
     }
-}
-
-/// The trainable denoiser of a fine-tuning source and its config.
-#[derive(Clone, Debug)]
-pub enum FtModel {
-    /// Wan2.1's transformer.
-    Wan(WanTransformerConfig),
-    /// Stable Diffusion 1.x/2.x's UNet (the pipeline's configs: the UNet's and the text
-    /// encoder's length).
-    Sd(Box<SdConfig>),
-}
-
-impl FtModel {
-    /// The component the denoiser is stored as.
-    pub fn component(&self) -> Component {
-        match self {
-            FtModel::Wan(_) => Component::Transformer,
-            FtModel::Sd(_) => Component::Unet,
-        }
-    }
-
-    pub fn architecture(&self) -> &'static str {
-        match self {
-            FtModel::Wan(_) => "wan",
-            FtModel::Sd(_) => "stable-diffusion",
-        }
-    }
-
-    /// Tokens of the cached text embeddings.
-    pub fn text_len(&self) -> usize {
-        match self {
-            FtModel::Wan(_) => wan::TEXT_LEN,
-            FtModel::Sd(c) => c.text_len(),
-        }
-    }
-
-    /// The denoiser's stored tensors (diffusers names and shapes).
-    pub fn shapes(&self) -> pipeline::Shapes {
-        match self {
-            FtModel::Wan(c) => shapes(c),
-            FtModel::Sd(c) => record(|vb| SdUnet::new(&c.unet, vb, Attention::Eager).map(|_| ())),
-        }
-    }
-
-    pub fn params(&self) -> u64 {
-        match self {
-            FtModel::Wan(c) => wan::transformer_params(c),
-            FtModel::Sd(_) => pipeline::count(&self.shapes()),
-        }
-    }
-
-    fn write_config(&self, dir: &Path) -> Result<()> {
-        match self {
-            FtModel::Wan(c) => pipeline::write_config(dir, self.component(), c),
-            FtModel::Sd(c) => pipeline::write_config(dir, self.component(), &c.unet),
-        }
-    }
-
-    /// The denoiser over `vb`'s tensors.
-    pub fn load(&self, vb: candle_nn::VarBuilder, attention: Attention) -> Result<Net> {
-        Ok(match self {
-            FtModel::Wan(c) => Net::Wan(WanDit::new(c, vb, attention)?),
-            FtModel::Sd(c) => Net::Sd(SdUnet::new(&c.unet, vb, attention)?),
-        })
-    }
-
-    /// The cached latents' shape and the text embeddings' of point `p`.
-    fn input_shapes(&self, p: &FtPoint) -> (Vec<usize>, (usize, usize, usize)) {
-        let (b, r) = (p.batch, p.resolution);
-        match self {
-            FtModel::Wan(c) => (
-                vec![
-                    b,
-                    c.in_channels,
-                    (p.frames.unwrap_or(1) - 1) / 4 + 1,
-                    r.height / 8,
-                    r.width / 8,
-                ],
-                (b, wan::TEXT_LEN, c.text_dim),
-            ),
-            FtModel::Sd(c) => {
-                let s = c.vae.scale();
-                (
-                    vec![b, c.unet.in_channels, r.height / s, r.width / s],
-                    (b, c.text_len(), c.unet.cross_attention_dim),
-                )
-            }
-        }
-    }
-}
-
-/// A loaded denoiser.
-pub enum Net {
-    Wan(WanDit),
-    Sd(SdUnet),
-}
-
-impl Net {
-    /// The LoRA targets with their module names.
-    pub fn lora_targets_mut(&mut self) -> Vec<(String, &mut Linear)> {
-        match self {
-            Net::Wan(d) => d.linears_mut(),
-            Net::Sd(u) => u.attention_linears_mut(),
-        }
-    }
-}
-
-/// A denoiser being trained, borrowed.
-#[derive(Clone, Copy)]
-pub enum Denoiser<'a> {
-    Wan(&'a WanDit),
-    Sd(&'a SdUnet),
-}
-
-impl<'a> From<&'a WanDit> for Denoiser<'a> {
-    fn from(d: &'a WanDit) -> Self {
-        Denoiser::Wan(d)
-    }
-}
-
-impl<'a> From<&'a SdUnet> for Denoiser<'a> {
-    fn from(u: &'a SdUnet) -> Self {
-        Denoiser::Sd(u)
-    }
-}
-
-impl<'a> From<&'a Net> for Denoiser<'a> {
-    fn from(n: &'a Net) -> Self {
-        match n {
-            Net::Wan(d) => Denoiser::Wan(d),
-            Net::Sd(u) => Denoiser::Sd(u),
-        }
-    }
-}
-
-/// The denoiser of a fine-tuning source: Wan2.1 (the published 1.3B for `synthetic:`, a
-/// WanPipeline directory's `transformer/config.json`) or SD 1.5/2.1 (the preset for
-/// `synthetic:`, a StableDiffusionPipeline directory's configs); any other pipeline is refused
-/// ([`NO_LORA_REASON`]).
-pub fn config_of(src: &GenSource) -> Result<FtModel> {
-    match src {
-        GenSource::Synthetic(GenModel::Wan21T2v13b) => {
-            Ok(FtModel::Wan(WanConfig::t2v_1_3b().transformer))
-        }
-        GenSource::Synthetic(m @ (GenModel::Sd15 | GenModel::Sd21)) => {
-            Ok(FtModel::Sd(Box::new(SdConfig::preset(*m))))
-        }
-        GenSource::Synthetic(m) => Err(crate::error::InputError::arg(format!(
-            "mode = \"train\" on `{m}`: {NO_LORA_REASON}"
-        ))
-        .into()),
-        GenSource::Diffusers(dir) => match pipeline::pipeline_class(dir)? {
-            PipelineClass::WanPipeline => Ok(FtModel::Wan(pipeline::read_json(
-                &dir.join("transformer/config.json"),
-            )?)),
-            PipelineClass::StableDiffusionPipeline => {
-                Ok(FtModel::Sd(Box::new(SdConfig::from_dir(dir)?)))
-            }
-            class => Err(bad_file(
-                dir.join("model_index.json"),
-                format!("`_class_name` `{class:?}`: mode = \"train\": {NO_LORA_REASON}"),
-            )),
-        },
-    }
-}
-
-/// The Wan transformer's stored tensors (diffusers names and shapes).
-pub fn shapes(c: &WanTransformerConfig) -> pipeline::Shapes {
-    record(|vb| WanDit::new(c, vb, Attention::Eager).map(|_| ()))
 }
 
 /// The directory holding the denoiser of `src` in `dtype`: a diffusers directory as it is,
@@ -301,7 +132,7 @@ pub fn measure_point(
     load.feature_weight_bytes = Some(w);
     load.message = format!("lora_params={lora_params}");
     let mut rows = vec![load];
-    let (latents, text) = model.input_shapes(p);
+    let (latents, text) = model.input_shapes(p.batch, p.resolution, p.frames);
     let inputs = Inputs::of_shape(latents, text, dtype, dev)?;
     crate::progress::mark_phase(Phase::Warmup);
     warm_up((&net).into(), &inputs, p.grad_accum)?;

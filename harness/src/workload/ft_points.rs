@@ -1,11 +1,11 @@
 //! Fine-tuning points (mode = "train" on a diffusion pipeline): a scenario's tables expanded
 //! in order, and their checks against each denoiser before anything is measured.
 use crate::error::bad_file;
+use crate::model::diffusion::denoiser::{config_of, FtModel};
+use crate::model::diffusion::GenSource;
 use crate::scenario::spec::{is_pipeline_source, key_line};
 use crate::scenario::Spec;
 use crate::vocab::{Attention, Checkpointing, Mode, Optimizer, Precision, Resolution, Trainable};
-use crate::workload::finetune::{config_of, FtModel};
-use crate::workload::generate::GenSource;
 use anyhow::Result;
 use std::path::Path;
 

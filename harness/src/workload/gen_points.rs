@@ -2,9 +2,9 @@
 //! checks against each model before anything is measured.
 use crate::error::bad_file;
 use crate::model::diffusion::GenShape;
+use crate::model::diffusion::GenSource;
 use crate::scenario::Spec;
 use crate::vocab::{Attention, Mode, Precision, VaeDecode};
-use crate::workload::generate::GenSource;
 use anyhow::Result;
 use std::path::Path;
 

@@ -8,17 +8,17 @@
 //! blended into a row strip with a linear ramp over the overlap, each strip blended into the
 //! preallocated output).
 use crate::meter::{Meter, PhaseMemory};
-use crate::model::diffusion::{self as pipeline, Pipeline};
+use crate::model::diffusion::Pipeline;
 pub use crate::model::diffusion::{
     decode_spatial as decode, tile_starts, write_synthetic, GenShape,
 };
 use crate::record::{Phase, Record, Status};
-use crate::vocab::{Attention, Component, GenModel};
+use crate::vocab::{Attention, Component};
 use crate::workload::gen_points::GenPoint;
 use anyhow::Result;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What a generation point measured.
 #[derive(Clone, Debug, Default)]
@@ -80,91 +80,6 @@ pub fn run(
     out.output_bytes = (image.elem_count() * image.dtype().size_in_bytes()) as u64;
     out.vae_decode = (mem, ms);
     Ok(out)
-}
-
-/// Where a generation model comes from: `synthetic:sd15|sd21|sdxl` (the published configs,
-/// random weights written once as a diffusers directory) or `diffusers:DIR`.
-#[derive(Clone, Debug, PartialEq)]
-pub enum GenSource {
-    Synthetic(GenModel),
-    Diffusers(PathBuf),
-}
-
-impl GenSource {
-    pub fn parse(s: &str) -> std::result::Result<GenSource, String> {
-        let known = || {
-            use strum::IntoEnumIterator;
-            GenModel::iter()
-                .map(|m| m.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match s.split_once(':') {
-            Some(("synthetic", m)) => m.parse().map(GenSource::Synthetic).map_err(|_| {
-                format!(
-                    "unknown generation model `{m}` in `{s}` (known: {})",
-                    known()
-                )
-            }),
-            Some(("diffusers", d)) => Ok(GenSource::Diffusers(PathBuf::from(
-                crate::model::source::expand_env(d)?,
-            ))),
-            _ => Err(format!(
-                "generation source `{s}` must be `synthetic:MODEL` ({}) or `diffusers:DIR`",
-                known()
-            )),
-        }
-    }
-
-    /// Whether the model's pipeline runs classifier-free guidance when a scenario does not
-    /// say: all but the guidance-distilled FLUX. A directory that cannot be read says yes (its
-    /// load fails with the reason).
-    pub fn default_cfg(&self) -> bool {
-        match self {
-            GenSource::Synthetic(m) => !matches!(m, GenModel::FluxDev | GenModel::FluxSchnell),
-            GenSource::Diffusers(dir) => {
-                pipeline::pipeline_class(dir).map_or(true, |c| c.has_cfg())
-            }
-        }
-    }
-
-    pub fn kind(&self) -> &'static str {
-        match self {
-            GenSource::Synthetic(_) => "synthetic",
-            GenSource::Diffusers(_) => "safetensors",
-        }
-    }
-
-    /// The pipeline (unloaded), components in `dtype`, the VAE in `vae_dtype` (None: the
-    /// real pipeline's choice).
-    pub fn pipeline(&self, dtype: DType, vae_dtype: Option<DType>) -> Result<Box<dyn Pipeline>> {
-        match self {
-            GenSource::Synthetic(m) => pipeline::preset(*m, dtype, vae_dtype),
-            GenSource::Diffusers(dir) => pipeline::from_dir(dir, dtype, vae_dtype),
-        }
-    }
-
-    /// The diffusers directory to load `p` from; synthetic weights are written (once, under
-    /// `$VRAMLAB_MODELS/synthetic-gen/`, in `p`'s dtypes) first.
-    pub fn prepare(&self, p: &dyn Pipeline) -> Result<PathBuf> {
-        match self {
-            GenSource::Diffusers(dir) => Ok(dir.clone()),
-            GenSource::Synthetic(m) => {
-                let root = PathBuf::from(
-                    crate::model::source::expand_env("${VRAMLAB_MODELS}")
-                        .map_err(crate::error::InputError::arg)?,
-                );
-                let dir = root.join("synthetic-gen").join(format!(
-                    "{}-{}-vae-{}",
-                    m.as_str(),
-                    p.dtype(p.denoiser()).as_str(),
-                    p.dtype(Component::Vae).as_str()
-                ));
-                write_synthetic(p, &dir)?;
-                Ok(dir)
-            }
-        }
-    }
 }
 
 /// Loads the pipeline and runs one point: its rows (loads, text encode, steps, decode, total).

@@ -12,10 +12,14 @@
 //! (one config, one tensor list, a decoder or an encoder). The generation workload
 //! (`workload/generate.rs`) sees only `dyn Pipeline`, built here from a preset ([`preset`]) or
 //! a diffusers directory ([`from_dir`]).
+pub mod denoiser;
 pub mod flux;
 pub mod params;
 pub mod sd;
+pub mod source;
 pub mod wan;
+
+pub use source::GenSource;
 
 use crate::error::bad_file;
 use crate::vocab::{Attention, Component, GenModel, Resolution, VaeDecode};

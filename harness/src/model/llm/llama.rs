@@ -100,56 +100,6 @@ pub fn decoder_hf_json(c: &Config, class: &str) -> Value {
     })
 }
 
-/// The decoder family's tensors (HF names), in load order, for every variant the normalized
-/// config can describe: q/k/v or fused `qkv_proj`, optional biases, Qwen3's per-head q/k
-/// norms, gate/up or fused `gate_up_proj`, tied or separate head.
-pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
-    let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
-    let (q, kv) = (c.num_heads * hd, c.num_kv_heads * hd);
-    let mut out = vec![(
-        "model.embed_tokens.weight".to_string(),
-        vec![c.vocab_size, d],
-    )];
-    for i in 0..c.num_layers {
-        let p = format!("model.layers.{i}");
-        let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
-        push("input_layernorm.weight", vec![d]);
-        if c.fused_qkv {
-            push("self_attn.qkv_proj.weight", vec![q + 2 * kv, d]);
-        } else {
-            push("self_attn.q_proj.weight", vec![q, d]);
-            push("self_attn.k_proj.weight", vec![kv, d]);
-            push("self_attn.v_proj.weight", vec![kv, d]);
-            if c.qkv_bias {
-                push("self_attn.q_proj.bias", vec![q]);
-                push("self_attn.k_proj.bias", vec![kv]);
-                push("self_attn.v_proj.bias", vec![kv]);
-            }
-        }
-        if c.qk_norm {
-            push("self_attn.q_norm.weight", vec![hd]);
-            push("self_attn.k_norm.weight", vec![hd]);
-        }
-        push("self_attn.o_proj.weight", vec![d, q]);
-        if c.o_bias {
-            push("self_attn.o_proj.bias", vec![d]);
-        }
-        push("post_attention_layernorm.weight", vec![d]);
-        if c.fused_gate_up {
-            push("mlp.gate_up_proj.weight", vec![2 * f, d]);
-        } else {
-            push("mlp.gate_proj.weight", vec![f, d]);
-            push("mlp.up_proj.weight", vec![f, d]);
-        }
-        push("mlp.down_proj.weight", vec![d, f]);
-    }
-    out.push(("model.norm.weight".to_string(), vec![d]));
-    if !c.tie_word_embeddings {
-        out.push(("lm_head.weight".to_string(), vec![c.vocab_size, d]));
-    }
-    out
-}
-
 /// Llama 2/3, SmolLM2, TinyLlama (`model_type = "llama"`).
 pub struct LlamaArch;
 

@@ -3,9 +3,7 @@
 use super::validate::{MAX_BATCH, MAX_REPEATS, MAX_STEPS};
 use super::{Attention, SweepSpec, TrainableKind, VaeDecode};
 
-/// Why a denoiser other than Wan's and SD 1.x/2.x's cannot be fine-tuned (the scenario's error
-/// line).
-pub const NO_LORA_REASON: &str = "its denoiser has no trainable module here (FLUX's transformer is candle-transformers' own, without a LoRA injection point; SDXL's UNet lacks its add_embedding); mode = \"train\" runs Wan2.1 (`synthetic:wan2.1-t2v-1.3b` or a WanPipeline diffusers directory) and SD 1.5/2.1 (`synthetic:sd15`, `synthetic:sd21` or a StableDiffusionPipeline diffusers directory)";
+pub use crate::model::diffusion::denoiser::NO_LORA_REASON;
 
 /// Whether a model source is a diffusion pipeline (`diffusers:DIR`, or `synthetic:` with a
 /// generation preset's name).

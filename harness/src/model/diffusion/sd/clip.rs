@@ -2,12 +2,16 @@
 //! `text_encoder/config.json` ([`ClipConfig`]), its parameter count, and [`ClipText`], built from
 //! candle ops because candle's `clip::Config` has private fields (only its presets can be built),
 //! so it cannot read a `config.json` or a tiny test config.
-use super::config::eps;
 use crate::model::diffusion::params::linear_params;
 use anyhow::Result;
 use candle_core::{Device, Module, Tensor, D};
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
+
+/// The layer norms' epsilon when a config does not give one (CLIP's and the VAE's).
+pub(super) fn eps() -> f64 {
+    1e-5
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

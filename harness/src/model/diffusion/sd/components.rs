@@ -1,6 +1,6 @@
 //! SD's UNet and VAE as candle-transformers builds them (the generation path), and every
 //! component's parameters counted from its config alone.
-use super::clip::clip_params;
+use super::clip::{clip_params, ClipText};
 use super::config::{AdditionEmbed, DownBlock, SdConfig, UNetConfig, UpBlock, VaeConfig};
 use crate::model::diffusion::params::{conv_params, linear_params};
 use crate::model::diffusion::record;
@@ -228,4 +228,36 @@ pub fn vae_params(c: &VaeConfig, quant_conv: bool, post_quant_conv: bool) -> u64
     }
     dec += 2 * ch[0] + conv_params(ch[0], c.out_channels as u64, 3 * 3);
     enc + quant + dec
+}
+
+/// The components' stored tensors, built here from the configs (`config.rs` holds the configs
+/// alone, so that it depends on no builder).
+impl SdConfig {
+    /// Stored tensors of a component, with their diffusers names and shapes, in load order.
+    pub fn shapes(&self, c: Component) -> Vec<(String, Vec<usize>)> {
+        match c {
+            Component::Unet => unet_shapes(&self.unet),
+            Component::Vae => record(|vb| {
+                build_vae(&self.vae, true, true, vb)?;
+                Ok(())
+            }),
+            Component::TextEncoder => record(|vb| {
+                ClipText::new(&self.text_encoder, vb)?;
+                Ok(())
+            }),
+            Component::TextEncoder2 => match &self.text_encoder_2 {
+                Some(cfg) => record(|vb| {
+                    ClipText::new(cfg, vb)?;
+                    Ok(())
+                }),
+                None => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// Parameters of a component, from the stored shapes.
+    pub fn params(&self, c: Component) -> u64 {
+        crate::model::diffusion::count(&self.shapes(c))
+    }
 }

@@ -1,8 +1,7 @@
 //! The Stable Diffusion family's configs: diffusers' `unet/` and `vae/` `config.json`s, the
 //! whole pipeline's [`SdConfig`] with its presets, and the tensor shapes each component stores.
-use super::clip::{clip, clip_l, ClipAct, ClipArch, ClipConfig, ClipText};
-use super::components::{build_vae, unet_shapes};
-use crate::model::diffusion::{record, write_config};
+use super::clip::{clip, clip_l, eps, ClipAct, ClipArch, ClipConfig};
+use crate::model::diffusion::write_config;
 use crate::vocab::{Component, GenModel};
 use anyhow::Result;
 use candle_core::DType;
@@ -37,9 +36,6 @@ fn three() -> usize {
 }
 fn groups() -> usize {
     32
-}
-pub(super) fn eps() -> f64 {
-    1e-5
 }
 fn yes() -> bool {
     true
@@ -324,33 +320,5 @@ impl SdConfig {
                 .as_ref()
                 .map(|c| c.hidden_size)
                 .unwrap_or(0)
-    }
-
-    /// Stored tensors of a component, with their diffusers names and shapes, in load order.
-    pub fn shapes(&self, c: Component) -> Vec<(String, Vec<usize>)> {
-        match c {
-            Component::Unet => unet_shapes(&self.unet),
-            Component::Vae => record(|vb| {
-                build_vae(&self.vae, true, true, vb)?;
-                Ok(())
-            }),
-            Component::TextEncoder => record(|vb| {
-                ClipText::new(&self.text_encoder, vb)?;
-                Ok(())
-            }),
-            Component::TextEncoder2 => match &self.text_encoder_2 {
-                Some(cfg) => record(|vb| {
-                    ClipText::new(cfg, vb)?;
-                    Ok(())
-                }),
-                None => Vec::new(),
-            },
-            _ => Vec::new(),
-        }
-    }
-
-    /// Parameters of a component, from the stored shapes.
-    pub fn params(&self, c: Component) -> u64 {
-        crate::model::diffusion::count(&self.shapes(c))
     }
 }

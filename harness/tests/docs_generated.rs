@@ -43,8 +43,9 @@ fn run(page: &Path, args: &str) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-/// `text` with every generated block replaced by what its command prints now, and the
-/// commands of the blocks that changed.
+/// `text` with every generated block replaced by what its command prints now, the commands of
+/// the stale blocks, and the number of blocks. `page` (repository-relative) names the page in
+/// messages.
 fn regenerate(page: &Path, text: &str) -> (String, Vec<String>, usize) {
     let mut out = String::new();
     let mut stale = Vec::new();
@@ -79,12 +80,14 @@ fn regenerate(page: &Path, text: &str) -> (String, Vec<String>, usize) {
 
 #[test]
 fn generated_result_tables_are_current() {
-    let dir = common::root().join("docs/src/results");
+    let root = common::root();
+    let dir = root.join("docs/src/results");
     let mut blocks = 0;
     let mut failures = Vec::new();
     for page in files(&dir, ".md") {
         let text = std::fs::read_to_string(&page).expect("read the page");
-        let (want, stale, n) = regenerate(&page, &text);
+        let name = page.strip_prefix(&root).unwrap_or(&page);
+        let (want, stale, n) = regenerate(name, &text);
         blocks += n;
         if stale.is_empty() {
             continue;
@@ -94,7 +97,7 @@ fn generated_result_tables_are_current() {
         } else {
             failures.push(format!(
                 "{}: stale generated block(s) from {}",
-                page.display(),
+                name.display(),
                 stale.join("; ")
             ));
         }

@@ -68,6 +68,13 @@ pub enum Command {
     /// worst absolute error. Rows the estimator cannot express (Adafactor, 8-bit Adam,
     /// bitsandbytes int8/4-bit) are listed as not expressible.
     Validate(crate::cmd::validate::Args),
+    /// Summarise a results CSV: scenario, schema, points, rows and runtime (from its manifest),
+    /// then per point the largest peak allocated and peak reserved in bytes, with the phase
+    /// that holds each and the point's status.
+    ///
+    /// `--markdown` prints GitHub Markdown tables with links: the tables the pages under
+    /// docs/src/results embed (a test fails when one is stale).
+    Report(crate::cmd::report::Args),
     /// Run a PyTorch program on an emulated GPU: PyTorch's own allocator reports allocated,
     /// reserved and out-of-memory for any catalogued GPU, with no GPU.
     ///

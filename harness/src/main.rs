@@ -21,6 +21,7 @@ fn main() {
         Command::Bundle(a) => cmd::bundle::run(a),
         Command::Plot(a) => cmd::plot::run(a),
         Command::Validate(a) => cmd::validate::run(a),
+        Command::Report(a) => cmd::report::run(a),
         Command::Emulate(a) => cmd::emulate::run(a),
     };
     if let Err(e) = res {

@@ -35,6 +35,7 @@ const SUBCOMMANDS: &[&str] = &[
     "bundle",
     "plot",
     "validate",
+    "report",
     "emulate",
 ];
 
@@ -116,6 +117,7 @@ subcommand_help! {
     bundle_help => "bundle",
     plot_help => "plot",
     validate_help => "validate",
+    report_help => "report",
     emulate_help => "emulate",
 }
 

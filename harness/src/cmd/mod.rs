@@ -7,6 +7,7 @@ pub mod fit;
 pub mod generate;
 pub mod merge;
 pub mod plot;
+pub mod report;
 pub mod sweep;
 pub mod synth_weights;
 pub mod validate;

@@ -1,8 +1,10 @@
 //! The generated parts of the docs are current, and the scenario index is whole.
 //!
-//! - Every block of a result page (docs/src/results/*.md) between
+//! - Every block of a result page (docs/src/results/*.md) and of README.md between
 //!   `<!-- generated: vramlab ARGS -->` and `<!-- end generated -->` is what `vramlab ARGS`
 //!   prints now, run from the repository root (`vramlab report RESULTS.csv --markdown ...`).
+//!   A marker ending in `exit=N` expects that exit status (`vramlab compare` exits 1 on the
+//!   regressions it reports); otherwise the command must succeed.
 //!   After a deliberate change, `VRAMLAB_BLESS=1 cargo test -p vramlab --test docs_generated`
 //!   rewrites every block (as `--test help` does for docs/src/reference/cli.md).
 //! - scenarios/README.md links every scenarios/*.toml file, and every scenario file it links
@@ -28,15 +30,26 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     out
 }
 
-/// What `vramlab ARGS` prints, run from the repository root.
+/// What `vramlab ARGS` prints, run from the repository root (`ARGS` may end in `exit=N`, the
+/// status it must exit with; 0 when absent).
 fn run(page: &Path, args: &str) -> String {
+    let mut words: Vec<&str> = args.split_whitespace().collect();
+    let want = match words.last().and_then(|w| w.strip_prefix("exit=")) {
+        Some(n) => {
+            let n = n.parse::<i32>().expect("exit=N takes an integer");
+            words.pop();
+            n
+        }
+        None => 0,
+    };
     let out = common::vramlab()
-        .args(args.split_whitespace())
+        .args(&words)
         .output()
         .expect("vramlab runs");
-    assert!(
-        out.status.success(),
-        "{}: `vramlab {args}` failed: {}",
+    assert_eq!(
+        out.status.code(),
+        Some(want),
+        "{}: `vramlab {args}` exited otherwise: {}",
         page.display(),
         String::from_utf8_lossy(&out.stderr).trim()
     );
@@ -84,7 +97,9 @@ fn generated_result_tables_are_current() {
     let dir = root.join("docs/src/results");
     let mut blocks = 0;
     let mut failures = Vec::new();
-    for page in files(&dir, ".md") {
+    let mut pages = files(&dir, ".md");
+    pages.push(root.join("README.md"));
+    for page in pages {
         let text = std::fs::read_to_string(&page).expect("read the page");
         let name = page.strip_prefix(&root).unwrap_or(&page);
         let (want, stale, n) = regenerate(name, &text);

@@ -74,6 +74,29 @@ fn compare_between_stacks_reports_every_phase_and_gates() {
         assert_eq!(c["delta"].as_i64().unwrap(), d, "{c}");
     }
     assert_eq!(points.len(), 24);
+    // --by-phase (JSON: `by_phase`) sums the changes up per (phase, metric): the counts add up
+    // to the changes, and each group's largest change is the largest of its members.
+    let groups = j["by_phase"].as_array().unwrap();
+    let changes = j["changes"].as_array().unwrap();
+    let total: u64 = groups.iter().map(|g| g["changed"].as_u64().unwrap()).sum();
+    assert_eq!(total as usize, changes.len());
+    for g in groups {
+        let members: Vec<&serde_json::Value> = changes
+            .iter()
+            .filter(|c| c["phase"] == g["phase"] && c["metric"] == g["metric"])
+            .collect();
+        assert_eq!(members.len() as u64, g["changed"].as_u64().unwrap(), "{g}");
+        let largest = members
+            .iter()
+            .map(|c| c["delta"].as_i64().unwrap().unsigned_abs())
+            .max()
+            .unwrap();
+        assert_eq!(
+            g["largest"]["delta"].as_i64().unwrap().unsigned_abs(),
+            largest,
+            "{g}"
+        );
+    }
 }
 
 /// transformers 4.39 gives each decoder layer its own rotary embedding, with f32 cos and sin

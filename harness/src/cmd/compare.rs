@@ -1,7 +1,8 @@
 //! `vramlab compare BASELINE.csv NEW.csv`: the memory regression gate (exit 0 within margins,
 //! 1 on a regression, 2 on unusable input).
 use crate::compare::{
-    check_compatible, compare, index, next_baseline, render, Allow, Margins, Metric,
+    by_phase, check_compatible, compare, index, next_baseline, render, render_by_phase, Allow,
+    Margins, Metric,
 };
 use crate::error::InputError;
 use crate::export::csv::{read_table, CsvExporter};
@@ -60,6 +61,11 @@ pub struct Args {
     /// Print the whole report as JSON (raw bytes) instead of the text table.
     #[arg(long)]
     pub json: bool,
+    /// Sum the changes up per phase and metric (how many changed, how many beyond margin, the
+    /// median and the largest change) instead of one row per change: what a new runtime or
+    /// software stack does to each phase. JSON always carries it as `by_phase`.
+    #[arg(long)]
+    pub by_phase: bool,
     /// Rows of changes to print in text and Markdown (worst first); JSON has them all.
     #[arg(long, default_value_t = 30)]
     pub top: usize,
@@ -100,7 +106,14 @@ pub fn run(a: Args) -> Result<()> {
     }
     let title = format!("{} → {}", a.baseline.display(), a.new.display());
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        let mut j = serde_json::to_value(&rep)?;
+        j["by_phase"] = serde_json::to_value(by_phase(&rep))?;
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else if a.by_phase {
+        print!(
+            "{}",
+            render_by_phase(&rep, &title, a.markdown, a.cross_runtime)
+        );
     } else {
         print!(
             "{}",

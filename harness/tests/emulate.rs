@@ -330,6 +330,22 @@ fn bad_inputs_are_one_line_and_exit_2() {
         ]),
         "no module named 'torch'",
     );
+    // `estimate --emulate --stack NAME` with the stack not installed names the installer.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("vramlab")
+        .unwrap()
+        .args(["estimate", "--model", "smollm2-135m", "--runtime", "torch"])
+        .args(["--emulate", "a100-40gb", "--stack", "torch-2.2"])
+        .env("VRAMLAB_TORCH_CACHE", empty.path())
+        .output()
+        .unwrap();
+    one_line(
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ),
+        "`scripts/torch-env.sh --stack torch-2.2` installs it",
+    );
 }
 
 #[test]
@@ -463,6 +479,37 @@ fn estimate_emulate_answers_with_pytorchs_allocator_and_a_verdict() {
     let e = estimate_emulated(&big);
     assert_eq!(e["fits"], false, "{e}");
     assert_eq!(e["status"], "oom", "{e}");
+}
+
+/// `estimate --emulate GPU --stack torch-2.2`: the same query under the older stack, found in
+/// the torch cache where `scripts/torch-env.sh --stack torch-2.2` installed it.
+#[test]
+#[ignore = "needs the torch-2.2 stack (scripts/torch-env.sh --stack torch-2.2; scripts/test.sh)"]
+fn estimate_emulate_runs_under_a_named_stack() {
+    let py = std::env::var("VRAMLAB_TORCH22_PYTHON")
+        .expect("VRAMLAB_TORCH22_PYTHON: scripts/torch-env.sh --stack torch-2.2");
+    // .../stacks/torch-2.2/venv/bin/python → the cache folder four levels up.
+    let cache = Path::new(&py).ancestors().nth(5).unwrap().to_path_buf();
+    let stdout = ok_stdout(
+        Command::cargo_bin("vramlab")
+            .unwrap()
+            .args([
+                "estimate",
+                "--runtime",
+                "torch",
+                "--json",
+                "--model",
+                "smollm2-135m",
+            ])
+            .args(["--mode", "train", "--precision", "bf16", "--context", "256"])
+            .args(["--emulate", "a100-40gb", "--stack", "torch-2.2"])
+            .env("VRAMLAB_TORCH_CACHE", &cache),
+    );
+    let e = serde_json::from_str::<Value>(&stdout).unwrap()["emulated"].clone();
+    assert!(e["torch"].as_str().unwrap().starts_with("2.2.2"), "{e}");
+    assert_eq!(e["fits"], true, "{e}");
+    // bf16 weights, gradients and AdamW's two moments: 2 + 2 + 4 bytes per parameter.
+    assert!(u(&e["max_memory_allocated"]) > 8 * 134_515_008, "{e}");
 }
 
 #[test]

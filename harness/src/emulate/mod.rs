@@ -109,6 +109,27 @@ pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf
     })
 }
 
+/// The python of an installed software stack: `$VRAMLAB_TORCH_CACHE` (default
+/// `~/.cache/vramlab-torch`) holds one venv per stack, as `scripts/torch-env.sh --stack NAME`
+/// installs it. A stack that is not installed is bad input (one line, exit 2).
+pub fn stack_python(stack: crate::vocab::Stack) -> Result<PathBuf> {
+    let cache = match std::env::var_os("VRAMLAB_TORCH_CACHE") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vramlab-torch")
+        }
+    };
+    let python = stack.venv(&cache).join("bin/python");
+    if python.is_file() {
+        return Ok(python);
+    }
+    Err(InputError::arg(format!(
+        "--stack {stack}: not installed ({} is missing; `scripts/torch-env.sh --stack {stack}` installs it, or give --python)",
+        python.display()
+    ))
+    .into())
+}
+
 /// The folder of stub libraries for `python`'s torch: `$VRAMLAB_EMU_STUBS`; for an installed
 /// package, its `_stubs/cu<major>` for the CUDA major of that torch; else what
 /// `scripts/emulator-build.sh` builds (cached; seconds when warm). A Python without torch, a

@@ -74,7 +74,7 @@ mod training;
 pub use generation::{Component, GenModel, Resolution, VaeDecode};
 pub use point::{KvKind, KvWindow, Mode, Phase, Status};
 pub use precision::{Compute, Precision, QMatmul, Quantized};
-pub use runtime::{Attention, Backend, Kernels, MeterKind, Ops, PoolRelease, Runtime};
+pub use runtime::{Attention, Backend, Kernels, MeterKind, Ops, PoolRelease, Runtime, Stack};
 pub use training::{
     Checkpointing, Optimizer, OptimizerImpl, Trainable, TrainableKind, MAX_LORA_RANK,
 };

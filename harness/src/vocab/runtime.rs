@@ -125,3 +125,32 @@ vocab! {
         Torch,
     }
 }
+
+vocab! {
+    /// A pinned software stack of the torch environment, one venv each
+    /// (`scripts/torch-env.sh --stack NAME`, under `$VRAMLAB_TORCH_CACHE`, default
+    /// `~/.cache/vramlab-torch`): the axis for regression-testing a runtime version on the
+    /// emulated GPU.
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum Stack {
+        /// torch 2.15.0 (CUDA 13.2 build), transformers 5.24.0, diffusers 0.42.1, peft 0.21.2.
+        #[default]
+        Default,
+        /// torch 2.2.2 (CUDA 12.1 build), transformers 4.39.3, peft 0.11.1, accelerate 0.32.1.
+        #[serde(rename = "torch-2.2")]
+        #[strum(serialize = "torch-2.2")]
+        #[value(name = "torch-2.2")]
+        Torch22,
+    }
+}
+
+impl Stack {
+    /// The stack's venv under the torch cache folder, as `scripts/torch-env.sh` lays it out.
+    pub fn venv(self, cache: &std::path::Path) -> std::path::PathBuf {
+        match self {
+            Stack::Default => cache.join("venv"),
+            other => cache.join("stacks").join(other.as_str()).join("venv"),
+        }
+    }
+}

@@ -30,11 +30,16 @@ pub fn emulate_query(
         )
         .into());
     }
-    let explicit = a
-        .python
-        .clone()
-        .or_else(|| std::env::var_os("VRAMLAB_TORCH_PYTHON").map(PathBuf::from));
-    let python = crate::emulate::python_for(&[], explicit.as_deref())?;
+    let python = match a.stack {
+        Some(stack) => crate::emulate::stack_python(stack)?,
+        None => {
+            let explicit = a
+                .python
+                .clone()
+                .or_else(|| std::env::var_os("VRAMLAB_TORCH_PYTHON").map(PathBuf::from));
+            crate::emulate::python_for(&[], explicit.as_deref())?
+        }
+    };
     let stubs = crate::emulate::stubs_for(&python)?;
     let config = m.to_hf_json();
     let q = query::Query {

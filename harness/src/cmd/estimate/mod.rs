@@ -162,10 +162,25 @@ pub struct Args {
     /// that GPU's capacity. Seconds; needs the torch environment (--python).
     #[arg(long, value_name = "GPU", help_heading = "Emulated GPU")]
     pub emulate: Option<String>,
-    /// With --emulate: the Python of the torch environment (default: $VRAMLAB_TORCH_PYTHON,
-    /// else python3 on PATH).
-    #[arg(long, value_name = "PYTHON", help_heading = "Emulated GPU")]
+    /// With --emulate: the Python of the torch environment (default: --stack's, else
+    /// $VRAMLAB_TORCH_PYTHON, else python3 on PATH).
+    #[arg(
+        long,
+        value_name = "PYTHON",
+        help_heading = "Emulated GPU",
+        conflicts_with = "stack"
+    )]
     pub python: Option<PathBuf>,
+    /// With --emulate: run under this pinned software stack, installed by
+    /// `scripts/torch-env.sh --stack NAME` (default: the torch environment of --python)
+    #[arg(
+        long,
+        value_enum,
+        value_name = "NAME",
+        help_heading = "Emulated GPU",
+        requires = "emulate"
+    )]
+    pub stack: Option<crate::vocab::Stack>,
 
     /// Generation models (`--model sd15|sd21|sdxl`): the output image, `WxH` pixels.
     #[arg(long, default_value = "512x512", help_heading = "Generation and video")]

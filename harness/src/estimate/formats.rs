@@ -87,7 +87,7 @@ pub fn format_fits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimate::test_support::{estimate, preset};
+    use crate::estimate::test_support::{estimate, matrices_and_vectors, preset};
 
     /// `--best-format` on llama-3.1-8b at batch 1, context 4096 (f32 compute) and a 16 GB GPU
     /// with 10 % headroom (14.4 GB): f32 (32.1 GB of weights) does not fit, Q8_0 does, and
@@ -125,15 +125,7 @@ mod tests {
         // Bits per weight as obtained: f32 32, Q8_0 8.5, Q6_K 6.56, Q5_K 5.5, Q4_1 5, Q4_K and
         // Q4_0 4.5 (a tie, kept in candidate order), plus the f32 norms.
         assert_eq!(order, [F32, Q8_0, Q6k, Q5k, Q4_1, Q4k, Q4_0]);
-        let (mut matrices, mut vectors) = (0u64, 0u64);
-        for (_, shape) in cfg.tensor_shapes() {
-            let n: u64 = shape.iter().map(|&d| d as u64).product();
-            if shape.len() == 2 {
-                matrices += n;
-            } else {
-                vectors += n;
-            }
-        }
+        let (matrices, vectors) = matrices_and_vectors(&cfg);
         let q8 = &fits[1];
         assert_eq!(q8.weight_bytes, Some(matrices / 32 * 34 + vectors * 4));
         assert!(!fits[0].fits && q8.fits, "{fits:?}");

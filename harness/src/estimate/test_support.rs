@@ -1,5 +1,6 @@
 //! Helpers shared by the estimate's unit tests: the default query, presets, and the
-//! estimate and GPU verdict of a representable query (the overflow checks unwrapped).
+//! estimate and GPU verdict of a representable query (the overflow checks unwrapped), and a
+//! config's weights by shape.
 use super::{resolve, Breakdown, GpuFit, Query};
 use crate::fit::Constants;
 use crate::model::Config;
@@ -20,4 +21,18 @@ pub(super) fn gpu_fit(c: &Config, q: &Query, gpu: &str, bytes: u64) -> GpuFit {
 /// The normalized config of a preset.
 pub(super) fn preset(name: &str) -> Config {
     resolve(name).unwrap().config
+}
+
+/// The weights of a config's matrices and of its vectors (norms, biases), counted apart.
+pub(super) fn matrices_and_vectors(cfg: &Config) -> (u64, u64) {
+    let (mut matrices, mut vectors) = (0u64, 0u64);
+    for (_, shape) in cfg.tensor_shapes() {
+        let n: u64 = shape.iter().map(|&d| d as u64).product();
+        if shape.len() == 2 {
+            matrices += n;
+        } else {
+            vectors += n;
+        }
+    }
+    (matrices, vectors)
 }

@@ -250,34 +250,11 @@ pub fn train_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimate::test_support::{estimate, preset, q};
+    use crate::estimate::test_support::{estimate, matrices_and_vectors, preset, q};
     use crate::estimate::{Compute, Mode, OptimizerImpl, Precision, Trainable};
 
     fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
         super::model_states(p, t, adapters, q).unwrap()
-    }
-    #[allow(clippy::too_many_arguments)]
-    fn layer_activations(
-        c: &Config,
-        batch: u64,
-        seq: u64,
-        act_bytes: u64,
-        scores: bool,
-        recompute: Recompute,
-        tp: u64,
-        sequence_parallel: bool,
-    ) -> u64 {
-        let l = super::layer_activations(
-            c,
-            batch,
-            seq,
-            act_bytes,
-            scores,
-            recompute,
-            tp,
-            sequence_parallel,
-        );
-        l.get().unwrap()
     }
 
     #[test]
@@ -362,7 +339,12 @@ mod tests {
         let m = gpt3_175b();
         let (s, b, h, a, t) = (2048u64, 1u64, 12288u64, 96u64, 8u64);
         let sbh = s * b * h;
-        let l = |scores, r, tp, sp| layer_activations(&m, b, s, 2, scores, r, tp, sp);
+        let at = |bytes, scores, r, tp, sp| {
+            layer_activations(&m, b, s, bytes, scores, r, tp, sp)
+                .get()
+                .unwrap()
+        };
+        let l = |scores, r, tp, sp| at(2, scores, r, tp, sp);
         assert_eq!(
             l(true, Recompute::None, 1, false),
             sbh * 34 + 5 * a * s * s * b
@@ -388,7 +370,7 @@ mod tests {
         );
         // f32 activations: twice the bytes.
         assert_eq!(
-            layer_activations(&m, b, s, 4, true, Recompute::None, 1, false),
+            at(4, true, Recompute::None, 1, false),
             2 * l(true, Recompute::None, 1, false)
         );
     }
@@ -445,15 +427,7 @@ mod tests {
     #[test]
     fn qlora_base_at_block_bytes_adapters_in_the_compute_dtype() {
         let m = preset("llama-3.1-8b");
-        let (mut matrices, mut vectors) = (0u64, 0u64);
-        for (_, shape) in m.tensor_shapes() {
-            let n: u64 = shape.iter().map(|&d| d as u64).product();
-            if shape.len() == 2 {
-                matrices += n;
-            } else {
-                vectors += n;
-            }
-        }
+        let (matrices, vectors) = matrices_and_vectors(&m);
         let adapters = 6_815_744;
         for (compute, cb) in [(Compute::F32, 4), (Compute::Bf16, 2)] {
             let base = matrices / 256 * 144 + vectors * cb;

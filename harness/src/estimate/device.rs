@@ -1,0 +1,102 @@
+//! The device rows of an estimate: the CUDA context, the cuBLAS workspace and the allocator's
+//! reserve (candle's assumed rounding, torch's fitted ratio or the built-in reference fit).
+use super::{Backend, Breakdown, Overflow, Query, Runtime};
+use crate::checked::Checked;
+use crate::fit::{self, Constants};
+
+/// CUDA context with the runtime's kernels loaded, outside any allocator: 512 MiB, the order of
+/// the "non-torch memory" vLLM logs at start-up on CUDA ≥ 11.7 with lazy module loading
+/// (vllm/worker/worker.py, `non_torch_allocations`); the 1343 MiB HF measured on CUDA 11.2
+/// (transformers docs, model_memory_anatomy.md) predates lazy loading.
+pub const CUDA_CONTEXT: u64 = 512 << 20;
+/// cuBLAS workspace per handle: PyTorch's documented default `CUBLAS_WORKSPACE_CONFIG`
+/// `:4096:2:16:8` (2 × 4096 KiB + 8 × 16 KiB; PyTorch docs, "Reproducibility" / CUDA
+/// semantics, cuBLAS workspaces).
+pub const CUBLAS_WORKSPACE: u64 = 2 * (4096 << 10) + 8 * (16 << 10);
+/// Candle's pool reserve on CUDA, until a device session measures it: one large segment of
+/// slack, the 20 MiB `kLargeBuffer` of PyTorch's c10/cuda/CUDACachingAllocator.cpp (requests
+/// of 1–10 MiB are served from 20 MiB segments). PyTorch's reserve is fitted instead
+/// ([`REFERENCE_RESERVE`]).
+pub const ALLOCATOR_ROUNDING: u64 = 20 << 20;
+
+/// The caching allocator's reserve `estimate` applies to torch on CUDA without a
+/// `--constants` file that carries one: `vramlab fit` on this repository's emulated sweep of
+/// four models' inference and training (docs/src/results/emulated.md; PyTorch's own allocator
+/// on the emulated GPU), built into the binary.
+pub const REFERENCE_RESERVE: (&str, &str) = (
+    "results/emulated/a100-80gb-emu-reserve-llm.constants.toml",
+    include_str!("../../../results/emulated/a100-80gb-emu-reserve-llm.constants.toml"),
+);
+
+/// The built-in reserve fits ([`REFERENCE_RESERVE`]), parsed once.
+pub fn reference_reserve() -> &'static Constants {
+    static C: std::sync::OnceLock<Constants> = std::sync::OnceLock::new();
+    C.get_or_init(|| {
+        Constants::parse(
+            std::path::Path::new(REFERENCE_RESERVE.0),
+            REFERENCE_RESERVE.1,
+        )
+        .expect("the committed reference reserve parses")
+    })
+}
+
+/// The device rows of a query: the sourced defaults on CUDA, none on the CPU.
+pub(super) fn device_terms(q: &Query) -> Breakdown {
+    match q.backend {
+        Backend::Cuda => Breakdown {
+            cuda_context: CUDA_CONTEXT,
+            cublas_workspace: CUBLAS_WORKSPACE,
+            ..Default::default()
+        },
+        Backend::Cpu => Breakdown::default(),
+    }
+}
+
+/// `e` with the allocator's reserve over its allocated bytes (CUDA only): torch's from the
+/// constants' own reserve fits where they carry them (a torch fit on CUDA), else the built-in
+/// reference ([`REFERENCE_RESERVE`]); candle's [`ALLOCATOR_ROUNDING`].
+pub fn with_reserve(
+    e: Breakdown,
+    q: &Query,
+    constants: Option<&Constants>,
+) -> Result<Breakdown, Overflow> {
+    let class = fit::reserve::ReserveClass::new(q.mode, q.checkpointing, q.trainable);
+    with_reserve_of(e, q, constants, class)
+}
+
+/// [`with_reserve`] for the runs of `class` (a loaded model: [`fit::reserve::ReserveClass::LOAD`]).
+pub fn with_reserve_of(
+    e: Breakdown,
+    q: &Query,
+    constants: Option<&Constants>,
+    class: fit::reserve::ReserveClass,
+) -> Result<Breakdown, Overflow> {
+    let (reserve, how) = match (q.backend, q.runtime) {
+        (Backend::Cpu, _) => {
+            return Ok(Breakdown {
+                allocator_reserve: 0,
+                ..e
+            })
+        }
+        (Backend::Cuda, Runtime::Candle) => (
+            ALLOCATOR_ROUNDING,
+            "candle's pool on CUDA is not measured yet: one 20 MiB segment assumed".to_string(),
+        ),
+        (Backend::Cuda, Runtime::Torch) => {
+            let (path, k) = match constants.filter(|k| !k.reserve.is_empty()) {
+                Some(k) => ("--constants", k),
+                None => (REFERENCE_RESERVE.0, reference_reserve()),
+            };
+            let (ratio, how) =
+                fit::reserve::reserve_ratio(&k.reserve, class).expect("a reserve file has classes");
+            let bytes = Checked::from_f64((e.allocated()? as f64 * ratio).ceil())
+                .bytes("allocator reserve")?;
+            (bytes, format!("fitted on {} ({path}): {how}", k.device))
+        }
+    };
+    Ok(Breakdown {
+        allocator_reserve: reserve,
+        reserve_source: how,
+        ..e
+    })
+}

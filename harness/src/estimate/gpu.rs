@@ -1,0 +1,226 @@
+//! The GPU catalogue and what an estimate says about one GPU: whether it fits, the largest
+//! batch and context that do, the KV capacity, and the smallest FSDP degree for training.
+use super::{estimate, Mode, Overflow, Query, Sharding};
+use crate::fit::Constants;
+use crate::model::Config;
+use serde::Serialize;
+
+/// A GPU memory class of the catalog, with example products and the `--gpu` names it answers to.
+pub struct GpuClass {
+    pub gb: u64,
+    pub examples: &'static str,
+    pub names: &'static [&'static str],
+}
+
+pub const CATALOG: &[GpuClass] = &[
+    GpuClass {
+        gb: 24,
+        examples: "RTX 4090, RTX 3090, L4, A10",
+        names: &["rtx4090", "rtx3090", "l4", "a10"],
+    },
+    GpuClass {
+        gb: 32,
+        examples: "RTX 5090, V100-32GB",
+        names: &["rtx5090", "v100-32"],
+    },
+    GpuClass {
+        gb: 40,
+        examples: "A100-40GB",
+        names: &["a100-40"],
+    },
+    GpuClass {
+        gb: 48,
+        examples: "L40S, RTX 6000 Ada, A6000",
+        names: &["l40s", "l40", "rtx6000-ada", "a6000"],
+    },
+    GpuClass {
+        gb: 80,
+        examples: "H100-80GB, A100-80GB, H800",
+        names: &["h100-80", "h100", "a100-80", "h800"],
+    },
+    GpuClass {
+        gb: 94,
+        examples: "H100 NVL",
+        names: &["h100-nvl"],
+    },
+    GpuClass {
+        gb: 141,
+        examples: "H200",
+        names: &["h200"],
+    },
+    GpuClass {
+        gb: 180,
+        examples: "B200",
+        names: &["b200"],
+    },
+    GpuClass {
+        gb: 192,
+        examples: "MI300X",
+        names: &["mi300x"],
+    },
+];
+
+/// A `--gpu` name ("h100-80", "l4", …) or a size ("80gb", "80").
+pub fn gpu_by_name(name: &str) -> Option<(String, u64)> {
+    let n = name.to_ascii_lowercase();
+    if let Some(c) = CATALOG.iter().find(|c| c.names.contains(&n.as_str())) {
+        return Some((n, c.gb * 1_000_000_000));
+    }
+    let digits = n.trim_end_matches("gb");
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|&g| g > 0)
+        // A size past 2^64 B is no GPU.
+        .and_then(|g| Some((format!("{g} GB"), g.checked_mul(1_000_000_000)?)))
+}
+
+/// Usable bytes of a GPU after the headroom fraction.
+pub fn budget(gpu_bytes: u64, headroom: f64) -> u64 {
+    (gpu_bytes as f64 * (1.0 - headroom)) as u64
+}
+
+/// The smallest catalog class whose budget holds `total`.
+pub fn smallest_gpu(total: u64, headroom: f64) -> Option<&'static GpuClass> {
+    CATALOG
+        .iter()
+        .find(|c| total <= budget(c.gb * 1_000_000_000, headroom))
+}
+
+/// The largest value in 1..=hi for which `fits` holds (monotone), or 0.
+pub fn largest(hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    if !fits(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1u64, hi);
+    if fits(hi) {
+        return hi;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// What the estimate says about one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuFit {
+    pub gpu: String,
+    pub gpu_bytes: u64,
+    pub budget_bytes: u64,
+    pub fits: bool,
+    pub largest_batch: u64,
+    pub largest_context: u64,
+    /// vLLM-style: tokens the KV budget holds (inference only).
+    pub kv_capacity_tokens: Option<u64>,
+    /// Sequences of `context` tokens the KV budget holds at once (each holding the tokens its
+    /// cache keeps: at most the sliding window under `--kv-window model`).
+    pub max_concurrency: Option<f64>,
+    /// Training that does not fit: the smallest FSDP (ZeRO-3) degree that does.
+    pub min_fsdp_gpus: Option<u64>,
+}
+
+/// Largest batch searched.
+pub const MAX_BATCH: u64 = 1 << 20;
+/// Largest context searched.
+pub const MAX_CONTEXT: u64 = 1 << 24;
+/// Largest FSDP degree searched.
+pub const MAX_GPUS: u64 = 4096;
+
+/// What the estimate of `q` says about one GPU: an [`Overflow`] when `q`'s own estimate
+/// overflows; a searched candidate that overflows does not fit.
+pub fn gpu_fit(
+    cfg: &Config,
+    q: &Query,
+    c: Option<&Constants>,
+    gpu: &str,
+    gpu_bytes: u64,
+    headroom: f64,
+) -> Result<GpuFit, Overflow> {
+    let cap = budget(gpu_bytes, headroom);
+    let fits = |q: &Query| fits_in(cfg, q, c, cap);
+    let (kv_tokens, concurrency) = if q.mode == Mode::Infer {
+        let e = estimate(cfg, q, c)?;
+        // A KV row per token past 2^64 B holds no token.
+        let per_token = cfg
+            .kv_bytes_per_token(q.act_bytes() as usize)
+            .get()
+            .unwrap_or(u64::MAX);
+        let tokens = cap.saturating_sub(e.total()? - e.kv) / per_token.max(1);
+        let per_sequence = cfg.kv_tokens_held(q.context as usize, q.kv_window);
+        (Some(tokens), Some(tokens as f64 / per_sequence as f64))
+    } else {
+        (None, None)
+    };
+    let ok = fits(q);
+    let min_fsdp_gpus = (q.mode == Mode::Train && !ok)
+        .then(|| {
+            let sharded = |n: u64| Query {
+                sharding: Sharding::Fsdp,
+                gpus: n,
+                ..*q
+            };
+            // Every sharded row shrinks as the degree grows: bisect for the first that fits.
+            let n = (largest(MAX_GPUS, |n| !fits(&sharded(n))) + 1).max(2);
+            (n <= MAX_GPUS).then_some(n)
+        })
+        .flatten();
+    Ok(GpuFit {
+        gpu: gpu.to_string(),
+        gpu_bytes,
+        budget_bytes: cap,
+        fits: ok,
+        largest_batch: largest(MAX_BATCH, |b| fits(&Query { batch: b, ..*q })),
+        largest_context: largest(MAX_CONTEXT, |s| fits(&Query { context: s, ..*q })),
+        kv_capacity_tokens: kv_tokens,
+        max_concurrency: concurrency,
+        min_fsdp_gpus,
+    })
+}
+
+/// Whether the estimate of `q` fits `cap` bytes; one that overflows does not.
+pub fn fits_in(cfg: &Config, q: &Query, c: Option<&Constants>, cap: u64) -> bool {
+    estimate(cfg, q, c)
+        .and_then(|e| e.total())
+        .is_ok_and(|t| t <= cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::test_support::{estimate, gpu_fit, preset, q};
+
+    #[test]
+    fn catalog_and_search() {
+        assert_eq!(smallest_gpu(20_000_000_000, 0.1).unwrap().gb, 24);
+        assert_eq!(smallest_gpu(22_000_000_000, 0.1).unwrap().gb, 32);
+        assert!(smallest_gpu(190_000_000_000, 0.1).is_none());
+        assert_eq!(gpu_by_name("H100-80").unwrap().1, 80_000_000_000);
+        assert_eq!(gpu_by_name("48gb").unwrap().1, 48_000_000_000);
+        assert!(gpu_by_name("toaster").is_none());
+        assert!(gpu_by_name("18446744074gb").is_none());
+        assert_eq!(largest(1000, |x| x * x <= 2000), 44);
+        assert_eq!(largest(1000, |_| false), 0);
+        assert_eq!(largest(1000, |_| true), 1000);
+    }
+
+    #[test]
+    fn largest_batch_is_the_last_that_fits() {
+        let m = preset("llama-3.1-8b");
+        let g = gpu_fit(&m, &q(), "h100-80", 80_000_000_000);
+        let total = |b: u64| {
+            estimate(&m, &Query { batch: b, ..q() }, None)
+                .total()
+                .unwrap()
+        };
+        assert!(total(g.largest_batch) <= g.budget_bytes);
+        assert!(total(g.largest_batch + 1) > g.budget_bytes);
+        let tokens = g.kv_capacity_tokens.unwrap();
+        assert!(tokens >= g.largest_batch * 4096);
+    }
+}

@@ -1,0 +1,156 @@
+//! The analytic inference estimate: the features of an inference point and the breakdown
+//! they give (weights, KV cache, the prefill's largest transient, the logits).
+use super::device::device_terms;
+use super::{Attention, Breakdown, Overflow, Query};
+use crate::checked::Checked;
+use crate::features::{self as feat, Features, InferShape};
+use crate::model::Config;
+use crate::record::Phase;
+
+/// Inference features of the point (`features::infer`, what `sweep` writes into the CSV), for
+/// the `total` phase with the prompt filling the context.
+pub fn infer_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
+    // A count past usize (a 32-bit target) is an overflow too.
+    let size = |v: u64| usize::try_from(v).map_err(|_| Overflow::new("activations"));
+    let shape = InferShape {
+        batch: size(q.batch)?,
+        context: size(q.context)?,
+        prompt_len: size(q.context)?,
+        kv: q.kv_cache,
+        kv_window: q.kv_window,
+        dtype_bytes: size(q.act_bytes())?,
+    };
+    let f = feat::infer(c, &shape, Phase::Total, shape.context)?;
+    Ok(Features {
+        weight_bytes: q.weight_bytes.unwrap_or(f.weight_bytes),
+        ..f
+    })
+}
+
+pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflow> {
+    let w = q.act_bytes();
+    let f = infer_features(c, q)?;
+    let bs = Checked::from(q.batch) * q.context;
+    // The largest per-layer transient of the prefill: the MLP intermediates (gate, up and
+    // their product) plus f32 norm copies, or the materialized attention scores with their
+    // f32 softmax copies.
+    let mlp = bs * (Checked::new(3) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
+    let scores = match q.attention {
+        Attention::Flash | Attention::Sdpa => Checked::ZERO,
+        Attention::Eager | Attention::Sliced => bs * c.num_heads * q.context * (w + 8),
+    };
+    Ok(Breakdown {
+        weights: f.weight_bytes,
+        kv: f.kv_bytes,
+        activations: mlp.max(scores).bytes("activations")?,
+        logits: (Checked::from(q.batch) * c.vocab_size * 4u64).bytes("logits")?,
+        source: "analytic".into(),
+        ..device_terms(q)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::test_support::{estimate, gpu_fit, preset, q};
+    use crate::estimate::KvWindow;
+    use crate::model::KvKind;
+    use crate::units::gb_gib;
+
+    fn infer_features(c: &Config, q: &Query) -> Features {
+        super::infer_features(c, q).unwrap()
+    }
+
+    #[test]
+    fn design_guide_example_13b_bf16() {
+        // Llama-2-13B's published config.json (the design guide's "13B").
+        let json = serde_json::json!({"model_type": "llama", "vocab_size": 32000,
+            "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
+            "num_attention_heads": 40, "num_key_value_heads": 40,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": false});
+        let m = Config::from_json(std::path::Path::new("llama-2-13b"), &json).unwrap();
+        // Embedding and head 2 · 32000 · 5120; per layer q, k, v, o 4 · 5120², gate, up,
+        // down 3 · 5120 · 13824 and two norms; the final norm.
+        let params =
+            2 * 32_000 * 5120 + 40 * (4 * 5120 * 5120 + 3 * 5120 * 13_824 + 2 * 5120) + 5120;
+        assert_eq!(params, 13_015_864_320);
+        assert_eq!(m.param_count(), params);
+        let e = estimate(&m, &q(), None);
+        assert_eq!(e.weights, 2 * params);
+        assert_eq!(gb_gib(e.weights), "26.0 GB (24.2 GiB)");
+    }
+
+    #[test]
+    fn llama31_8b_kv_per_token_bf16() {
+        let m = preset("presets/llama-3.1-8b");
+        // 2 (K,V) · 32 layers · 8 kv heads · 128 head_dim · 2 B
+        assert_eq!(m.kv_bytes_per_token(2).get(), Some(2 * 32 * 8 * 128 * 2));
+        assert_eq!(m.kv_bytes_per_token(2).get(), Some(131_072));
+        let e = estimate(
+            &m,
+            &Query {
+                batch: 2,
+                context: 1000,
+                ..q()
+            },
+            None,
+        );
+        assert_eq!(e.kv, 131_072 * 2 * 1000);
+    }
+
+    #[test]
+    fn inference_features_by_hand() {
+        // SmolLM2-135M: 30 layers, 3 kv heads of 64, hidden 576, vocab 49152.
+        let m = preset("smollm2-135m");
+        let qq = Query {
+            batch: 3,
+            context: 200,
+            ..q()
+        };
+        let f = infer_features(&m, &qq);
+        assert_eq!(f.weight_bytes, 134_515_008 * 2);
+        assert_eq!(f.kv_bytes, 2 * 30 * 3 * 64 * 2 * 200 * 3);
+        assert_eq!(f.act_bytes, 3 * 200 * 576 * 30 * 2);
+        assert_eq!(f.logits_bytes, 3 * 49_152 * 2);
+        assert_eq!(f.optimizer_bytes, 0);
+        let growing = Query {
+            kv_cache: KvKind::Growing,
+            ..qq
+        };
+        assert_eq!(infer_features(&m, &growing), f);
+    }
+
+    #[test]
+    fn sliding_window_caps_the_kv_cache() {
+        // Mistral-7B-v0.1: sliding_window 4096; 2 (K,V) · 32 layers · 8 kv heads · 128 · 2 B.
+        let m = preset("mistral-7b-v0.1");
+        assert_eq!(m.sliding_window, Some(4096));
+        let per_token = 2 * 32 * 8 * 128 * 2;
+        assert_eq!(m.kv_bytes_per_token(2).get(), Some(per_token));
+        let at = |context, kv_window| Query {
+            batch: 2,
+            context,
+            kv_window,
+            ..q()
+        };
+        let kv = |qq: Query| estimate(&m, &qq, None).kv;
+        assert_eq!(kv(at(8192, KvWindow::Model)), 4096 * per_token * 2);
+        assert_eq!(kv(at(8192, KvWindow::Full)), 8192 * per_token * 2);
+        assert_eq!(kv(at(32_768, KvWindow::Model)), 4096 * per_token * 2);
+        // Within the window the two agree.
+        assert_eq!(kv(at(1000, KvWindow::Model)), 1000 * per_token * 2);
+        assert_eq!(kv(at(1000, KvWindow::Full)), 1000 * per_token * 2);
+        // A model without a window ignores the option.
+        let llama = preset("llama-3.1-8b");
+        let full = estimate(&llama, &at(8192, KvWindow::Full), None).kv;
+        assert_eq!(estimate(&llama, &at(8192, KvWindow::Model), None).kv, full);
+        // A capped cache holds more sequences of 8192 tokens in the same budget.
+        let g = |w| gpu_fit(&m, &at(8192, w), "h100-80", 80_000_000_000);
+        let (capped, uncapped) = (g(KvWindow::Model), g(KvWindow::Full));
+        let tokens = capped.kv_capacity_tokens.unwrap();
+        assert_eq!(capped.max_concurrency.unwrap(), tokens as f64 / 4096.0);
+        assert!(capped.max_concurrency > uncapped.max_concurrency);
+        assert!(capped.largest_batch > uncapped.largest_batch);
+    }
+}

@@ -1,0 +1,101 @@
+//! The query `estimate` answers ([`Query`]): one configuration's mode, precision, shape,
+//! training and sharding choices, runtime and device, and the vocabulary its fields take.
+use crate::fit::Runtime;
+use crate::model::KvKind;
+use serde::Serialize;
+
+/// The device a query is for: CUDA GPUs (the catalog), or the CPU (candle's CPU backend, to
+/// check an estimate against `vramlab sweep` on this machine).
+pub use crate::vocab::Backend;
+use crate::vocab::Checkpointing;
+pub use crate::vocab::{
+    Attention, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Trainable,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Sharding {
+    Ddp,
+    Zero1,
+    Zero2,
+    Zero3,
+    Fsdp,
+}
+
+/// One configuration to estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Query {
+    pub mode: Mode,
+    pub precision: Precision,
+    pub batch: u64,
+    pub context: u64,
+    pub optimizer: Optimizer,
+    pub checkpointing: Checkpointing,
+    pub trainable: Trainable,
+    pub sharding: Sharding,
+    pub gpus: u64,
+    pub attention: Attention,
+    pub kv_cache: KvKind,
+    /// Whether a sliding-window model's KV cache is capped at its window (`model`, as vLLM
+    /// and HF allocate it) or holds every token (`full`).
+    pub kv_window: KvWindow,
+    pub runtime: Runtime,
+    pub backend: Backend,
+    /// torch only (candle-nn's AdamW has one implementation).
+    pub optimizer_impl: OptimizerImpl,
+    /// A quantized precision's compute dtype (activations, KV); dense ones compute in their own.
+    pub compute: Compute,
+    /// The exact weight bytes of a quantized precision (block bytes per tensor type, from a
+    /// GGUF's tensor table or a re-quantization's block formula); `None`: params × dtype bytes.
+    pub weight_bytes: Option<u64>,
+}
+
+impl Query {
+    /// Bytes per element of activations, KV and logits.
+    pub fn act_bytes(&self) -> u64 {
+        self.precision.dtypes(self.compute).1.size_in_bytes() as u64
+    }
+    /// Bytes per element of dense weights, gradients and optimizer state: the precision's
+    /// dtype, or for a quantized base (QLoRA) the compute dtype its adapters are kept in.
+    pub fn state_bytes(&self) -> u64 {
+        self.precision.dtypes(self.compute).0.size_in_bytes() as u64
+    }
+}
+
+impl Default for Query {
+    fn default() -> Self {
+        Query {
+            mode: Mode::Infer,
+            precision: Precision::Bf16,
+            batch: 1,
+            context: 4096,
+            optimizer: Optimizer::Adamw,
+            checkpointing: Checkpointing::None,
+            trainable: Trainable::Full,
+            sharding: Sharding::Ddp,
+            gpus: 1,
+            attention: Attention::Flash,
+            kv_cache: KvKind::Preallocated,
+            kv_window: KvWindow::Model,
+            runtime: Runtime::Torch,
+            backend: Backend::Cuda,
+            optimizer_impl: OptimizerImpl::Foreach,
+            compute: Compute::F32,
+            weight_bytes: None,
+        }
+    }
+}
+
+impl Query {
+    /// The optimizer as the query's runtime runs it: on torch, `sgd` and `adamw` take
+    /// `--optimizer-impl` (`adamw` + `foreach` = `adamw-foreach`, what the torch probe's rows
+    /// record); everything else as given.
+    pub fn runtime_optimizer(&self) -> Optimizer {
+        match (self.runtime, self.optimizer) {
+            (Runtime::Torch, o @ (Optimizer::Sgd | Optimizer::Adamw)) => {
+                o.torch(self.optimizer_impl)
+            }
+            (_, o) => o,
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! The analytic training estimate: model states under data parallelism and the ZeRO stages,
+//! activations by Korthikanti et al. (with autocast's extra), logits, the optimizer step's
+//! transient, and the features of a training point.
+use super::device::device_terms;
+use super::{Attention, Breakdown, Optimizer, Overflow, Query, Runtime, Sharding};
+use crate::checked::Checked;
+use crate::features::{self as feat, Features, TrainShape};
+use crate::model::Config;
+use crate::record::Phase;
+use crate::vocab::Checkpointing;
+
+/// How much of a layer's activations the backward recomputes instead of keeping
+/// (Korthikanti et al. §4–5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recompute {
+    /// Everything the backward needs is kept.
+    None,
+    /// The attention core (scores, softmax, dropout) is recomputed: the 5·a·s/h term goes.
+    Selective,
+    /// Only each layer's input is kept (2·s·b·h at 16 bits); the layer is recomputed.
+    Full,
+}
+
+/// Activation bytes one transformer layer keeps for the backward, per GPU, by Korthikanti et
+/// al. ("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
+/// Table 2) at 16-bit activations with 1-byte dropout masks, scaled by `act_bytes / 2` for
+/// other widths: s·b·h·(10 + 24/t + 5·a·s/(h·t)) under `t`-way tensor parallelism, with the 10
+/// (layer norms and dropout outputs, replicated across the tensor-parallel group) also divided
+/// by `t` under sequence parallelism; selective recomputation drops the score term, full
+/// recomputation keeps only the layer's input (2·s·b·h, divided by `t` under sequence
+/// parallelism). `scores` is false when the attention kernel never materializes them (flash,
+/// SDPA), which is the selective case.
+#[allow(clippy::too_many_arguments)] // the formula's own variables
+pub fn layer_activations(
+    c: &Config,
+    batch: u64,
+    seq: u64,
+    act_bytes: u64,
+    scores: bool,
+    recompute: Recompute,
+    tp: u64,
+    sequence_parallel: bool,
+) -> Checked {
+    let (b, s, t) = (batch, seq, tp.max(1));
+    let sbh = Checked::from(s) * b * c.hidden_size;
+    let replicated = if sequence_parallel {
+        sbh * 10u64 / t
+    } else {
+        sbh * 10u64
+    };
+    let at16 = match recompute {
+        Recompute::Full => sbh * 2u64 / if sequence_parallel { t } else { 1 },
+        Recompute::Selective => replicated + sbh * 24u64 / t,
+        Recompute::None => {
+            let score = if scores {
+                Checked::new(5) * c.num_heads * s * s * b / t
+            } else {
+                Checked::ZERO
+            };
+            replicated + sbh * 24u64 / t + score
+        }
+    };
+    at16 * act_bytes / 2
+}
+
+/// What torch autocast (AMP: f32 weights, 16-bit compute) keeps per layer beyond
+/// Korthikanti's all-16-bit accounting, following transformers' layer code: the residual
+/// stream stays f32 (the weights and embeddings are f32), so both layer norms save f32 inputs
+/// (+2·s·b·h each); softmax is on autocast's float32 list, so the saved attention
+/// probabilities are f32 (+2·a·s²·b) when the scores are materialized; and autocast casts a
+/// non-leaf input afresh for every matmul (its cast cache holds only leaf weights), so
+/// separate q, k and v projections save three 16-bit copies of their input, two more than the
+/// formula's one (+4·s·b·h; none with a fused qkv projection).
+fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> Checked {
+    let sbh = Checked::from(s) * b * c.hidden_size;
+    let norms = sbh * 4u64;
+    let casts = if c.fused_qkv {
+        Checked::ZERO
+    } else {
+        sbh * 4u64
+    };
+    let softmax = if scores {
+        Checked::new(2) * c.num_heads * s * s * b
+    } else {
+        Checked::ZERO
+    };
+    norms + casts + softmax
+}
+
+/// Per-GPU model states (weights, 16-bit weight copies, gradients, optimizer state) of
+/// training `t` of `p` parameters (`adapters` of them LoRA adapters outside `p`), following the
+/// ZeRO paper (Rajbhandari et al., arXiv:1910.02054, §3 and Figure 1). Under data parallelism
+/// (DDP) mixed precision is torch AMP's layout: f32 weights, f32 gradients and f32 Adam
+/// moments (4 + 4 + 8 B per parameter) plus autocast's 16-bit copies of the weights. Under a
+/// ZeRO stage it is DeepSpeed's: 16-bit weights and gradients (2 + 2 B) and an optimizer state
+/// of K = 12 B (f32 master weights and both moments); stage 1 shards the optimizer state,
+/// stage 2 also the gradients, stage 3 (= FSDP) also the weights, each over `gpus`.
+pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdown, Overflow> {
+    let n = q.gpus.max(1);
+    let shard = |bytes: Checked, sharded: bool, figure: &str| {
+        if sharded { bytes.div_ceil(n) } else { bytes }.bytes(figure)
+    };
+    let (s1, s2, s3) = match q.sharding {
+        Sharding::Ddp => (false, false, false),
+        Sharding::Zero1 => (true, false, false),
+        Sharding::Zero2 => (true, true, false),
+        Sharding::Zero3 | Sharding::Fsdp => (true, true, true),
+    };
+    let zero_mixed = q.precision.is_mixed() && q.sharding != Sharding::Ddp;
+    let wb = q.state_bytes();
+    // Stored weight and gradient bytes per parameter: 16-bit under a ZeRO stage's mixed
+    // precision, where the f32 master copy is part of the optimizer state.
+    let (w, g) = if zero_mixed { (2u64, 2u64) } else { (wb, wb) };
+    // Under a ZeRO stage's mixed precision the state also holds the f32 master weights.
+    let master = if zero_mixed { wb } else { 0 };
+    let opt_per_param = match q.optimizer {
+        o if o.is_adamw() => 2 * wb + master,
+        o if o.is_sgd() => master,
+        _ => 0,
+    };
+    let (p, t) = (Checked::from(p), Checked::from(t));
+    let grads = if q.optimizer.updates() {
+        t * g
+    } else {
+        Checked::ZERO
+    };
+    // A quantized base (QLoRA) is its exact block bytes; the adapters are dense.
+    let base = q.weight_bytes.map_or(p * w, Checked::from);
+    Ok(Breakdown {
+        weights: shard(base + Checked::from(adapters) * w, s3, "weights")?,
+        weight_copies: if q.precision.is_mixed() && !zero_mixed {
+            shard(p * 2u64, s3, "weight copies")?
+        } else {
+            0
+        },
+        gradients: shard(grads, s2, "gradients")?,
+        optimizer: shard(t * opt_per_param, s1, "optimizer state")?,
+        ..Default::default()
+    })
+}
+
+pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflow> {
+    // All parameters, the updated ones (gradients and optimizer state follow them) and the
+    // LoRA adapters.
+    let feat::Counts {
+        params: p,
+        trainable: t,
+        adapters,
+        ..
+    } = feat::counts(c, q.trainable)?;
+    let states = model_states(p, t, adapters, q)?;
+    let (b, s) = (q.batch, q.context);
+    let aw = q.act_bytes();
+    let scores = q.attention == Attention::Eager;
+    let layers = c.num_layers;
+    let amp = q.runtime == Runtime::Torch && q.precision.is_mixed();
+    let per_layer = layer_activations(c, b, s, aw, scores, Recompute::None, 1, false)
+        + if amp {
+            autocast_extra(c, b, s, scores)
+        } else {
+            Checked::ZERO
+        };
+    // Under autocast the residual stream, and so each checkpointed layer input, is f32.
+    let input = layer_activations(c, b, s, aw, scores, Recompute::Full, 1, false)
+        * if amp { 2u64 } else { 1 };
+    let activations = if q.checkpointing == Checkpointing::Layer {
+        // Every layer's input, plus the one layer being recomputed.
+        input * layers + per_layer
+    } else {
+        per_layer * layers
+    };
+    let activations = activations.bytes("activations")?;
+    // Decoders' LM head: logits in the compute dtype and their f32 log-softmax. Encoders
+    // train through a pooled head (a sequence classifier, or vramlab's pooled regression):
+    // no per-token logits.
+    let logits = match c.architecture.role() {
+        crate::model::arch::Role::Decoder => Checked::from(b) * s * c.vocab_size * (aw + 4),
+        crate::model::arch::Role::Encoder => Checked::ZERO,
+    }
+    .bytes("logits")?;
+    // The step's transient, over this GPU's share of the updated parameters.
+    let transient = if states.optimizer == 0 {
+        Checked::ZERO
+    } else {
+        let updated = if q.sharding == Sharding::Ddp {
+            t
+        } else {
+            t.div_ceil(q.gpus.max(1))
+        };
+        step_transient(c, q, updated)?
+    };
+    Ok(Breakdown {
+        activations,
+        logits,
+        step_transient: transient
+            .saturating_sub(Checked::from(activations) + logits)
+            .bytes("optimizer step transient")?,
+        source: "analytic".into(),
+        ..device_terms(q)
+    }
+    .with_states(&states))
+}
+
+/// The AdamW step's transient bytes over `t` updated parameters (ARCHITECTURE.md §9): candle-nn's
+/// about 14 × the largest tensor (measured on CPU, docs/src/results/cpu-train-smollm2-kernels.md);
+/// torch foreach 1 × the parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the
+/// largest tensor; fused none. SGD keeps no state and has no transient here.
+fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
+    let wb = q.state_bytes();
+    let largest = Checked::from(feat::counts(c, q.trainable)?.largest_tensor.min(t)) * wb;
+    Ok(match q.runtime_optimizer() {
+        Optimizer::Adamw => largest * 14u64,
+        Optimizer::AdamwForeach => Checked::from(t) * wb,
+        Optimizer::AdamwForLoop => largest,
+        // In place, one kernel (vramlab-kernels' on candle, `fused=True` on torch); SGD
+        // keeps no state.
+        Optimizer::AdamwFused
+        | Optimizer::None
+        | Optimizer::Sgd
+        | Optimizer::SgdForeach
+        | Optimizer::SgdForLoop
+        | Optimizer::SgdFused => Checked::ZERO,
+    })
+}
+
+/// Gradient bytes of a training query (unsharded: fits know one GPU).
+pub fn grad_bytes(c: &Config, q: &Query) -> Result<u64, Overflow> {
+    if !q.optimizer.updates() {
+        Ok(0)
+    } else {
+        (Checked::from(feat::trainable_params(c, q.trainable)?) * q.state_bytes())
+            .bytes("gradients")
+    }
+}
+
+/// Training features of the point (`features::train`, what `sweep` writes into the CSV).
+pub fn train_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
+    let size = |v: u64| usize::try_from(v).map_err(|_| Overflow::new("activations"));
+    let shape = TrainShape {
+        batch: size(q.batch)?,
+        seq: size(q.context)?,
+        weight_bytes: size(q.state_bytes())?,
+        compute_bytes: size(q.act_bytes())?,
+        adamw: q.optimizer.is_adamw(),
+        trainable: q.trainable,
+    };
+    feat::train(c, &shape, Phase::StepTotal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::test_support::{estimate, matrices_and_vectors, preset, q};
+    use crate::estimate::{Compute, Mode, OptimizerImpl, Precision, Trainable};
+
+    fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
+        super::model_states(p, t, adapters, q).unwrap()
+    }
+
+    #[test]
+    fn zero_stages_divide_the_right_states() {
+        // Llama-3.2-1B: 1,235,814,400 parameters (estimate::model's published counts).
+        let m = preset("llama-3.2-1b");
+        let p = 1_235_814_400;
+        assert_eq!(m.param_count(), p);
+        let base = Query {
+            mode: Mode::Train,
+            precision: Precision::MixedBf16,
+            gpus: 4,
+            ..q()
+        };
+        let at = |s: Sharding| {
+            estimate(
+                &m,
+                &Query {
+                    sharding: s,
+                    ..base
+                },
+                None,
+            )
+        };
+        let (d, z1, z2, z3) = (
+            at(Sharding::Ddp),
+            at(Sharding::Zero1),
+            at(Sharding::Zero2),
+            at(Sharding::Zero3),
+        );
+        // DDP, torch AMP: 4 (f32 weights) + 4 (grads) + 8 (m, v) = 16 B/param, plus the
+        // 16-bit weight copies. ZeRO, DeepSpeed's layout: 2 (16-bit weights) + 2 (16-bit
+        // grads) + K = 12 (f32 master, m, v) = 16 B/param. The count divides by 8 exactly.
+        assert_eq!(p % 8, 0);
+        assert_eq!((d.weights, d.gradients, d.optimizer), (4 * p, 4 * p, 8 * p));
+        assert_eq!(d.weight_copies, 2 * p);
+        assert_eq!(
+            (z1.weights, z1.gradients, z1.optimizer),
+            (2 * p, 2 * p, 3 * p)
+        );
+        assert_eq!(
+            (z2.weights, z2.gradients, z2.optimizer),
+            (2 * p, p / 2, 3 * p)
+        );
+        assert_eq!(
+            (z3.weights, z3.gradients, z3.optimizer),
+            (p / 2, p / 2, 3 * p)
+        );
+        assert_eq!(z1.weight_copies + z2.weight_copies + z3.weight_copies, 0);
+        assert_eq!(at(Sharding::Fsdp), z3);
+        assert_eq!(d.activations, z3.activations);
+    }
+
+    #[test]
+    fn zero_paper_figure_1() {
+        // ZeRO (arXiv:1910.02054) Figure 1: Ψ = 7.5B, K = 12, N_d = 64; per-device model
+        // states (2 + 2 + K)Ψ = 120 GB, P_os 2Ψ + 2Ψ + KΨ/N_d, P_os+g 2Ψ + (2 + K)Ψ/N_d,
+        // P_os+g+p (2 + 2 + K)Ψ/N_d.
+        let psi: u64 = 7_500_000_000;
+        let states = |sharding, gpus| {
+            let q = Query {
+                mode: Mode::Train,
+                precision: Precision::MixedF16,
+                sharding,
+                gpus,
+                ..q()
+            };
+            let b = model_states(psi, psi, 0, &q);
+            b.weights + b.gradients + b.optimizer
+        };
+        assert_eq!(states(Sharding::Ddp, 1), 16 * psi);
+        assert_eq!(states(Sharding::Zero1, 64), 4 * psi + 12 * psi / 64);
+        assert_eq!(states(Sharding::Zero2, 64), 2 * psi + 14 * psi / 64);
+        assert_eq!(states(Sharding::Zero3, 64), 16 * psi / 64);
+        assert_eq!(states(Sharding::Zero3, 64), 1_875_000_000);
+    }
+
+    #[test]
+    fn korthikanti_table_2() {
+        // Korthikanti et al. (arXiv:2205.05198) Table 2 with GPT-3 175B's h = 12288, a = 96,
+        // s = 2048, b = 1, t = 8, at 16 bits.
+        let m = gpt3_175b();
+        let (s, b, h, a, t) = (2048u64, 1u64, 12288u64, 96u64, 8u64);
+        let sbh = s * b * h;
+        let at = |bytes, scores, r, tp, sp| {
+            layer_activations(&m, b, s, bytes, scores, r, tp, sp)
+                .get()
+                .unwrap()
+        };
+        let l = |scores, r, tp, sp| at(2, scores, r, tp, sp);
+        assert_eq!(
+            l(true, Recompute::None, 1, false),
+            sbh * 34 + 5 * a * s * s * b
+        );
+        assert_eq!(
+            l(true, Recompute::None, t, false),
+            sbh * 10 + sbh * 24 / t + 5 * a * s * s * b / t
+        );
+        assert_eq!(
+            l(true, Recompute::None, t, true),
+            sbh * 34 / t + 5 * a * s * s * b / t
+        );
+        assert_eq!(
+            l(true, Recompute::Selective, t, false),
+            sbh * 10 + sbh * 24 / t
+        );
+        assert_eq!(l(true, Recompute::Selective, t, true), sbh * 34 / t);
+        assert_eq!(l(true, Recompute::Full, 1, false), 2 * sbh);
+        // Flash attention keeps no scores: the selective figure.
+        assert_eq!(
+            l(false, Recompute::None, 1, false),
+            l(true, Recompute::Selective, 1, false)
+        );
+        // f32 activations: twice the bytes.
+        assert_eq!(
+            at(4, true, Recompute::None, 1, false),
+            2 * l(true, Recompute::None, 1, false)
+        );
+    }
+
+    /// GPT-3 175B's shapes (Brown et al. 2020, Table 2.1) as a GPT-2 config.
+    fn gpt3_175b() -> Config {
+        let json = serde_json::json!({"model_type": "gpt2", "vocab_size": 50257, "n_embd": 12288,
+            "n_layer": 96, "n_head": 96, "n_positions": 2048});
+        Config::from_json(std::path::Path::new("gpt3-175b"), &json).unwrap()
+    }
+
+    #[test]
+    fn lora_and_frozen_embeddings_shrink_the_training_states() {
+        let m = preset("llama-3.1-8b");
+        // Per layer and rank: q (4096 → 4096) and v (4096 → 1024), A and B each.
+        assert_eq!(
+            feat::adapter_params(&m, Trainable::Lora(1)),
+            Ok(32 * ((4096 + 4096) + (4096 + 1024)))
+        );
+        let lora = Query {
+            mode: Mode::Train,
+            precision: Precision::Bf16,
+            trainable: Trainable::Lora(16),
+            ..q()
+        };
+        let e = estimate(&m, &lora, None);
+        // PEFT prints "trainable params: 6,815,744" for this configuration.
+        let adapters = 6_815_744;
+        assert_eq!(e.gradients, adapters * 2);
+        assert_eq!(e.optimizer, adapters * 4);
+        let params = m.param_count();
+        assert_eq!(e.weights, (params + adapters) * 2);
+        let frozen = estimate(
+            &m,
+            &Query {
+                trainable: Trainable::FrozenEmbeddings,
+                ..lora
+            },
+            None,
+        );
+        // Llama-3.1-8B's input embedding (128256 × 4096) is untied from its head.
+        assert_eq!(
+            feat::trainable_params(&m, Trainable::FrozenEmbeddings),
+            Ok(params - 128_256 * 4096)
+        );
+        assert_eq!(frozen.gradients, (params - 128_256 * 4096) * 2);
+        assert_eq!(frozen.weights, params * 2);
+    }
+
+    /// QLoRA, analytically: llama-3.1-8b's base at Q4_K's block bytes (every matrix 144 B
+    /// per 256 weights, every vector in the f32 compute dtype), rank-16 adapters on q and v
+    /// (6,815,744 parameters, PEFT's figure) in f32 with their f32 gradients and AdamW's two
+    /// f32 moments; bf16 compute halves the adapters' bytes, not the base's blocks' share.
+    #[test]
+    fn qlora_base_at_block_bytes_adapters_in_the_compute_dtype() {
+        let m = preset("llama-3.1-8b");
+        let (matrices, vectors) = matrices_and_vectors(&m);
+        let adapters = 6_815_744;
+        for (compute, cb) in [(Compute::F32, 4), (Compute::Bf16, 2)] {
+            let base = matrices / 256 * 144 + vectors * cb;
+            let plan = crate::model::gguf::plan_config(&m, candle_core::quantized::GgmlDType::Q4K)
+                .unwrap();
+            let dtype = Precision::Q4k.dtypes(compute).1;
+            assert_eq!(crate::model::gguf::plan_bytes(&plan, dtype), base);
+            let e = estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    precision: Precision::Q4k,
+                    compute,
+                    weight_bytes: Some(base),
+                    trainable: Trainable::Lora(16),
+                    optimizer: Optimizer::Adamw,
+                    ..q()
+                },
+                None,
+            );
+            assert_eq!(e.weights, base + adapters * cb, "{compute}");
+            assert_eq!(e.gradients, adapters * cb, "{compute}");
+            assert_eq!(e.optimizer, 2 * adapters * cb, "{compute}");
+            assert_eq!(e.weight_copies, 0);
+        }
+    }
+
+    #[test]
+    fn korthikanti_activations() {
+        let m = preset("llama-3.1-8b");
+        let t = Query {
+            mode: Mode::Train,
+            batch: 2,
+            context: 1024,
+            ..q()
+        };
+        // 16-bit, flash: L · 34 · s · b · h
+        assert_eq!(
+            estimate(&m, &t, None).activations,
+            32 * 34 * 1024 * 2 * 4096
+        );
+        let eager = Query {
+            attention: Attention::Eager,
+            ..t
+        };
+        let per_layer = 34 * 1024 * 2 * 4096 + 5 * 32 * 1024 * 1024 * 2;
+        assert_eq!(estimate(&m, &eager, None).activations, 32 * per_layer);
+        let ck = Query {
+            checkpointing: Checkpointing::Layer,
+            ..t
+        };
+        assert_eq!(
+            estimate(&m, &ck, None).activations,
+            32 * 1024 * 2 * 4096 * 2 + 34 * 1024 * 2 * 4096
+        );
+    }
+
+    #[test]
+    fn a_training_peak_is_the_larger_of_backward_and_optimizer_step() {
+        let m = preset("llama-3.1-8b");
+        let t = Query {
+            mode: Mode::Train,
+            precision: Precision::MixedBf16,
+            batch: 1,
+            context: 128,
+            ..q()
+        };
+        let at = |runtime, optimizer_impl| {
+            estimate(
+                &m,
+                &Query {
+                    runtime,
+                    optimizer_impl,
+                    ..t
+                },
+                None,
+            )
+        };
+        let fused = at(Runtime::Torch, OptimizerImpl::Fused);
+        let backward = fused.activations + fused.logits;
+        assert_eq!(fused.step_transient, 0);
+        // foreach: `_foreach_sqrt(v)` over every f32 parameter at once.
+        let foreach = at(Runtime::Torch, OptimizerImpl::Foreach);
+        let params = m.param_count();
+        assert_eq!(
+            foreach.step_transient,
+            (params * 4).saturating_sub(backward)
+        );
+        let states =
+            |e: &Breakdown| e.allocated().unwrap() - e.activations - e.logits - e.step_transient;
+        assert_eq!(states(&foreach), states(&fused));
+        assert_eq!(
+            foreach.allocated().unwrap() - states(&foreach),
+            backward.max(params * 4)
+        );
+        // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32), over
+        // candle's own backward (no autocast: all activations in the compute dtype).
+        let candle = at(Runtime::Candle, OptimizerImpl::Foreach);
+        assert!(candle.activations < fused.activations);
+        assert_eq!(
+            candle.step_transient,
+            (14 * 128_256 * 4096 * 4u64).saturating_sub(candle.activations + candle.logits)
+        );
+        // At a long context the backward dominates and the step adds nothing.
+        let long = estimate(
+            &m,
+            &Query {
+                context: 65_536,
+                ..t
+            },
+            None,
+        );
+        assert_eq!(long.step_transient, 0);
+    }
+}

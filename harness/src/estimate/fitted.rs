@@ -9,6 +9,7 @@ use crate::checked::Checked;
 use crate::fit::{self, Constants, GroupKey, Target, TrainGroup};
 use crate::model::Config;
 use crate::record::Phase;
+use crate::terms::{self, Term, Terms};
 use crate::vocab::Ops;
 
 /// The group of fitted constants that answers a query on `backend`: for inference the `total`
@@ -46,9 +47,9 @@ pub fn group_key(c: &Config, q: &Query, backend: Backend) -> Option<GroupKey> {
 }
 
 /// The terms of a query in a phase, by the definitions `fit` uses for CSV rows.
-pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> Result<fit::Terms, Overflow> {
+pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> Result<Terms, Overflow> {
     Ok(match q.mode {
-        Mode::Infer | Mode::Encode | Mode::Generate => fit::terms(
+        Mode::Infer | Mode::Encode | Mode::Generate => terms::terms(
             &infer_features(c, q)?,
             q.batch,
             q.context,
@@ -57,7 +58,7 @@ pub fn query_terms(c: &Config, q: &Query, phase: Phase) -> Result<fit::Terms, Ov
         ),
         // The steady state: every step after the first holds the optimizer state throughout;
         // gradients are live from the backward on.
-        Mode::Train => fit::train_terms(
+        Mode::Train => terms::train_terms(
             &train_features(c, q)?,
             q.batch,
             q.context,
@@ -82,7 +83,7 @@ pub fn fitted_group<'a>(
     c: &'a Constants,
     cfg: &Config,
     q: &Query,
-) -> Result<Option<(&'a fit::GroupFit, fit::Terms)>, Overflow> {
+) -> Result<Option<(&'a fit::GroupFit, Terms)>, Overflow> {
     let Some(key) = group_key(cfg, q, c.backend) else {
         return Ok(None);
     };
@@ -153,7 +154,7 @@ fn fitted(c: &Config, q: &Query, constants: Option<&Constants>) -> Result<Breakd
     );
     // Bytes of `terms` in the resident part and the active candidate.
     let part = |terms: &[&str], resident_const: bool| -> Checked {
-        let idx = |t: &str| fit::TERMS.iter().position(|n| *n == t).expect("term");
+        let idx = |t: &str| Term::from_name(t).expect("a term name").index();
         let mut sum = 0.0;
         for t in terms {
             if *t != "const" || resident_const {
@@ -252,7 +253,7 @@ mod tests {
             device: "test".into(),
             models: vec![],
             fit_error: None,
-            terms: fit::TERMS.iter().map(|t| t.to_string()).collect(),
+            terms: crate::terms::TERMS.iter().map(|t| t.to_string()).collect(),
             sources: vec![],
             group,
             generation: vec![],

@@ -23,13 +23,16 @@ pub enum Recompute {
 
 /// Activation bytes one transformer layer keeps for the backward, per GPU, by Korthikanti et
 /// al. ("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
-/// Table 2) at 16-bit activations with 1-byte dropout masks, scaled by `act_bytes / 2` for
-/// other widths: s·b·h·(10 + 24/t + 5·a·s/(h·t)) under `t`-way tensor parallelism, with the 10
-/// (layer norms and dropout outputs, replicated across the tensor-parallel group) also divided
-/// by `t` under sequence parallelism; selective recomputation drops the score term, full
-/// recomputation keeps only the layer's input (2·s·b·h, divided by `t` under sequence
+/// Table 2) at 16-bit activations with 1-byte dropout masks: s·b·h·(10 + 24/t + 5·a·s/(h·t))
+/// under `t`-way tensor parallelism, with the 10 (layer norms, their outputs and the two
+/// dropout masks after attention and MLP, replicated across the tensor-parallel group) also
+/// divided by `t` under sequence parallelism; selective recomputation drops the score term,
+/// full recomputation keeps only the layer's input (2·s·b·h, divided by `t` under sequence
 /// parallelism). `scores` is false when the attention kernel never materializes them (flash,
-/// SDPA), which is the selective case.
+/// SDPA), which is the selective case. Other activation widths scale everything by
+/// `act_bytes / 2` except the dropout masks, which are 1 byte (torch's bool) at any width:
+/// the two masks of s·b·h bytes and, with the scores, the attention-probability mask of
+/// a·s²·b bytes.
 #[allow(clippy::too_many_arguments)] // the formula's own variables
 pub fn layer_activations(
     c: &Config,
@@ -48,19 +51,31 @@ pub fn layer_activations(
     } else {
         sbh * 10u64
     };
-    let at16 = match recompute {
-        Recompute::Full => sbh * 2u64 / if sequence_parallel { t } else { 1 },
-        Recompute::Selective => replicated + sbh * 24u64 / t,
-        Recompute::None => {
-            let score = if scores {
-                Checked::new(5) * c.num_heads * s * s * b / t
-            } else {
-                Checked::ZERO
-            };
-            replicated + sbh * 24u64 / t + score
+    let masks = if sequence_parallel {
+        sbh * 2u64 / t
+    } else {
+        sbh * 2u64
+    };
+    let score = |per_elem: u64| {
+        if scores {
+            Checked::new(per_elem) * c.num_heads * s * s * b / t
+        } else {
+            Checked::ZERO
         }
     };
-    at16 * act_bytes / 2
+    // (16-bit bytes, of which 1-byte masks)
+    let (at16, mask_bytes) = match recompute {
+        Recompute::Full => (
+            sbh * 2u64 / if sequence_parallel { t } else { 1 },
+            Checked::ZERO,
+        ),
+        Recompute::Selective => (replicated + sbh * 24u64 / t, masks),
+        Recompute::None => (
+            replicated + sbh * 24u64 / t + score(5),
+            masks + score(1),
+        ),
+    };
+    at16.saturating_sub(mask_bytes) * act_bytes / 2 + mask_bytes
 }
 
 /// What torch autocast (AMP: f32 weights, 16-bit compute) keeps per layer beyond
@@ -368,11 +383,23 @@ mod tests {
             l(false, Recompute::None, 1, false),
             l(true, Recompute::Selective, 1, false)
         );
-        // f32 activations: twice the bytes.
+        // f32 activations: twice the bytes, except the dropout masks, which stay 1 byte: the
+        // two after attention and MLP (s·b·h each) and the attention probabilities' (a·s²·b).
+        let masks = 2 * sbh + a * s * s * b;
         assert_eq!(
             at(4, true, Recompute::None, 1, false),
-            2 * l(true, Recompute::None, 1, false)
+            2 * l(true, Recompute::None, 1, false) - masks
         );
+        assert_eq!(
+            at(4, false, Recompute::None, 1, false),
+            2 * l(false, Recompute::None, 1, false) - 2 * sbh
+        );
+        assert_eq!(
+            at(4, true, Recompute::Selective, t, true),
+            2 * l(true, Recompute::Selective, t, true) - 2 * sbh / t
+        );
+        // Full recomputation keeps no mask: the layer input at its own width.
+        assert_eq!(at(4, true, Recompute::Full, 1, false), 4 * sbh);
     }
 
     /// GPT-3 175B's shapes (Brown et al. 2020, Table 2.1) as a GPT-2 config.

@@ -30,16 +30,6 @@ pub use heldout::{
 pub(crate) use solve::rank;
 pub use solve::{fit_linear, fit_max, make_conservative, r2, Fitter, Model};
 
-// compatibility re-exports: estimate/ still names these through fit::
-pub use crate::terms::{
-    phase_tokens, priors, record_terms, terms, train_terms, with_grads, Terms, N_TERMS, TERMS,
-};
-// compatibility re-exports: estimate/ still names these through fit::
-pub mod gen_terms {
-    //! Moved to [`crate::terms::generation`].
-    pub use crate::terms::generation::*;
-}
-
 use crate::record::{Phase, Record};
 use crate::vocab::Mode;
 use std::collections::BTreeMap;

@@ -70,10 +70,7 @@ pub fn layer_activations(
             Checked::ZERO,
         ),
         Recompute::Selective => (replicated + sbh * 24u64 / t, masks),
-        Recompute::None => (
-            replicated + sbh * 24u64 / t + score(5),
-            masks + score(1),
-        ),
+        Recompute::None => (replicated + sbh * 24u64 / t + score(5), masks + score(1)),
     };
     at16.saturating_sub(mask_bytes) * act_bytes / 2 + mask_bytes
 }

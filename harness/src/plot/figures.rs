@@ -1,34 +1,16 @@
 //! Which rows make which figures: the rows grouped by origin (model, runtime, backend,
-//! device), the figures each group allows, and the helpers the figure kinds share.
+//! device), and the figures each group allows.
 use super::generation::{decode_pixels, gen_phases};
 use super::inference::{kv_curve, sweep_axis};
 use super::parity::{parity, runtimes};
+use super::rows::{slug, Row};
 use super::training::train_phases;
 use super::{Figure, Kind};
 use crate::export::csv::Table;
 use crate::fit::Constants;
-use crate::record::{Phase, Record, Status};
-use crate::units::GIB;
+use crate::record::Record;
 use crate::vocab::Runtime;
 use std::collections::BTreeMap;
-
-pub(super) fn gib(b: u64) -> f64 {
-    b as f64 / GIB
-}
-
-/// A record with the runtime of its file.
-pub(super) struct Row<'a> {
-    pub(super) r: &'a Record,
-    pub(super) runtime: Runtime,
-}
-
-pub(super) fn ok(r: &Record) -> bool {
-    r.status == Some(Status::Ok)
-}
-
-pub(super) fn phase_name(p: Option<Phase>) -> String {
-    p.map(|p| p.to_string()).unwrap_or_default()
-}
 
 /// "SmolLM2 · candle · cpu · AMD EPYC".
 fn origin(r: &Record, runtime: Runtime) -> String {
@@ -36,18 +18,6 @@ fn origin(r: &Record, runtime: Runtime) -> String {
         "{} · {runtime} · {} · {}",
         r.model_id, r.backend, r.device_name
     )
-}
-
-pub(super) fn slug(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
 }
 
 /// Every figure the inputs allow; `constants` adds the parity plot.
@@ -88,34 +58,4 @@ pub fn figures(tables: &[Table], constants: Option<&Constants>) -> Vec<Figure> {
     }
     out.extend(runtimes(&rows));
     out
-}
-
-/// What was resident at the start, then how much each later peak raised the running maximum
-/// (GiB): a stack whose height is the largest peak.
-pub(super) fn stack(start: u64, peaks: &[u64]) -> Vec<f64> {
-    let mut top = start;
-    let mut seg = vec![gib(start)];
-    for &peak in peaks {
-        seg.push(gib(peak.saturating_sub(top)));
-        top = top.max(peak);
-    }
-    seg
-}
-
-/// Labels for point ids: the parts of each id that differ between them.
-pub(super) fn varying_labels(ids: &[String]) -> Vec<String> {
-    let parts: Vec<Vec<&str>> = ids.iter().map(|c| c.split('/').collect()).collect();
-    let varying: Vec<usize> = (0..parts[0].len())
-        .filter(|&j| parts.iter().any(|p| p.get(j) != parts[0].get(j)))
-        .collect();
-    parts
-        .iter()
-        .map(|p| {
-            varying
-                .iter()
-                .filter_map(|&j| p.get(j).copied())
-                .collect::<Vec<_>>()
-                .join("/")
-        })
-        .collect()
 }

@@ -1,6 +1,6 @@
 //! Generation figures: each point's peak built up phase by phase, and the VAE decode's peak
 //! against output pixels.
-use super::figures::{gib, ok, stack, varying_labels};
+use super::rows::{gib, ok, stack, varying_labels};
 use super::{Chart, Figure, Kind, Series, Style};
 use crate::record::{Phase, Record};
 use crate::vocab::Mode;

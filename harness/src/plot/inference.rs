@@ -1,5 +1,5 @@
 //! Inference figures: peak allocated against context or batch, and the KV cache over decode.
-use super::figures::{gib, ok};
+use super::rows::{gib, ok};
 use super::{Chart, Figure, Kind, Series, Style};
 use crate::record::{Phase, Record};
 use crate::vocab::{KvKind, Mode};

@@ -11,6 +11,7 @@ mod figures;
 mod generation;
 mod inference;
 mod parity;
+mod rows;
 mod training;
 
 pub use draw::{register_font, render};

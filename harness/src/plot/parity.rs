@@ -1,6 +1,6 @@
 //! Figures that set one source against another: the fitted constants' predictions against
 //! measured peaks (parity), and candle against torch per phase.
-use super::figures::{gib, ok, phase_name, slug, Row};
+use super::rows::{gib, ok, phase_name, slug, Row};
 use super::{Chart, Figure, Kind, Series, Style};
 use crate::fit::{Constants, GroupKey, Target};
 use crate::record::Record;

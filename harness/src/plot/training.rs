@@ -1,5 +1,5 @@
 //! The training figure: each point's step peak built up phase by phase.
-use super::figures::{ok, stack, varying_labels};
+use super::rows::{ok, stack, varying_labels};
 use super::{Chart, Figure, Kind};
 use crate::record::{Phase, Record};
 use crate::vocab::Mode;

@@ -161,7 +161,7 @@ pub fn merge(out: &Path, inputs: &[PathBuf]) -> Result<Summary> {
     let text = first.manifest["scenario_text"].as_str().unwrap_or_default();
     let order: HashMap<String, usize> = crate::scenario::Spec::parse(&first.path, text)
         .map(|s| {
-            crate::workload::point_ids(&s)
+            crate::scenario::point_ids(&s)
                 .into_iter()
                 .enumerate()
                 .map(|(i, id)| (id, i))

@@ -162,7 +162,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
 
 
 def gen_model_id(source: str) -> str:
-    """The model id of a generation source (workload/gen_points.rs expand): what follows the
+    """The model id of a generation source (scenario/gen_points.rs expand): what follows the
     last `:` or `/`."""
     return re.split(r"[:/]", source)[-1]
 
@@ -175,7 +175,7 @@ def parse_resolution(r: str) -> tuple[int, int]:
 
 
 def expand_generate(spec: dict, s: dict) -> list[dict]:
-    """workload/gen_points.rs expand: model, precision, attention, resolution, batch, cfg,
+    """scenario/gen_points.rs expand: model, precision, attention, resolution, batch, cfg,
     decode, VAE precision, repeat; the same ids."""
     points = []
     tile, overlap = s.get("tile", 256), s.get("overlap", 64)
@@ -251,7 +251,7 @@ def is_finetune(spec: dict, s: dict) -> bool:
 
 
 def expand_finetune(spec: dict, s: dict) -> list[dict]:
-    """workload/ft_points.rs expand (ids only: the probe does not run a denoiser's LoRA)."""
+    """scenario/ft_points.rs expand (ids only: the probe does not run a denoiser's LoRA)."""
     points = []
     repeats = s.get("repeats", 1)
     for source in as_list(s.get("source", spec["model"]["source"])):

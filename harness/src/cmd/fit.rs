@@ -333,7 +333,7 @@ pub fn tiles_of(
         serde_json::from_str(&text).map_err(|e| bad_file(&mp, format!("not a manifest: {e}")))?;
     let scenario = v["scenario_text"].as_str().unwrap_or_default();
     let spec = crate::scenario::Spec::parse(&mp, scenario)?;
-    Ok(crate::workload::gen_points::expand(&spec)
+    Ok(crate::scenario::gen_points::expand(&spec)
         .into_iter()
         .map(|p| (p.id, (p.shape.tile, p.shape.overlap)))
         .collect())

@@ -18,10 +18,10 @@ use crate::error::{bad_file, InputError};
 use crate::export::csv::CsvExporter;
 use crate::export::manifest::WeightInfo;
 use crate::record::{Phase, Record, Status};
+use crate::scenario::ft_points::FtPoint;
+use crate::scenario::gen_points::GenPoint;
 use crate::scenario::{short_hash, Point, Spec};
 use crate::vocab::{Backend, Mode};
-use crate::workload::ft_points::FtPoint;
-use crate::workload::gen_points::GenPoint;
 use anyhow::{Context, Result};
 use shard::Shard;
 use std::ops::Range;
@@ -68,9 +68,9 @@ impl Plan {
                     "mode \"generate\" tables cannot share a scenario with other modes yet",
                 ));
             }
-            return Ok(Plan::Gen(crate::workload::gen_points::expand(spec)));
+            return Ok(Plan::Gen(crate::scenario::gen_points::expand(spec)));
         }
-        let ft = crate::workload::ft_points::expand(spec);
+        let ft = crate::scenario::ft_points::expand(spec);
         if !ft.is_empty() {
             if !crate::scenario::expand(spec).is_empty() {
                 return Err(bad_file(

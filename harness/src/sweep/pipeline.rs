@@ -15,10 +15,10 @@ use crate::model::diffusion::denoiser::{self, FtModel};
 use crate::model::diffusion::GenSource;
 use crate::model::diffusion::{self as pipeline, Pipeline};
 use crate::record::{Record, Status, SCHEMA_VERSION};
+use crate::scenario::ft_points::FtPoint;
+use crate::scenario::gen_points::GenPoint;
 use crate::vocab::{Component, MeterKind, Mode, Optimizer, Precision};
 use crate::workload::finetune;
-use crate::workload::ft_points::FtPoint;
-use crate::workload::gen_points::GenPoint;
 use crate::workload::generate;
 use anyhow::Result;
 use std::ops::Range;
@@ -56,13 +56,13 @@ pub fn run(mut r: Run<'_>, points: Points) -> Result<()> {
     }
     match &points {
         Points::Gen(v) => {
-            crate::workload::gen_points::check(&r.o.scenario, r.text, r.spec, v)?;
+            crate::scenario::gen_points::check(&r.o.scenario, r.text, r.spec, v)?;
             super::parent(&r, v, &singles(v.len()), || gen_weights(v), &|p, ctx, m| {
                 Ok(gen_base(p, ctx, m)?.0)
             })
         }
         Points::Ft(v) => {
-            crate::workload::ft_points::check(&r.o.scenario, r.text, v)?;
+            crate::scenario::ft_points::check(&r.o.scenario, r.text, v)?;
             super::parent(&r, v, &singles(v.len()), || ft_weights(v), &|p, ctx, m| {
                 Ok(ft_base(p, ctx, m)?.0)
             })

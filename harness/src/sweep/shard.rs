@@ -8,9 +8,9 @@
 //! of the run (the `--shard` flag, the manifest's `shard`).
 use crate::estimate::{estimate, Attention, Query};
 use crate::model::Config;
+use crate::scenario::ft_points::FtPoint;
+use crate::scenario::gen_points::GenPoint;
 use crate::scenario::{Mode, Point};
-use crate::workload::ft_points::FtPoint;
-use crate::workload::gen_points::GenPoint;
 use std::collections::BTreeMap;
 
 /// Shard K of N, 1-based.

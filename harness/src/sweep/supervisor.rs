@@ -17,10 +17,10 @@
 use crate::export::Exporter;
 use crate::meter::alloc::OOM_MARKER;
 use crate::record::{Phase, Record, Status};
+use crate::scenario::ft_points::FtPoint;
+use crate::scenario::gen_points::GenPoint;
 use crate::scenario::Point;
 use crate::vocab::Mode;
-use crate::workload::ft_points::FtPoint;
-use crate::workload::gen_points::GenPoint;
 use anyhow::{Context, Result};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};

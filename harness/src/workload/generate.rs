@@ -13,8 +13,8 @@ pub use crate::model::diffusion::{
     decode_spatial as decode, tile_starts, write_synthetic, GenShape,
 };
 use crate::record::{Phase, Record, Status};
+use crate::scenario::gen_points::GenPoint;
 use crate::vocab::{Attention, Component};
-use crate::workload::gen_points::GenPoint;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use std::cell::RefCell;

@@ -1,6 +1,6 @@
 //! Where a generation model comes from ([`GenSource`]): a preset's published configs with
 //! synthetic weights, or a diffusers directory. Shared by the generation and fine-tuning point
-//! expansion (`workload/gen_points.rs`, `workload/ft_points.rs`), the sweep and the workloads.
+//! expansion (`scenario/gen_points.rs`, `scenario/ft_points.rs`), the sweep and the workloads.
 use super::{from_dir, pipeline_class, preset, write_synthetic, Pipeline};
 use crate::vocab::{Component, GenModel};
 use anyhow::Result;

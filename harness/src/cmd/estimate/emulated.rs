@@ -17,7 +17,11 @@ pub fn emulate_query(
     quantized: bool,
 ) -> Result<Emulated> {
     use crate::emulate::{catalogue, query};
-    let g = catalogue::resolve(Some(gpu), None).map_err(InputError::arg)?;
+    let mut g = catalogue::resolve(Some(gpu), a.emulate_memory).map_err(InputError::arg)?;
+    if let Some(m) = a.emulate_memory {
+        // The verdict names the capacity it was run at, not the catalogued card's.
+        g.name = format!("{} at {} ({m} B)", g.name, crate::units::human(m));
+    }
     if quantized {
         return Err(InputError::arg(
             "--emulate runs dense precisions (PyTorch keeps no GGUF blocks): pass --precision",

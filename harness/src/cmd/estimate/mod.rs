@@ -181,6 +181,16 @@ pub struct Args {
         requires = "emulate"
     )]
     pub stack: Option<crate::vocab::Stack>,
+    /// With --emulate: the emulated device's total memory instead of the GPU's (e.g. 36GB,
+    /// 33.5GiB, bytes), with the rest of that GPU's properties: where the verdict flips.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        value_parser = crate::units::parse_size,
+        help_heading = "Emulated GPU",
+        requires = "emulate"
+    )]
+    pub emulate_memory: Option<u64>,
 
     /// Generation models (`--model sd15|sd21|sdxl`): the output image, `WxH` pixels.
     #[arg(long, default_value = "512x512", help_heading = "Generation and video")]

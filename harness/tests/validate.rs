@@ -355,3 +355,54 @@ fn generation_rows_name_their_constants() {
         "{act} vs {predicted}"
     );
 }
+
+/// `validate --emulate`: the guide's own Trainer program runs on the emulated card of every
+/// bert-large row it can express, under the closest stack (torch-2.2 for a 2022 row). The load
+/// row is the model's fp32 weights and the context the source measured, so PyTorch's figure
+/// meets the published one to within the allocator's rounding; the rows with gradient
+/// checkpointing hold no attention matrices, and their emulated figures meet the published
+/// ones within 1% too (the rows without it are explained in docs/src/guides/validate.md).
+#[test]
+#[ignore = "needs the torch-2.2 stack (scripts/torch-env.sh --stack torch-2.2; scripts/test.sh)"]
+fn emulated_column_runs_the_guides_trainer_program_under_the_closest_stack() {
+    let py = std::env::var("VRAMLAB_TORCH22_PYTHON")
+        .expect("VRAMLAB_TORCH22_PYTHON: scripts/torch-env.sh --stack torch-2.2");
+    // .../stacks/torch-2.2/venv/bin/python → the torch cache, four levels up.
+    let cache = Path::new(&py).ancestors().nth(5).unwrap().to_path_buf();
+    let out = vramlab()
+        .args(["validate", PEERS, "--json", "--emulate"])
+        .env("VRAMLAB_TORCH_CACHE", &cache)
+        .assert()
+        .success();
+    let r: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let mut ran = 0;
+    for p in peers() {
+        let id = p["id"].as_str().unwrap();
+        let e = &row(&r, id)["emulated"];
+        let trainer = p["notes"].as_str().unwrap().contains("HF Trainer");
+        let bnb = p["optimizer"].as_str().unwrap_or("").contains("8bit");
+        if !(p["model"] == "bert-large-uncased" && (trainer || id.contains("load")) && !bnb) {
+            assert_eq!(e["kind"], "not_emulated", "{id}: {e}");
+            assert!(!e["reason"].as_str().unwrap().is_empty());
+            continue;
+        }
+        ran += 1;
+        assert_eq!(e["kind"], "ran", "{id}: {e}");
+        assert_eq!(e["stack"], "torch-2.2", "{id}");
+        assert!(e["torch"].as_str().unwrap().starts_with("2.2."), "{id}");
+        assert_eq!(e["figure"], "nvml_used");
+        assert_eq!(e["fits"], true, "{id}");
+        assert!(
+            e["note"].as_str().unwrap().contains("1.31 GiB"),
+            "{id}: {e}"
+        );
+        let measured = p["value_bytes"].as_u64().unwrap() as f64;
+        let emulated = e["emulated_bytes"].as_u64().unwrap() as f64;
+        let err = (emulated - measured) / measured * 100.0;
+        assert!((e["error_pct"].as_f64().unwrap() - err).abs() < 1e-9);
+        if id.contains("load") || id.ends_with("-gc") {
+            assert!(err.abs() < 1.0, "{id}: {err:+.2}%");
+        }
+    }
+    assert_eq!(ran, 8, "the guide's rows without bitsandbytes");
+}

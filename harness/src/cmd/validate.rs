@@ -3,6 +3,7 @@
 use crate::estimate::Runtime;
 use crate::fit::Constants;
 use crate::units::{gb, signed_pct};
+use crate::validate::emulated::{Column, Options};
 use crate::validate::{self, Outcome, Summary, Validated};
 use anyhow::Result;
 use serde::Serialize;
@@ -29,6 +30,25 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also run each row's own program on the emulated GPU of the row's card, under the
+    /// installable software stack closest to the row's (rows vramlab has a program for: the HF
+    /// Trainer runs of transformers' single-GPU training guide), and print PyTorch's figure
+    /// (the one the row measured: NVML used, allocated or reserved) beside the estimate, with
+    /// its error and a note naming the stack. Tens of seconds per row; needs the stacks
+    /// installed (`scripts/torch-env.sh [--stack NAME]`).
+    #[arg(long)]
+    pub emulate: bool,
+    /// With --emulate: this stack for every row instead of the closest one.
+    #[arg(long, value_enum, value_name = "NAME", requires = "emulate")]
+    pub stack: Option<crate::vocab::Stack>,
+    /// With --emulate: this Python's torch for every row (instead of a stack's).
+    #[arg(
+        long,
+        value_name = "PYTHON",
+        requires = "emulate",
+        conflicts_with = "stack"
+    )]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -62,7 +82,11 @@ pub fn run(a: Args) -> Result<()> {
             crate::estimate::generate::reference(Runtime::Torch).0
         ),
     };
-    let rows = validate::validate(&a.peers, constants.as_ref())?;
+    let emulate = a.emulate.then(|| Options {
+        stack: a.stack,
+        python: a.python.clone(),
+    });
+    let rows = validate::validate(&a.peers, constants.as_ref(), emulate.as_ref())?;
     let summary = validate::summarize(&rows);
     if a.json {
         let report = Report {
@@ -80,8 +104,13 @@ pub fn run(a: Args) -> Result<()> {
         rows.len()
     );
     let id_w = rows.iter().map(|r| r.id.len()).max().unwrap_or(2).max(2);
+    let emu_head = if a.emulate {
+        format!("  {:>10}  {:>9}", "emulated", "emu error")
+    } else {
+        String::new()
+    };
     println!(
-        "{:<id_w$}  {:>10}  {:>10}  {:>9}  includes",
+        "{:<id_w$}  {:>10}  {:>10}  {:>9}{emu_head}  includes",
         "id", "estimate", "measured", "error"
     );
     for r in &rows {
@@ -92,11 +121,12 @@ pub fn run(a: Args) -> Result<()> {
         } = &r.outcome
         {
             println!(
-                "{:<id_w$}  {:>10}  {:>10}  {:>9}  {}",
+                "{:<id_w$}  {:>10}  {:>10}  {:>9}{}  {}",
                 r.id,
                 gb(*estimate_bytes),
                 gb(r.measured_bytes),
                 signed_pct(*error_pct),
+                emu_cells(r, a.emulate),
                 r.includes
             );
         }
@@ -107,11 +137,12 @@ pub fn run(a: Args) -> Result<()> {
         for r in skipped {
             if let Outcome::NotExpressible { reason } = &r.outcome {
                 println!(
-                    "{:<id_w$}  {:>10}  {:>10}  {:>9}  {reason}",
+                    "{:<id_w$}  {:>10}  {:>10}  {:>9}{}  {reason}",
                     r.id,
                     "-",
                     gb(r.measured_bytes),
-                    "-"
+                    "-",
+                    emu_cells(r, a.emulate),
                 );
             }
         }
@@ -127,5 +158,64 @@ pub fn run(a: Args) -> Result<()> {
         ),
         _ => println!("no row the estimator can express"),
     }
+    if a.emulate {
+        emulated_notes(&rows, id_w);
+    }
     Ok(())
+}
+
+/// The emulated figure and its error, or dashes where the row has none.
+fn emu_cells(r: &Validated, emulate: bool) -> String {
+    match &r.emulated {
+        Some(Column::Ran {
+            emulated_bytes,
+            error_pct,
+            ..
+        }) => format!(
+            "  {:>10}  {:>9}",
+            gb(*emulated_bytes),
+            signed_pct(*error_pct)
+        ),
+        Some(Column::NotEmulated { .. }) => format!("  {:>10}  {:>9}", "-", "-"),
+        None if emulate => format!("  {:>10}  {:>9}", "-", "-"),
+        None => String::new(),
+    }
+}
+
+/// `--emulate`: each emulated row's program, figure and note; why the others have none; the
+/// median and worst absolute error of the emulated figures.
+fn emulated_notes(rows: &[Validated], id_w: usize) {
+    println!("emulated (PyTorch's allocator on a stub CUDA runtime; not a GPU measurement):");
+    let mut errors = Vec::new();
+    for r in rows {
+        match &r.emulated {
+            Some(Column::Ran {
+                gpu,
+                program,
+                figure,
+                error_pct,
+                fits,
+                note,
+                ..
+            }) => {
+                errors.push((error_pct.abs(), r.id.as_str()));
+                let oom = if *fits { "" } else { " (out of memory)" };
+                println!("{:<id_w$}  {figure} on {gpu}{oom}: {program}; {note}", r.id);
+            }
+            Some(Column::NotEmulated { reason }) => println!("{:<id_w$}  -: {reason}", r.id),
+            None => {}
+        }
+    }
+    errors.sort_by(|a, b| a.0.total_cmp(&b.0));
+    match errors.last() {
+        Some((worst, id)) => println!(
+            "emulated: median absolute error {:.2}% over {} rows; worst: {worst:.2}% ({id})",
+            {
+                let n = errors.len();
+                (errors[(n - 1) / 2].0 + errors[n / 2].0) / 2.0
+            },
+            errors.len()
+        ),
+        None => println!("emulated: no row has a program vramlab runs"),
+    }
 }

@@ -9,7 +9,7 @@ use crate::vocab::{Attention, KvKind, Mode, Optimizer, OptimizerImpl, Precision,
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// The configuration to run.
 pub struct Query<'a> {
@@ -91,12 +91,6 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     std::fs::write(&scen, scenario(q, &config))?;
     let csv = dir.join("rows.csv");
     let report = dir.join("report.json");
-    let launch = Launch {
-        gpu,
-        stubs,
-        no_weights: false,
-        report: &report,
-    };
     let attention = match q.attention {
         Attention::Eager => "eager",
         _ => "sdpa",
@@ -117,20 +111,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
         "--attention".into(),
         attention.into(),
     ];
-    let mut cmd: Command = launch.command(&argv);
-    let out = cmd
-        .env("HF_HUB_OFFLINE", "1")
-        .env("TRANSFORMERS_OFFLINE", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .context("running the torch probe on the emulated GPU")?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let last = stderr
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
+    let (out, last) = launch(&argv, gpu, stubs, &report, "the torch probe")?;
     anyhow::ensure!(
         csv.exists() && report.exists(),
         "the torch probe on the emulated GPU failed (exit {}): {last}",
@@ -158,8 +139,45 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
             .find(|r| matches!(r.status, Some(Status::Oom) | Some(Status::Error)))
             .map(|r| (r.status.unwrap_or(Status::Error), r.message.clone()))
     });
+    Ok(answer(gpu, rep, failed))
+}
+
+/// Runs `argv` on the emulated `gpu` with the stubs in `stubs`, offline: its exit
+/// status and the last line of its stderr (`what` names it in errors).
+fn launch(
+    argv: &[String],
+    gpu: &Gpu,
+    stubs: &Path,
+    report: &Path,
+    what: &str,
+) -> Result<(std::process::Output, String)> {
+    let launch = Launch {
+        gpu,
+        stubs,
+        no_weights: false,
+        report,
+    };
+    let out = launch
+        .command(argv)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_OFFLINE", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {what} on the emulated GPU"))?;
+    let last = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .to_string();
+    Ok((out, last))
+}
+
+/// The figures of a finished run, and how it ended.
+fn answer(gpu: &Gpu, rep: Report, failed: Option<(Status, String)>) -> Emulated {
     let run = rep.run.clone().unwrap_or_default();
-    Ok(Emulated {
+    Emulated {
         gpu: gpu.row_name(),
         gpu_total_bytes: gpu.total_bytes,
         max_memory_allocated: run.peak_allocated,
@@ -171,5 +189,35 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
             .map(|f| f.1.lines().next().unwrap_or("").to_string())
             .unwrap_or_default(),
         torch: rep.torch,
-    })
+    }
+}
+
+/// Runs a whole program (`argv`, its interpreter first) on the emulated `gpu`: the peaks of
+/// the run as PyTorch's allocator saw them. Out of memory is an answer (`fits` false); any
+/// other failure is an error naming the program's last line.
+pub fn run_program(argv: &[String], gpu: &Gpu, stubs: &Path) -> Result<Emulated> {
+    let dir = std::env::temp_dir().join(format!("vramlab-program-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let report = dir.join("report.json");
+    let result = launch(argv, gpu, stubs, &report, &argv[1]).and_then(|(out, last)| {
+        anyhow::ensure!(
+            report.exists(),
+            "{} failed on the emulated GPU (exit {}): {last}",
+            argv[1],
+            out.status.code().unwrap_or(-1)
+        );
+        let rep = Report::read(&report)?;
+        let failed = match rep.outcome {
+            Outcome::Ok => None,
+            Outcome::Oom => Some((Status::Oom, rep.message.clone())),
+            Outcome::Error => anyhow::bail!(
+                "{} failed on the emulated GPU: {}",
+                argv[1],
+                rep.message.lines().next().unwrap_or("")
+            ),
+        };
+        Ok(answer(gpu, rep, failed))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }

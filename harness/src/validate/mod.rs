@@ -21,6 +21,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+pub mod emulated;
 mod generate;
 
 /// One published measurement, as the collector wrote it.
@@ -32,6 +33,9 @@ pub struct PeerRow {
     #[serde(default)]
     pub framework: String,
     pub model: String,
+    /// The card, in the source's words ("NVIDIA Tesla V100-SXM2 16GB").
+    #[serde(default)]
+    pub gpu: String,
     pub mode: String,
     pub precision: String,
     /// Absent from generation rows.
@@ -155,6 +159,9 @@ pub struct Validated {
     pub measured_bytes: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// `--emulate`: the row's program on the emulated GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emulated: Option<emulated::Column>,
 }
 
 impl Validated {
@@ -366,7 +373,12 @@ fn optimizer(words: &str) -> Expressed<(Optimizer, OptimizerImpl)> {
 }
 
 /// Estimates one row (`constants` where their architecture matches the row's model).
-pub fn validate_row(path: &Path, r: &PeerRow, constants: Option<&Constants>) -> Result<Validated> {
+pub fn validate_row(
+    path: &Path,
+    r: &PeerRow,
+    constants: Option<&Constants>,
+    emulate: Option<&emulated::Options>,
+) -> Result<Validated> {
     let metric = Metric::parse(&r.metric)
         .ok_or_else(|| bad_file(path, format!("row `{}`: unknown metric", r.id)))?;
     let mode = match r.mode.trim().to_ascii_lowercase().as_str() {
@@ -426,6 +438,10 @@ pub fn validate_row(path: &Path, r: &PeerRow, constants: Option<&Constants>) -> 
         includes: metric.includes(),
         measured_bytes: r.value_bytes,
         outcome,
+        emulated: match emulate {
+            Some(o) => Some(emulated::column(r, metric, o)?),
+            None => None,
+        },
     })
 }
 
@@ -577,11 +593,23 @@ impl Breakdown {
     }
 }
 
-/// Validates every row of a peers file.
-pub fn validate(path: &Path, constants: Option<&Constants>) -> Result<Vec<Validated>> {
-    load(path)?
-        .iter()
-        .map(|r| validate_row(path, r, constants))
+/// Validates every row of a peers file; with `emulate`, also runs each row's program on the
+/// emulated GPU (a line on stderr per row that runs).
+pub fn validate(
+    path: &Path,
+    constants: Option<&Constants>,
+    emulate: Option<&emulated::Options>,
+) -> Result<Vec<Validated>> {
+    let rows = load(path)?;
+    let n = rows.len();
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if emulate.is_some() && emulated::program_args(r).is_ok() {
+                eprintln!("validate --emulate: row {}/{n} {} ...", i + 1, r.id);
+            }
+            validate_row(path, r, constants, emulate)
+        })
         .collect()
 }
 
@@ -622,6 +650,7 @@ mod tests {
                 error_pct: e,
                 terms: vec![],
             },
+            emulated: None,
         };
         let s = summarize(&[row("a", -1.0), row("b", 3.0), row("c", -7.0)]);
         assert_eq!(s.median_abs_error_pct, Some(3.0));

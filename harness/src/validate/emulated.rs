@@ -1,0 +1,296 @@
+//! `validate --emulate`: a published row's own program run on the emulated GPU of the row's card,
+//! under the installable software stack closest to the row's, beside the analytic estimate.
+//! PyTorch's allocator answers with the figure the row measured (NVML used, allocated or
+//! reserved). Only rows whose program vramlab carries run: today the HF Trainer program of
+//! transformers' single-GPU training guide (`scripts/torch_probe/peer_hf_trainer.py`); every
+//! other row says why it has no emulated figure.
+use super::{number_after, Metric, PeerRow};
+use crate::emulate::{catalogue, query};
+use crate::vocab::Stack;
+use anyhow::Result;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// The emulated column of one row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Column {
+    Ran {
+        /// The stack the program ran under, and its torch.
+        stack: Stack,
+        torch: Option<String>,
+        /// `"<GPU> (emulated)"`.
+        gpu: String,
+        /// The program and its arguments (after the interpreter).
+        program: String,
+        /// Which of PyTorch's figures the row's metric is: `nvml_used`,
+        /// `max_memory_allocated` or `max_memory_reserved`.
+        figure: &'static str,
+        emulated_bytes: u64,
+        /// (emulated − measured) / measured, in percent.
+        error_pct: f64,
+        /// The run fitted the card's capacity (PyTorch's own out-of-memory otherwise).
+        fits: bool,
+        /// The stack used and why it differs from the row's.
+        note: String,
+    },
+    NotEmulated {
+        reason: String,
+    },
+}
+
+/// How to run the emulated column: a fixed stack or Python, else the closest stack per row.
+pub struct Options {
+    pub stack: Option<Stack>,
+    pub python: Option<PathBuf>,
+}
+
+/// The peer program's arguments for a row (after `--config DIR`), or why no program of
+/// vramlab's reproduces it.
+pub(crate) fn program_args(r: &PeerRow) -> std::result::Result<Vec<String>, String> {
+    let notes = r.notes.as_str();
+    if !notes.contains("AutoModelForSequenceClassification") {
+        return Err(
+            "no emulated program: vramlab carries the HF Trainer program of \
+                    transformers' single-GPU training guide only"
+                .into(),
+        );
+    }
+    if !notes.contains("HF Trainer") {
+        return if notes.contains("no forward pass") {
+            Ok(vec!["--load-only".into()])
+        } else {
+            Err("no emulated program for this use of the model".into())
+        };
+    }
+    let optimizer = r.optimizer.to_ascii_lowercase();
+    let optim = if optimizer.contains("8bit") || optimizer.contains("bnb") {
+        return Err(
+            "bitsandbytes' 8-bit Adam: bitsandbytes is in no stack, and its CUDA \
+                    kernels are not emulated"
+                .into(),
+        );
+    } else if optimizer.contains("adafactor") {
+        "adafactor"
+    } else if optimizer.contains("adam") {
+        "adamw"
+    } else {
+        return Err(format!("optimizer `{}` has no Trainer name", r.optimizer));
+    };
+    let mut a = vec![
+        "--batch".to_string(),
+        r.batch.unwrap_or(1).to_string(),
+        "--grad-accum".into(),
+        number_after(notes, "gradient_accumulation_steps=")
+            .unwrap_or(1)
+            .to_string(),
+        "--seq-len".into(),
+        r.seq_len.unwrap_or(512).to_string(),
+        "--optim".into(),
+        optim.into(),
+    ];
+    if r.gradient_checkpointing == Some(true) {
+        a.push("--checkpointing".into());
+    }
+    if r.precision.to_ascii_lowercase().starts_with("mixed-fp16") {
+        a.push("--fp16".into());
+    }
+    Ok(a)
+}
+
+/// The model's published `config.json` (a built-in preset), by the row's model words.
+fn preset_config(model: &str) -> Option<&'static str> {
+    let lower = model.trim().to_ascii_lowercase();
+    let last = lower.rsplit('/').next().unwrap_or(&lower).to_string();
+    crate::estimate::model::PRESETS
+        .iter()
+        .find(|(name, _)| *name == last)
+        .map(|(_, text)| *text)
+}
+
+/// Runs the row's program and compares PyTorch's figure with the measurement. Errors are
+/// the caller's bad input (a stack that is not installed); a program that fails on the
+/// emulated GPU is a `NotEmulated` row naming its last line.
+pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
+    let not = |reason: String| Ok(Column::NotEmulated { reason });
+    let figure = match metric {
+        Metric::NvmlUsed => "nvml_used",
+        Metric::MaxAllocated => "max_memory_allocated",
+        Metric::MaxReserved => "max_memory_reserved",
+        Metric::ModelStates | Metric::LayerActivations => {
+            return not("a formula, not a program".into())
+        }
+    };
+    let args = match program_args(r) {
+        Ok(a) => a,
+        Err(why) => return not(why),
+    };
+    let Some(config) = preset_config(&r.model) else {
+        return not(format!("no built-in config for model `{}`", r.model));
+    };
+    let Some(gpu) = catalogue::from_words(&r.gpu) else {
+        return not(format!("no catalogued GPU for `{}`", r.gpu));
+    };
+    let stack = o.stack.unwrap_or_else(|| Stack::closest(&r.framework));
+    let python = match &o.python {
+        Some(p) => p.clone(),
+        None => crate::emulate::stack_python(stack)?,
+    };
+    let stubs = crate::emulate::stubs_for(&python)?;
+    let dir = std::env::temp_dir().join(format!("vramlab-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("config.json"), config)?;
+    let script = crate::emulate::scripts_dir().join("torch_probe/peer_hf_trainer.py");
+    let mut argv = vec![
+        python.to_string_lossy().into_owned(),
+        script.to_string_lossy().into_owned(),
+        "--config".into(),
+        dir.to_string_lossy().into_owned(),
+    ];
+    argv.extend(args.iter().cloned());
+    let run = query::run_program(&argv, &gpu, &stubs);
+    let _ = std::fs::remove_dir_all(&dir);
+    let e = match run {
+        Ok(e) => e,
+        Err(err) => return not(crate::error::one_line(&err)),
+    };
+    // NVML used counts the CUDA context of the row's own driver and CUDA where its source
+    // measured it (a CUDA 11 context without lazy module loading is three times the
+    // emulator's CUDA 12+ constant).
+    let stated = stated_context(&r.notes);
+    let context = stated.unwrap_or(catalogue::CONTEXT_BYTES);
+    let emulated_bytes = match figure {
+        "nvml_used" => e.nvml_used - catalogue::CONTEXT_BYTES + context,
+        "max_memory_allocated" => e.max_memory_allocated,
+        _ => e.max_memory_reserved,
+    };
+    let error_pct =
+        100.0 * (emulated_bytes as f64 - r.value_bytes as f64) / r.value_bytes.max(1) as f64;
+    let torch = e.torch.clone();
+    let (major, minor) = stack.torch();
+    let mut note = format!(
+        "stack {stack} (torch {}) for the row's `{}`: the closest installable stack",
+        torch.as_deref().unwrap_or(&format!("{major}.{minor}")),
+        r.framework.split(['(', ';']).next().unwrap_or("").trim()
+    );
+    if args.iter().any(|a| a == "adamw") {
+        note.push_str(
+            "; AdamW is transformers' own (adamw_hf) where the stack has it, else torch's",
+        );
+    }
+    if metric == Metric::NvmlUsed {
+        note.push_str(&match stated {
+            Some(c) => format!(
+                "; nvml adds the CUDA context the row's source measured on its driver, {} \
+                 (the emulator's own constant, {}, is CUDA 12+ with lazy module loading)",
+                crate::units::human(c),
+                crate::units::human(catalogue::CONTEXT_BYTES)
+            ),
+            None => format!(
+                "; nvml adds the emulator's {} context constant (CUDA 12+, lazy module \
+                 loading): the row's source states no context of its own",
+                crate::units::human(catalogue::CONTEXT_BYTES)
+            ),
+        });
+    }
+    Ok(Column::Ran {
+        stack,
+        torch,
+        gpu: e.gpu,
+        program: format!("peer_hf_trainer.py {}", args.join(" ")),
+        figure,
+        emulated_bytes,
+        error_pct,
+        fits: e.fits,
+        note,
+    })
+}
+
+/// The CUDA context a row's notes say its source measured: the first "N MiB" within a few
+/// words of "context" ("includes CUDA context/kernels (1343 MiB measured after ...)").
+pub(crate) fn stated_context(notes: &str) -> Option<u64> {
+    notes.match_indices(" MiB").find_map(|(i, _)| {
+        let digits: String = notes[..i]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let mib: u64 = digits.parse().ok()?;
+        let lo = notes.floor_char_boundary(i.saturating_sub(40));
+        let hi = notes.ceil_char_boundary((i + 40).min(notes.len()));
+        notes[lo..hi].contains("context").then_some(mib << 20)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(notes: &str, optimizer: &str, precision: &str) -> PeerRow {
+        serde_json::from_value(serde_json::json!({
+            "id": "r", "model": "bert-large-uncased", "mode": "training",
+            "precision": precision, "optimizer": optimizer, "batch": 1, "seq_len": 512,
+            "gradient_checkpointing": true, "metric": "nvidia-smi used",
+            "value_bytes": 1, "notes": notes,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_map_to_the_guides_trainer_arguments() {
+        let notes = "per_device_train_batch_size=1, gradient_accumulation_steps=4. \
+                     bert-large-uncased via AutoModelForSequenceClassification, HF Trainer";
+        let a = program_args(&row(notes, "adafactor", "mixed-fp16 (AMP)")).unwrap();
+        assert_eq!(
+            a.join(" "),
+            "--batch 1 --grad-accum 4 --seq-len 512 --optim adafactor --checkpointing --fp16"
+        );
+        assert!(program_args(&row(notes, "bnb Adam8bit", "fp32")).is_err());
+        let load = "from_pretrained(...) AutoModelForSequenceClassification; no forward pass";
+        assert_eq!(
+            program_args(&row(load, "none", "fp32")).unwrap(),
+            ["--load-only"]
+        );
+        assert!(program_args(&row("SDXL pipeline", "none", "fp16")).is_err());
+    }
+
+    #[test]
+    fn the_context_a_row_states() {
+        let n = "includes CUDA context/kernels (1343 MiB measured after torch.ones(1,1).cuda())";
+        assert_eq!(stated_context(n), Some(1343 << 20));
+        let n = "Includes 1343 MiB CUDA context/kernels measured before loading (so weights \
+                 ~1288 MiB ~ 335M params x 4 B)";
+        assert_eq!(stated_context(n), Some(1343 << 20));
+        assert_eq!(stated_context("weights ~1288 MiB, nothing else"), None);
+    }
+
+    #[test]
+    fn gpus_and_stacks_from_the_rows_words() {
+        let key = |t: &str| catalogue::from_words(t).map(|g| g.key);
+        assert_eq!(
+            key("NVIDIA Tesla V100-SXM2 16GB").as_deref(),
+            Some("v100-16gb")
+        );
+        assert_eq!(key("V100 32GB").as_deref(), Some("v100-32gb"));
+        assert_eq!(key("NVIDIA A100-SXM4-40GB").as_deref(), Some("a100-40gb"));
+        assert_eq!(key("A100 80GB").as_deref(), Some("a100-80gb"));
+        assert_eq!(key("H100 PCIe").as_deref(), Some("h100-pcie"));
+        assert_eq!(key("NVIDIA L40S").as_deref(), Some("l40s"));
+        assert_eq!(key("NVIDIA L4").as_deref(), Some("l4"));
+        assert_eq!(key("GeForce RTX 4090").as_deref(), Some("rtx-4090"));
+        assert_eq!(key("TPU v4"), None);
+        assert_eq!(
+            Stack::closest("PyTorch ~1.10 + transformers ~4.16"),
+            Stack::Torch22
+        );
+        assert_eq!(
+            Stack::closest("torch 2.3, transformers 4.41"),
+            Stack::Torch22
+        );
+        assert_eq!(Stack::closest("PyTorch 2.12"), Stack::Default);
+        assert_eq!(Stack::closest("diffusers"), Stack::Default);
+    }
+}

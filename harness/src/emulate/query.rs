@@ -121,14 +121,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     let rep = Report::read(&report)?;
     // An out-of-memory error the probe did not catch (in its warm-up, say) ends the run: the
     // report has it. A row the probe recorded `oom` or `error` is the other way to fail.
-    let uncaught = match rep.outcome {
-        Outcome::Ok => None,
-        Outcome::Oom => Some((Status::Oom, rep.message.clone())),
-        Outcome::Error => anyhow::bail!(
-            "the torch probe failed on the emulated GPU: {}",
-            rep.message.lines().next().unwrap_or("")
-        ),
-    };
+    let uncaught = uncaught(&rep, "the torch probe")?;
     anyhow::ensure!(
         uncaught.is_some() || !rows.is_empty(),
         "the torch probe wrote no rows on the emulated GPU (exit {}): {last}",
@@ -174,6 +167,19 @@ fn launch(
     Ok((out, last))
 }
 
+/// How the boot's report says the program ended: out of memory (PyTorch's message), or an
+/// error naming `what` and the exception's first line; `None` when it finished.
+fn uncaught(rep: &Report, what: &str) -> Result<Option<(Status, String)>> {
+    match rep.outcome {
+        Outcome::Ok => Ok(None),
+        Outcome::Oom => Ok(Some((Status::Oom, rep.message.clone()))),
+        Outcome::Error => anyhow::bail!(
+            "{what} failed on the emulated GPU: {}",
+            rep.message.lines().next().unwrap_or("")
+        ),
+    }
+}
+
 /// The figures of a finished run, and how it ended.
 fn answer(gpu: &Gpu, rep: Report, failed: Option<(Status, String)>) -> Emulated {
     let run = rep.run.clone().unwrap_or_default();
@@ -207,15 +213,7 @@ pub fn run_program(argv: &[String], gpu: &Gpu, stubs: &Path) -> Result<Emulated>
             out.status.code().unwrap_or(-1)
         );
         let rep = Report::read(&report)?;
-        let failed = match rep.outcome {
-            Outcome::Ok => None,
-            Outcome::Oom => Some((Status::Oom, rep.message.clone())),
-            Outcome::Error => anyhow::bail!(
-                "{} failed on the emulated GPU: {}",
-                argv[1],
-                rep.message.lines().next().unwrap_or("")
-            ),
-        };
+        let failed = uncaught(&rep, &argv[1])?;
         Ok(answer(gpu, rep, failed))
     });
     let _ = std::fs::remove_dir_all(&dir);

@@ -39,7 +39,7 @@ VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
 # and 5 GB from cold, instant when warm.
 VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
 export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON
-cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test stacks --test wheel -- --ignored --test-threads=1
+cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test stacks --test validate --test wheel -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh
 fi

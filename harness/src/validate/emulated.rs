@@ -16,8 +16,8 @@ use std::path::PathBuf;
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Column {
     Ran {
-        /// The stack the program ran under, and its torch.
-        stack: Stack,
+        /// The stack the program ran under (none with `--python`), and its torch.
+        stack: Option<Stack>,
         torch: Option<String>,
         /// `"<GPU> (emulated)"`.
         gpu: String,
@@ -131,10 +131,14 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     let Some(gpu) = catalogue::from_words(&r.gpu) else {
         return not(format!("no catalogued GPU for `{}`", r.gpu));
     };
-    let stack = o.stack.unwrap_or_else(|| Stack::closest(&r.framework));
-    let python = match &o.python {
-        Some(p) => p.clone(),
-        None => crate::emulate::stack_python(stack)?,
+    // `--python` runs that torch, whichever stack it is; otherwise `--stack`, else the
+    // stack closest to the row's framework.
+    let (stack, python) = match &o.python {
+        Some(p) => (None, p.clone()),
+        None => {
+            let s = o.stack.unwrap_or_else(|| Stack::closest(&r.framework));
+            (Some(s), crate::emulate::stack_python(s)?)
+        }
     };
     let stubs = crate::emulate::stubs_for(&python)?;
     let dir = std::env::temp_dir().join(format!("vramlab-validate-{}", std::process::id()));
@@ -159,20 +163,27 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     // emulator's CUDA 12+ constant).
     let stated = stated_context(&r.notes);
     let context = stated.unwrap_or(catalogue::CONTEXT_BYTES);
-    let emulated_bytes = match figure {
-        "nvml_used" => e.nvml_used - catalogue::CONTEXT_BYTES + context,
-        "max_memory_allocated" => e.max_memory_allocated,
+    let emulated_bytes = match metric {
+        Metric::NvmlUsed => e.nvml_used - catalogue::CONTEXT_BYTES + context,
+        Metric::MaxAllocated => e.max_memory_allocated,
         _ => e.max_memory_reserved,
     };
     let error_pct =
         100.0 * (emulated_bytes as f64 - r.value_bytes as f64) / r.value_bytes.max(1) as f64;
     let torch = e.torch.clone();
-    let (major, minor) = stack.torch();
-    let mut note = format!(
-        "stack {stack} (torch {}) for the row's `{}`: the closest installable stack",
-        torch.as_deref().unwrap_or(&format!("{major}.{minor}")),
-        r.framework.split(['(', ';']).next().unwrap_or("").trim()
-    );
+    let ran = torch.as_deref().unwrap_or("?");
+    let framework = r.framework.split(['(', ';']).next().unwrap_or("").trim();
+    let mut note = match stack {
+        Some(s) => format!(
+            "stack {s} (torch {ran}) for the row's `{framework}`: {}",
+            if o.stack.is_some() {
+                "the stack --stack named"
+            } else {
+                "the closest installable stack"
+            }
+        ),
+        None => format!("--python's torch {ran} for the row's `{framework}`"),
+    };
     if args.iter().any(|a| a == "adamw") {
         note.push_str(
             "; AdamW is transformers' own (adamw_hf) where the stack has it, else torch's",

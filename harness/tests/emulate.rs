@@ -235,15 +235,15 @@ fn sd_shaped_unet_step_with_convolutions() {
     assert!(notes.contains("cuDNN is off"), "{notes}");
 }
 
-#[test]
-#[ignore = "needs the torch environment (scripts/test.sh)"]
-fn no_weights_builds_from_config_json() {
+/// `vramlab emulate --no-weights` loading a 2-layer Llama from a config.json (`tied`: its head
+/// tied to the embedding): the load phase's JSON and the derived bytes of its tensors.
+fn no_weights_load(tied: bool) -> (Value, u64) {
     let dir = tempfile::tempdir().unwrap();
     let (v, h, ffn, layers, heads, kv) = (1024u64, 64u64, 128u64, 2u64, 4u64, 2u64);
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": v,
         "hidden_size": h, "intermediate_size": ffn, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "num_key_value_heads": kv, "tie_word_embeddings": false,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "tie_word_embeddings": tied,
         "torch_dtype": "bfloat16", "max_position_embeddings": 128
     });
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
@@ -265,17 +265,34 @@ fn no_weights_builds_from_config_json() {
             .arg(dir.path()),
     );
     let json: Value = serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
-    // Each tensor in bf16, rounded to 512 B: embeddings and head, per layer q, k, v, o, gate,
-    // up, down and two norms, and the final norm.
+    // Each tensor in bf16, rounded to 512 B: the embedding (and an untied head), per layer q,
+    // k, v, o, gate, up, down and two norms, and the final norm.
     let t = |n: u64| (n * 2).div_ceil(512) * 512;
     let head_dim = h / heads;
     let per_layer = t(h * h) + 2 * t(kv * head_dim * h) + t(h * h) + 3 * t(h * ffn) + 2 * t(h);
-    let want = 2 * t(v * h) + layers * per_layer + t(h);
-    let load = &json["phases"][0];
+    let embeddings = if tied { 1 } else { 2 };
     // Rotary inverse frequencies are float32 buffers of head_dim / 2: `inv_freq` and
     // `original_inv_freq`.
     let inv_freq = (head_dim / 2 * 4).div_ceil(512) * 512;
-    assert_eq!(u(&load["end_allocated"]), want + 2 * inv_freq, "{stdout}");
+    let want = embeddings * t(v * h) + layers * per_layer + t(h) + 2 * inv_freq;
+    (json["phases"][0].clone(), want)
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn no_weights_builds_from_config_json() {
+    let (load, want) = no_weights_load(false);
+    assert_eq!(u(&load["end_allocated"]), want, "{load}");
+}
+
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn no_weights_allocates_a_tied_embedding_once() {
+    // As from_pretrained on a GPU: the tied head is never a second tensor, not even for a
+    // moment, so the load's peak is its end and the cache holds no freed copy.
+    let (load, want) = no_weights_load(true);
+    assert_eq!(u(&load["end_allocated"]), want, "{load}");
+    assert_eq!(u(&load["max_memory_allocated"]), want, "{load}");
 }
 
 fn vramlab_emulate(args: &[&str]) -> (i32, String) {
@@ -695,5 +712,44 @@ fn fsdp_full_shard_holds_a_1_over_n_share_per_rank() {
             "offload: {phase} {step} left {} B on the GPU",
             end(&off, phase, step)
         );
+    }
+}
+
+#[test]
+fn committed_emulated_generation_rows_hold_the_cpu_rows_weights() {
+    // results/emulated/: SD 1.5 and Wan2.1 on the emulated H100, against the same scenarios
+    // under the CPU preload meter (from_pretrained reading real files). The weights of every
+    // point, per component and in all, are the same bytes: the emulated models are built from
+    // the configs alone, with the classes' f32-kept modules, and allocated once each.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let pairs = [
+        ("h100-80gb-torch-cpu-sd15.csv", "torch-cpu-sd15.csv"),
+        ("h100-80gb-torch-cpu-wan-1.3b.csv", "torch-cpu-wan-1.3b.csv"),
+        (
+            "h100-80gb-torch-cpu-wan-1.3b-sdpa.csv",
+            "torch-cpu-wan-1.3b-sdpa.csv",
+        ),
+    ];
+    for (emu, cpu) in pairs {
+        let read = |p: PathBuf| vramlab::export::csv::read(&p).unwrap();
+        let emu_rows = read(root.join("results/emulated").join(emu));
+        let cpu_rows = read(root.join("results/cpu").join(cpu));
+        let key = |r: &vramlab::record::Record| (r.point_id.clone(), r.phase, r.component, r.step);
+        let cpu_by: std::collections::BTreeMap<_, _> =
+            cpu_rows.iter().map(|r| (key(r), r)).collect();
+        assert_eq!(emu_rows.len(), cpu_rows.len(), "{emu} vs {cpu}");
+        for r in &emu_rows {
+            let c = cpu_by
+                .get(&key(r))
+                .unwrap_or_else(|| panic!("{emu}: {:?}", key(r)));
+            assert_eq!(r.param_count, c.param_count, "{emu}: {:?}", key(r));
+            assert!(r.feature_weight_bytes.is_some(), "{emu}: {:?}", key(r));
+            assert_eq!(
+                r.feature_weight_bytes,
+                c.feature_weight_bytes,
+                "{emu}: {:?}",
+                key(r)
+            );
+        }
     }
 }

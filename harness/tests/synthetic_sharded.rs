@@ -125,3 +125,60 @@ fn synth_weights_then_sharded_index() {
             "model.safetensors.index.json: shard `model-00002-of-00002.safetensors` named by weight_map does not exist",
         ));
 }
+
+/// `synth-weights --pipeline MODEL --configs-only`: model_index.json and each component's
+/// config.json, no weights, which the diffusers loader reads back as the preset itself (the
+/// same components, dtypes and parameter counts from the configs alone). That folder is what the
+/// emulated GPU builds from (docs/src/guides/emulator.md).
+#[test]
+fn synth_weights_pipeline_configs_only_reads_back_as_the_preset() {
+    use candle_core::DType;
+    use vramlab::model::diffusion::{from_dir, preset};
+    use vramlab::vocab::GenModel;
+    for (m, flag, dtype) in [
+        (GenModel::Wan21T2v13b, "bf16", DType::BF16),
+        (GenModel::Sdxl, "f16", DType::F16),
+        (GenModel::FluxSchnell, "bf16", DType::BF16),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        vramlab()
+            .args(["synth-weights", "--pipeline", m.as_str(), "--dtype", flag])
+            .arg("--configs-only")
+            .arg("--out")
+            .arg(&dir)
+            .assert()
+            .success();
+        let files: Vec<_> = walk(&dir);
+        assert!(
+            files.iter().any(|f| f.ends_with("model_index.json")),
+            "{files:?}"
+        );
+        assert!(
+            files
+                .iter()
+                .all(|f| f.extension().is_some_and(|e| e == "json")),
+            "{m}: {files:?}"
+        );
+        let want = preset(m, dtype, None).unwrap();
+        let read = from_dir(&dir, dtype, None).unwrap();
+        assert_eq!(read.components(), want.components(), "{m}");
+        for c in want.components() {
+            assert_eq!(read.dtype(c), want.dtype(c), "{m} {c}");
+            assert_eq!(read.params_analytic(c), want.params_analytic(c), "{m} {c}");
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -45,6 +45,13 @@ EMU_CONV_NOTE = ("emulated: convolutions on PyTorch's native CUDA path (cuDNN of
                  "algorithm and workspace are not modeled")
 
 
+def materialize(torch, model, device):
+    """A model built on `meta`, each tensor allocated once on the emulated `device`, tied ones
+    kept tied (vramlab._emulate.materialize; `vramlab emulate` puts it on PYTHONPATH)."""
+    from vramlab._emulate import materialize as allocate_once
+    return allocate_once(model, device)
+
+
 def emulated() -> bool:
     """Whether this process runs on vramlab's emulated GPU (`vramlab emulate` sets these)."""
     return bool(os.environ.get("VRAMLAB_EMU_TOTAL")) and bool(os.environ.get("VRAMLAB_EMU_REPORT"))

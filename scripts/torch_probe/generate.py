@@ -11,10 +11,11 @@ FluxTransformer2DModel; text_encoder/ CLIP, text_encoder_2/ T5 and vae/ when pre
 Wan2.1 T2V (model_index.json WanPipeline: transformer/ WanTransformer3DModel, vae/
 AutoencoderKLWan, text_encoder/ UMT5EncoderModel), as harness/src/model/diffusion/wan/pipeline.rs runs it.
 """
+import subprocess
 import sys
 from pathlib import Path
 
-from .common import InputError, emulated, now_rfc3339, read_json
+from .common import InputError, emulated, materialize, now_rfc3339, read_json, vramlab_bin
 from .grid import expand_env
 from .meters import NullMeter, span
 
@@ -47,6 +48,9 @@ def gen_layout(p: dict) -> dict:
         # The presets whose VAE runs f32 by default (SDXL's force_upcast, Wan's f32 VAE).
         vae = p["vae_precision"] or ("f32" if rest in ("sdxl", "wan2.1-t2v-1.3b") else prec)
         root = models / "synthetic-gen" / f"{rest}-{prec}-vae-{vae}"
+        if not root.is_dir() and emulated():
+            # The emulated GPU builds every model from its config: the configs are enough.
+            write_configs(rest, prec, vae, root)
         if not root.is_dir():
             raise InputError(f"{root}: no such directory (`vramlab sweep` writes the synthetic "
                              f"weights of `{src}` there; run it first)")
@@ -88,6 +92,17 @@ def gen_layout(p: dict) -> dict:
                 weight_source="safetensors" if kind == "diffusers" else "synthetic")
 
 
+def write_configs(model: str, prec: str, vae: str, root: Path):
+    """`vramlab synth-weights --pipeline MODEL --configs-only`: the preset's model_index.json and
+    component configs, no weights, into `root` (the directory a later sweep completes)."""
+    cmd = [vramlab_bin(), "synth-weights", "--pipeline", model, "--dtype", prec, "--vae-dtype", vae,
+           "--configs-only", "--out", str(root)]
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise InputError(f"{root}: writing the configs of `synthetic:{model}` failed: {last}")
+
+
 def check_wan(p: dict):
     """What vramlab's Wan pipeline refuses (wan/pipeline.rs check, attention_problem): frames
     4k+1, no sliced attention."""
@@ -126,7 +141,11 @@ def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn:
         else:
             cls, ccls = transformers.CLIPTextModel, transformers.CLIPTextConfig
         if emulated():
-            wf = None  # the emulated GPU: shapes from config.json, no weights read
+            # The emulated GPU: shapes from config.json, built on meta, no weights read.
+            with torch.device("meta"):
+                model = cls._from_config(ccls.from_dict(cfg), attn_implementation=text_attn,
+                                         dtype=dtype)
+            return materialize(torch, model, device).eval()
         if wf is not None:
             model = cls.from_pretrained(str(cdir), dtype=dtype, attn_implementation=text_attn)
         else:
@@ -144,7 +163,15 @@ def build_component(torch, family: str, name: str, cdir: Path, dtype, text_attn:
                 if k not in cfg:
                     over[k] = [v] * n
         if emulated():
-            wf = None
+            # Built on meta in `dtype`, the class's `_keep_in_fp32_modules` in f32 (as
+            # from_pretrained loads them), then allocated once on the device.
+            with torch.device("meta"):
+                model = cls.from_config(dict(cfg, **over)).to(dtype)
+            keep = getattr(model, "_keep_in_fp32_modules", None) or []
+            for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+                if t.is_floating_point() and any(k in name.split(".") for k in keep):
+                    t.data = t.data.float()
+            return materialize(torch, model, device).eval()
         if wf is not None:
             model = cls.from_pretrained(str(cdir), torch_dtype=dtype, **over)
         else:

@@ -4,7 +4,7 @@ and LoRA adapters."""
 import time
 from pathlib import Path
 
-from .common import InputError, emulated
+from .common import InputError, emulated, materialize
 from .meters import NullMeter, span
 
 
@@ -71,8 +71,7 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
         if not p.is_file():
             raise InputError(f"{path}: no such GGUF file")
         config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
-        with torch.device(device):
-            return config, AutoModelForCausalLM.from_config(config, **kw)
+        return config, on_device(torch, AutoModelForCausalLM, config, kw, device)
     if kind == "gguf":
         p = Path(path)
         if not p.is_file():
@@ -93,9 +92,20 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
     if kind == "hf" and not emulated():
         model = auto.from_pretrained(str(cfg_path.parent), config=config, **kw).to(device)
     else:
-        with torch.device(device):
-            model = auto.from_config(config, **kw)
+        model = on_device(torch, auto, config, kw, device)
     return config, model
+
+
+def on_device(torch, auto, config, kw: dict, device):
+    """from_config on `device`. On the emulated GPU it is built on meta and each tensor is
+    allocated once (common.materialize), as from_pretrained leaves a tied embedding; built on
+    the device, the tied head is allocated and freed first, which the caching allocator keeps."""
+    if emulated():
+        with torch.device("meta"):
+            model = auto.from_config(config, **kw)
+        return materialize(torch, model, device)
+    with torch.device(device):
+        return auto.from_config(config, **kw)
 
 
 def optimizer_label(p: dict, impl: str) -> str:

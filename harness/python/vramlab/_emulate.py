@@ -93,6 +93,30 @@ def _after_step(optimizer, args, kwargs) -> None:
     _STEP["open"] = rec.open("step_total", rec.current_step)
 
 
+def materialize(model, device):
+    """A model built on `meta`, its parameters and buffers allocated on `device` once each, in
+    module order, values left unset (on the emulated GPU they are not read). Tied tensors stay
+    one tensor, as from_pretrained leaves them: `to_empty` unties them (the tied embedding is
+    allocated twice, and tying again frees one into the cache), and building on the device
+    allocates the tied head before tying frees it. Either way the caching allocator keeps a
+    block no real load leaves."""
+    import torch
+
+    made = {}
+    for mod in model.modules():
+        for table in (mod._parameters, mod._buffers):
+            for name, t in list(table.items()):
+                if t is None:
+                    continue
+                if id(t) not in made:
+                    new = torch.empty_like(t, device=device)
+                    if isinstance(t, torch.nn.Parameter):
+                        new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                    made[id(t)] = new
+                table[name] = made[id(t)]
+    return model
+
+
 def _after_modeling_utils(mu) -> None:
     """`--no-weights`: from_pretrained builds from config.json on the emulated device."""
     import torch
@@ -114,9 +138,7 @@ def _after_modeling_utils(mu) -> None:
             dtype = getattr(torch, dtype)
         with torch.device("meta"):
             model = cls._from_config(config, torch_dtype=dtype) if dtype else cls._from_config(config)
-        model = model.to_empty(device="cuda")
-        if hasattr(model, "tie_weights"):
-            model.tie_weights()
+        model = materialize(model, "cuda")
         model.eval()
         params = sum(p.numel() for p in model.parameters())
         _NOTES.append(f"--no-weights: {name_or_path} built from its config ({params} parameters)")

@@ -72,19 +72,30 @@ impl GenSource {
     pub fn prepare(&self, p: &dyn Pipeline) -> Result<PathBuf> {
         match self {
             GenSource::Diffusers(dir) => Ok(dir.clone()),
+            GenSource::Synthetic(_) => {
+                let dir = self.synthetic_dir(p)?;
+                write_synthetic(p, &dir)?;
+                Ok(dir)
+            }
+        }
+    }
+
+    /// Where a `synthetic:MODEL` source's directory is, for `p`'s dtypes:
+    /// `$VRAMLAB_MODELS/synthetic-gen/MODEL-DTYPE-vae-DTYPE` (a diffusers source: its own).
+    pub fn synthetic_dir(&self, p: &dyn Pipeline) -> Result<PathBuf> {
+        match self {
+            GenSource::Diffusers(dir) => Ok(dir.clone()),
             GenSource::Synthetic(m) => {
                 let root = PathBuf::from(
                     crate::model::source::expand_env("${VRAMLAB_MODELS}")
                         .map_err(crate::error::InputError::arg)?,
                 );
-                let dir = root.join("synthetic-gen").join(format!(
+                Ok(root.join("synthetic-gen").join(format!(
                     "{}-{}-vae-{}",
                     m.as_str(),
                     p.dtype(p.denoiser()).as_str(),
                     p.dtype(Component::Vae).as_str()
-                ));
-                write_synthetic(p, &dir)?;
-                Ok(dir)
+                )))
             }
         }
     }

@@ -50,12 +50,12 @@ fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
     assert_eq!(j["gpu"]["fits"], false);
 
     // Independently: FSDP over n GPUs shards f32 weights (4), grads (4), AdamW m+v (8) and the
-    // bf16 working copy (2); activations 32 layers · 34 · s · b · h at 16 bits (flash), logits
-    // b·s·V·(2 + 4), the cuBLAS workspace (2 × 4096 KiB + 8 × 16 KiB); the allocator's reserve
+    // bf16 working copy (2); activations 32 layers · 34 · s · b · h at 16 bits (flash), the
+    // loss's three f32 tensors per logit at its backward, b·s·V·12 (torch), the cuBLAS workspace (2 × 4096 KiB + 8 × 16 KiB); the allocator's reserve
     // at the ratio this query's own rows give (reserve ÷ allocated; its derivation from the
     // emulated sweep is tests/reserve.rs's); the 512 MiB CUDA context; 10% headroom on 80 GB.
     let rho = row(&j, "allocator reserve") as f64 / j["allocated_bytes"].as_u64().unwrap() as f64;
-    let fixed = 32 * 34 * 4096 * 4096 + 4096 * 128_256 * 6 + 2 * (4096 << 10) + 8 * (16 << 10);
+    let fixed = 32 * 34 * 4096 * 4096 + 4096 * 128_256 * 12 + 2 * (4096 << 10) + 8 * (16 << 10);
     let per_gpu = |n: u64| {
         let allocated = [4, 4, 8, 2]
             .iter()

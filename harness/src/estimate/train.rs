@@ -175,6 +175,12 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     // Under autocast the residual stream, and so each checkpointed layer input, is f32.
     let input = layer_activations(c, b, s, aw, scores, Recompute::Full, 1, false)
         * if amp { 2u64 } else { 1 };
+    // The one layer being recomputed under checkpointing (none without).
+    let recompute = if q.checkpointing == Checkpointing::Layer {
+        per_layer
+    } else {
+        Checked::ZERO
+    };
     let activations = if q.checkpointing == Checkpointing::Layer {
         // Every layer's input, plus the one layer being recomputed.
         input * layers + per_layer
@@ -182,14 +188,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         per_layer * layers
     };
     let activations = activations.bytes("activations")?;
-    // Decoders' LM head: logits in the compute dtype and their f32 log-softmax. Encoders
-    // train through a pooled head (a sequence classifier, or vramlab's pooled regression):
-    // no per-token logits.
-    let logits = match c.architecture.role() {
-        crate::model::arch::Role::Decoder => Checked::from(b) * s * c.vocab_size * (aw + 4),
-        crate::model::arch::Role::Encoder => Checked::ZERO,
-    }
-    .bytes("logits")?;
+    let logits = lm_head_bytes(c, q, recompute)?;
     // The step's transient, over this GPU's share of the updated parameters.
     let transient = if states.optimizer == 0 {
         Checked::ZERO
@@ -211,6 +210,29 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         ..device_terms(q)
     }
     .with_states(&states))
+}
+
+/// The LM head's share of a training peak (ARCHITECTURE.md §9). Encoders train through a pooled
+/// head (a sequence classifier, or vramlab's pooled regression): no per-token logits.
+/// - candle: the logits in the compute dtype and their f32 log-softmax, beside every activation.
+/// - torch: transformers' causal-LM loss upcasts the logits to f32, and its backward holds three
+///   f32 tensors per logit at once (log-softmax's saved output, its gradient and the gradient of
+///   its input), beside every stored activation: 12 B per logit. The 16-bit logits are gone by
+///   then (the model's output is dropped before `backward`). The layer that checkpointing
+///   recomputes (`recompute`) is not live at that moment, since the loss's backward ends before
+///   the first recomputation, so the row is what the loss holds beyond it: the peak is the larger
+///   of the two moments, and the rows add up to it.
+fn lm_head_bytes(c: &Config, q: &Query, recompute: Checked) -> Result<u64, Overflow> {
+    if c.architecture.role() == crate::model::arch::Role::Encoder {
+        return Ok(0);
+    }
+    let n = Checked::from(q.batch) * q.context * c.vocab_size;
+    match q.runtime {
+        Runtime::Candle => (n * (q.act_bytes() + 4)).bytes("logits"),
+        Runtime::Torch => Ok((n * 12u64)
+            .bytes("logits")?
+            .saturating_sub(recompute.bytes("activations")?)),
+    }
 }
 
 /// The AdamW step's transient bytes over `t` updated parameters (ARCHITECTURE.md §9): candle-nn's
@@ -506,6 +528,43 @@ mod tests {
         assert_eq!(
             estimate(&m, &ck, None).activations,
             32 * 1024 * 2 * 4096 * 2 + 34 * 1024 * 2 * 4096
+        );
+    }
+
+    #[test]
+    fn the_lm_head_row_is_the_losss_backward_on_torch_and_the_logits_on_candle() {
+        // Llama-3.1-8B, 16-bit, flash, batch 2 × 1024 tokens: N = b·s·V logits.
+        let m = preset("llama-3.1-8b");
+        let (b, s, h, layers) = (2u64, 1024u64, 4096u64, 32u64);
+        let n = b * s * 128_256;
+        let t = Query {
+            mode: Mode::Train,
+            batch: b,
+            context: s,
+            ..q()
+        };
+        let on = |runtime, checkpointing| {
+            estimate(
+                &m,
+                &Query {
+                    runtime,
+                    checkpointing,
+                    ..t
+                },
+                None,
+            )
+        };
+        // candle: the 16-bit logits and their f32 log-softmax.
+        assert_eq!(on(Runtime::Candle, Checkpointing::None).logits, n * (2 + 4));
+        // torch: three f32 tensors per logit at the loss's backward, beside every activation.
+        assert_eq!(on(Runtime::Torch, Checkpointing::None).logits, n * 12);
+        // Checkpointed: the layer inputs are live at both moments, and the peak is the larger
+        // of the loss's backward and one recomputed layer (L · 2sbh + max(12 N, 34 sbh)).
+        let ck = on(Runtime::Torch, Checkpointing::Layer);
+        let sbh = s * b * h;
+        assert_eq!(
+            ck.activations + ck.logits,
+            layers * 2 * sbh + (12 * n).max(34 * sbh)
         );
     }
 

@@ -3,35 +3,76 @@
 //! the committed emulated sweep and the JSON's own rows.
 mod common;
 use common::{
-    estimate_json, estimate_row as row, reserve_ratio, root, vramlab, ReserveKey,
+    estimate_json, estimate_row as row, reserve_ratio, reserve_ratio_in, root, vramlab, ReserveKey,
     RESERVE_CSV as REFERENCE_CSV,
 };
 
 const REFERENCE: &str = "results/emulated/a100-80gb-emu-reserve-llm.constants.toml";
+/// The torch-2.2 stack's sweep and fit (`--stack torch-2.2`).
+const TORCH22_CSV: &str = "results/emulated/a100-80gb-emu-reserve-llm-torch-2.2.csv";
+const TORCH22: &str = "results/emulated/a100-80gb-emu-reserve-llm-torch-2.2.constants.toml";
 
 fn reserve_tables(text: &str) -> Vec<toml::Value> {
     let v: toml::Value = toml::from_str(text).unwrap();
     v["reserve"].as_array().cloned().unwrap_or_default()
 }
 
-/// The reserve fits built into the binary are what `vramlab fit` makes of the committed CSV
-/// today: refitting it gives the same classes, ratios and held-out errors.
+/// The reserve fits built into the binary, one per stack, are what `vramlab fit` makes of the
+/// committed CSVs today: refitting gives the same classes, ratios and held-out errors.
 #[test]
 fn the_built_in_reserve_is_the_fit_of_the_committed_emulated_sweep() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("c.toml");
-    vramlab()
-        .args(["fit", REFERENCE_CSV, "--out"])
-        .arg(&out)
-        .assert()
-        .success()
-        .stdout(predicates::str::contains("caching-allocator reserve"));
-    let fresh = reserve_tables(&std::fs::read_to_string(&out).unwrap());
-    let committed = reserve_tables(&std::fs::read_to_string(root().join(REFERENCE)).unwrap());
-    assert!(fresh.len() >= 4, "{fresh:?}");
-    assert_eq!(
-        fresh, committed,
-        "{REFERENCE} is stale: refit it with `vramlab fit {REFERENCE_CSV} --out {REFERENCE}`"
+    for (csv, constants) in [(REFERENCE_CSV, REFERENCE), (TORCH22_CSV, TORCH22)] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("c.toml");
+        vramlab()
+            .args(["fit", csv, "--out"])
+            .arg(&out)
+            .assert()
+            .success()
+            .stdout(predicates::str::contains("caching-allocator reserve"));
+        let fresh = reserve_tables(&std::fs::read_to_string(&out).unwrap());
+        let committed = reserve_tables(&std::fs::read_to_string(root().join(constants)).unwrap());
+        assert_eq!(fresh.len(), 6, "{csv}: every class: {fresh:?}");
+        assert_eq!(
+            fresh, committed,
+            "{constants} is stale: refit it with `vramlab fit {csv} --out {constants}`"
+        );
+    }
+}
+
+/// `--stack torch-2.2` takes that stack's reserve: the class's largest ratio in its own sweep,
+/// and the reserve source names its fit.
+#[test]
+fn the_stack_chooses_its_own_reserve() {
+    let class: ReserveKey = ("train", "layer", false);
+    let args = [
+        "--model",
+        "tinyllama-1.1b",
+        "--mode",
+        "train",
+        "--batch",
+        "4",
+        "--context",
+        "1024",
+        "--checkpointing",
+    ];
+    for (stack, csv, constants) in [
+        ("default", REFERENCE_CSV, REFERENCE),
+        ("torch-2.2", TORCH22_CSV, TORCH22),
+    ] {
+        let j = estimate_json(&[&args[..], &["--stack", stack]].concat());
+        let alloc = j["allocated_bytes"].as_u64().unwrap();
+        let rho = reserve_ratio_in(csv, Some(class));
+        assert_eq!(
+            row(&j, "allocator reserve"),
+            (alloc as f64 * rho).ceil() as u64,
+            "{stack}"
+        );
+        assert!(j["reserve_source"].as_str().unwrap().contains(constants));
+    }
+    assert_ne!(
+        reserve_ratio_in(REFERENCE_CSV, Some(class)),
+        reserve_ratio_in(TORCH22_CSV, Some(class))
     );
 }
 

@@ -241,9 +241,10 @@ def run(args) -> int:
             oom = not cpu and isinstance(e, torch.cuda.OutOfMemoryError)
             load_err = ("oom" if oom else "error", " ".join(str(e).split())[:300])
         if load_err:
+            # param_count 0: the model was never built (the message says why).
             for p in group:
-                writer.write(dict(base, **point_cols(p, args.torch_optim), phase="load", status=load_err[0],
-                                  message=load_err[1]))
+                writer.write(dict(base, **point_cols(p, args.torch_optim), phase="load", param_count=0,
+                                  status=load_err[0], message=load_err[1]))
                 counts[load_err[0]] = counts.get(load_err[0], 0) + 1
             model = None
             meter.trim()

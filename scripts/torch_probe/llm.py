@@ -45,6 +45,13 @@ def cache_kw(model, cache) -> dict:
     return {name: cache}
 
 
+def position_kw(model, pos) -> dict:
+    """`cache_position`, where the model's forward takes it (Qwen2 in transformers 4.39 does not,
+    and places tokens by the cache's length)."""
+    import inspect
+    return {"cache_position": pos} if "cache_position" in inspect.signature(model.forward).parameters else {}
+
+
 def older_than(version: str, major: int, minor: int) -> bool:
     """Whether a package version string ("4.39.3", "5.24.0.dev0") is below major.minor."""
     have = tuple(int(x) for x in version.split(".")[:2])
@@ -124,8 +131,10 @@ def warm_up(torch, transformers, model, group, device, lkw):
         with torch.no_grad():
             ids = torch.zeros((b, s), dtype=torch.long, device=device)
             cache = transformers.DynamicCache()
-            out = model(ids, use_cache=True, **cache_kw(model, cache), **lkw)
-            model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache), **lkw)
+            out = model(ids, use_cache=True, **cache_kw(model, cache), **mask_kw(torch, b, s, device),
+                        **lkw)
+            model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache),
+                  **mask_kw(torch, b, s + 1, device), **lkw)
             del ids, cache, out
     if train and device.type != "cpu":
         # On a GPU, a full-model forward and backward can exceed memory that the point itself
@@ -170,7 +179,10 @@ def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw
         ids = torch.randint(0, config.vocab_size, (b, plen), generator=g).to(device)
         cache = make_cache(transformers, p["kv_cache"], config, b, p["context"], dtype, device)
         pos = torch.arange(plen, device=device)
-        out = model(ids, **cache_kw(model, cache), use_cache=True, cache_position=pos, **lkw)
+        # A stack that needs a mask (needs_mask) attends over a StaticCache's whole capacity.
+        static = p["kv_cache"] == "preallocated"
+        out = model(ids, **cache_kw(model, cache), use_cache=True, **position_kw(model, pos),
+                    **mask_kw(torch, b, p["context"] if static else plen, device), **lkw)
         nxt = out.logits[:, -1:].argmax(-1)
         del ids, out
         mem, ms = meter.finish(started)
@@ -182,7 +194,8 @@ def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw
                 window = meter.start()
             cur = plen + t - 1
             out = model(nxt, **cache_kw(model, cache), use_cache=True,
-                        cache_position=torch.tensor([cur], device=device), **lkw)
+                        **position_kw(model, torch.tensor([cur], device=device)),
+                        **mask_kw(torch, b, p["context"] if static else cur + 1, device), **lkw)
             nxt = out.logits[:, -1:].argmax(-1)
             del out
             if t % p["decode_every"] == 0 or t == p["decode_steps"]:
@@ -270,6 +283,13 @@ def train_forward(torch, model, ids, compute):
         return model(ids, **kw).loss
     cast = {k: v.to(compute) for k, v in model.named_parameters()}
     return torch.func.functional_call(model, cast, (ids,), kw).loss
+
+
+def mask_kw(torch, b: int, n: int, device) -> dict:
+    """An all-ones attention mask over `n` positions where the stack needs one (needs_mask)."""
+    if not needs_mask():
+        return {}
+    return {"attention_mask": torch.ones((b, n), dtype=torch.long, device=device)}
 
 
 def needs_mask() -> bool:

@@ -1,6 +1,6 @@
 //! The device rows of an estimate: the CUDA context, the cuBLAS workspace and the allocator's
 //! reserve (candle's assumed rounding, torch's fitted ratio or the built-in reference fit).
-use super::{Backend, Breakdown, Overflow, Query, Runtime};
+use super::{Backend, Breakdown, Overflow, Query, Runtime, Stack};
 use crate::checked::Checked;
 use crate::fit::{self, Constants};
 
@@ -20,24 +20,45 @@ pub const CUBLAS_WORKSPACE: u64 = 2 * (4096 << 10) + 8 * (16 << 10);
 pub const ALLOCATOR_ROUNDING: u64 = 20 << 20;
 
 /// The caching allocator's reserve `estimate` applies to torch on CUDA without a
-/// `--constants` file that carries one: `vramlab fit` on this repository's emulated sweep of
-/// four models' inference and training (docs/src/results/emulated.md; PyTorch's own allocator
-/// on the emulated GPU), built into the binary.
-pub const REFERENCE_RESERVE: (&str, &str) = (
-    "results/emulated/a100-80gb-emu-reserve-llm.constants.toml",
-    include_str!("../../../results/emulated/a100-80gb-emu-reserve-llm.constants.toml"),
-);
+/// `--constants` file that carries one, per software stack: `vramlab fit` on this repository's
+/// emulated sweep of four models' inference and training under that stack
+/// (docs/src/results/emulated-reserve.md; PyTorch's own allocator on the emulated GPU), built
+/// into the binary. The torch-2.2 stack's sweep has three of the models (its transformers 4.39
+/// cannot build Llama-3.2's rope scaling) and two in inference (Qwen2's static cache reads the
+/// device there).
+pub const REFERENCE_RESERVE: [(Stack, &str, &str); 2] = [
+    (
+        Stack::Default,
+        "results/emulated/a100-80gb-emu-reserve-llm.constants.toml",
+        include_str!("../../../results/emulated/a100-80gb-emu-reserve-llm.constants.toml"),
+    ),
+    (
+        Stack::Torch22,
+        "results/emulated/a100-80gb-emu-reserve-llm-torch-2.2.constants.toml",
+        include_str!(
+            "../../../results/emulated/a100-80gb-emu-reserve-llm-torch-2.2.constants.toml"
+        ),
+    ),
+];
 
-/// The built-in reserve fits ([`REFERENCE_RESERVE`]), parsed once.
-pub fn reference_reserve() -> &'static Constants {
-    static C: std::sync::OnceLock<Constants> = std::sync::OnceLock::new();
-    C.get_or_init(|| {
-        Constants::parse(
-            std::path::Path::new(REFERENCE_RESERVE.0),
-            REFERENCE_RESERVE.1,
-        )
-        .expect("the committed reference reserve parses")
-    })
+/// The built-in reserve fit of `stack` ([`REFERENCE_RESERVE`]), parsed once: its path and
+/// constants.
+pub fn reference_reserve(stack: Stack) -> (&'static str, &'static Constants) {
+    static C: std::sync::OnceLock<Vec<Constants>> = std::sync::OnceLock::new();
+    let all = C.get_or_init(|| {
+        REFERENCE_RESERVE
+            .iter()
+            .map(|(_, path, text)| {
+                Constants::parse(std::path::Path::new(path), text)
+                    .expect("the committed reference reserve parses")
+            })
+            .collect()
+    });
+    let i = REFERENCE_RESERVE
+        .iter()
+        .position(|(s, _, _)| *s == stack)
+        .expect("every stack has a reference reserve");
+    (REFERENCE_RESERVE[i].1, &all[i])
 }
 
 /// The device rows of a query: the sourced defaults on CUDA, none on the CPU.
@@ -54,7 +75,7 @@ pub(super) fn device_terms(q: &Query) -> Breakdown {
 
 /// `e` with the allocator's reserve over its allocated bytes (CUDA only): torch's from the
 /// constants' own reserve fits where they carry them (a torch fit on CUDA), else the built-in
-/// reference ([`REFERENCE_RESERVE`]); candle's [`ALLOCATOR_ROUNDING`].
+/// reference of the query's stack ([`REFERENCE_RESERVE`]); candle's [`ALLOCATOR_ROUNDING`].
 pub fn with_reserve(
     e: Breakdown,
     q: &Query,
@@ -85,7 +106,7 @@ pub fn with_reserve_of(
         (Backend::Cuda, Runtime::Torch) => {
             let (path, k) = match constants.filter(|k| !k.reserve.is_empty()) {
                 Some(k) => ("--constants", k),
-                None => (REFERENCE_RESERVE.0, reference_reserve()),
+                None => reference_reserve(q.stack),
             };
             let (ratio, how) =
                 fit::reserve::reserve_ratio(&k.reserve, class).expect("a reserve file has classes");

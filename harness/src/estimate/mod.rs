@@ -42,6 +42,6 @@ pub use infer::infer_features;
 pub use model::{resolve, Resolved};
 pub use query::{
     Attention, Backend, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Query,
-    Sharding, Trainable,
+    Sharding, Stack, Trainable,
 };
 pub use train::{grad_bytes, layer_activations, model_states, train_features, Recompute};

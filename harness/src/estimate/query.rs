@@ -9,7 +9,7 @@ use serde::Serialize;
 pub use crate::vocab::Backend;
 use crate::vocab::Checkpointing;
 pub use crate::vocab::{
-    Attention, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Trainable,
+    Attention, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Stack, Trainable,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -48,6 +48,9 @@ pub struct Query {
     /// The exact weight bytes of a quantized precision (block bytes per tensor type, from a
     /// GGUF's tensor table or a re-quantization's block formula); `None`: params × dtype bytes.
     pub weight_bytes: Option<u64>,
+    /// The pinned software stack (torch on CUDA): whose emulated runs the built-in allocator
+    /// reserve was fitted on.
+    pub stack: Stack,
 }
 
 impl Query {
@@ -82,6 +85,7 @@ impl Default for Query {
             optimizer_impl: OptimizerImpl::Foreach,
             compute: Compute::F32,
             weight_bytes: None,
+            stack: Stack::Default,
         }
     }
 }

@@ -530,7 +530,12 @@ pub type ReserveKey = (&'static str, &'static str, bool);
 /// [`RESERVE_CSV`], derived from its rows: `None` is the `load` phase of every point, a class
 /// the whole-run rows (`total`, `step_total`) of its points.
 pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
-    let mut rdr = csv::Reader::from_path(root().join(RESERVE_CSV)).unwrap();
+    reserve_ratio_in(RESERVE_CSV, class)
+}
+
+/// [`reserve_ratio`] of the emulated sweep in `csv` (another stack's).
+pub fn reserve_ratio_in(csv: &str, class: Option<ReserveKey>) -> f64 {
+    let mut rdr = csv::Reader::from_path(root().join(csv)).unwrap();
     let h = rdr.headers().unwrap().clone();
     let col = |name: &str| h.iter().position(|c| c == name).unwrap();
     let (mode, phase, ck, tr, a, r, st) = (
@@ -564,7 +569,7 @@ pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
             max = max.max((r - a) as f64 / a as f64);
         }
     }
-    assert!(!max.is_nan(), "no rows of {class:?} in {RESERVE_CSV}");
+    assert!(!max.is_nan(), "no rows of {class:?} in {csv}");
     max
 }
 

@@ -80,6 +80,7 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         runtime: a.runtime,
         backend: a.backend,
         optimizer_impl: a.optimizer_impl,
+        stack: a.stack.unwrap_or_default(),
     }
 }
 

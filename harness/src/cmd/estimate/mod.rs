@@ -171,15 +171,11 @@ pub struct Args {
         conflicts_with = "stack"
     )]
     pub python: Option<PathBuf>,
-    /// With --emulate: run under this pinned software stack, installed by
-    /// `scripts/torch-env.sh --stack NAME` (default: the torch environment of --python)
-    #[arg(
-        long,
-        value_enum,
-        value_name = "NAME",
-        help_heading = "Emulated GPU",
-        requires = "emulate"
-    )]
+    /// The pinned software stack (torch on CUDA): the allocator reserve fitted on that stack's
+    /// emulated runs (default: the default stack's); with --emulate, the query also runs under
+    /// it, installed by `scripts/torch-env.sh --stack NAME` (default: the torch environment of
+    /// --python)
+    #[arg(long, value_enum, value_name = "NAME", help_heading = "Emulated GPU")]
     pub stack: Option<crate::vocab::Stack>,
     /// With --emulate: the emulated device's total memory instead of the GPU's (e.g. 36GB,
     /// 33.5GiB, bytes), with the rest of that GPU's properties: where the verdict flips.

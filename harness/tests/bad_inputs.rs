@@ -250,6 +250,14 @@ fn generation_scenarios() {
     );
 }
 
+/// `stack` is the torch probe's axis: vramlab's sweep refuses it, and an unknown stack is a
+/// parse error on its line.
+#[test]
+fn stack_axis() {
+    scenario("stack-axis.toml", "`stack` is an axis of the torch probe");
+    scenario("stack-unknown.toml", "line 3: unknown variant `torch-1.0`");
+}
+
 #[test]
 fn no_sweep_table() {
     scenario("no-sweep.toml", "missing field `sweep`");

@@ -139,31 +139,29 @@ fn torch_env(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| panic!("{var}: scripts/torch-env.sh (scripts/test.sh)"))
 }
 
-/// Re-measures the scenario under both stacks and requires the committed CSVs' figures exactly
-/// (the emulated allocator is deterministic), so a stale result set fails here.
+/// Re-measures the scenario under both stacks (its `stack` axis: one probe command, one CSV per
+/// stack) and requires the committed CSVs' figures exactly (the emulated allocator is
+/// deterministic), so a stale result set fails here.
 #[test]
-#[ignore = "needs both torch stacks (VRAMLAB_TORCH_PYTHON, VRAMLAB_TORCH22_PYTHON; scripts/test.sh)"]
+#[ignore = "needs both torch stacks (scripts/torch-env.sh and --stack torch-2.2; scripts/test.sh)"]
 fn the_committed_stack_results_are_current() {
     let dir = tempfile::tempdir().unwrap();
-    for (var, committed) in [
-        ("VRAMLAB_TORCH_PYTHON", DEFAULT),
-        ("VRAMLAB_TORCH22_PYTHON", OLD),
-    ] {
-        let out: PathBuf = dir.path().join(format!("{var}.csv"));
-        let run = std::process::Command::new(torch_env(var))
-            .arg(root().join("scripts/torch_probe"))
-            .arg(SCENARIO)
-            .args(["--device", "emu:h100-80gb", "--out"])
-            .arg(&out)
-            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
-            .current_dir(root())
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{var}: {}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+    let out: PathBuf = dir.path().join("emu.csv");
+    let run = std::process::Command::new(torch_env("VRAMLAB_TORCH_PYTHON"))
+        .arg(root().join("scripts/torch_probe"))
+        .arg(SCENARIO)
+        .args(["--device", "emu:h100-80gb", "--out"])
+        .arg(&out)
+        .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for (file, committed) in [("emu.csv", DEFAULT), ("emu-torch-2.2.csv", OLD)] {
         let key = |r: &Record| {
             (
                 r.point_id.clone(),
@@ -176,14 +174,26 @@ fn the_committed_stack_results_are_current() {
             )
         };
         let want: Vec<_> = rows(committed).iter().map(key).collect();
-        let got: Vec<_> = vramlab::export::csv::read(&out)
+        let got: Vec<_> = vramlab::export::csv::read(&dir.path().join(file))
             .unwrap()
             .iter()
             .map(key)
             .collect();
         assert_eq!(
             got, want,
-            "{committed} is stale: re-run {SCENARIO} under {var}"
+            "{committed} is stale: re-run {SCENARIO} (both stacks)"
+        );
+        let manifest =
+            std::fs::read_to_string(dir.path().join(file.replace(".csv", ".manifest.json")))
+                .unwrap();
+        let stack = if file == "emu.csv" {
+            "default"
+        } else {
+            "torch-2.2"
+        };
+        assert!(
+            manifest.contains(&format!("\"stack\": \"{stack}\"")),
+            "{manifest}"
         );
     }
 }

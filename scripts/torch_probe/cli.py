@@ -195,6 +195,8 @@ def run(args) -> int:
                            torch_threads=torch.get_num_threads()),
         points=len(points), status_counts={},
     )
+    if os.environ.get("VRAMLAB_PROBE_STACK"):
+        manifest["stack"] = os.environ["VRAMLAB_PROBE_STACK"]  # the scenario's `stack` axis
 
     def write_manifest():
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
@@ -298,17 +300,63 @@ def run(args) -> int:
     return 1 if counts.get("error") else 0
 
 
-def run_emulated(args, argv: list) -> int:
-    """`--device emu:GPU`: this probe again, as cuda:0, under `vramlab emulate --gpu GPU`."""
-    gpu = args.device.split(":", 1)[1]
+def without(argv: list, flag: str) -> list:
+    """`argv` less `flag VALUE` and `flag=VALUE`: what runs this probe again with another."""
     rest, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a == "--device":
+        elif a == flag:
             skip = True
-        elif not a.startswith("--device="):
+        elif not a.startswith(flag + "="):
             rest.append(a)
+    return rest
+
+
+STACKS = {"default": "venv", "torch-2.2": "stacks/torch-2.2/venv"}
+
+
+def stack_python(name: str) -> str:
+    """The python of a pinned software stack's venv in the torch cache (scripts/torch-env.sh
+    --stack NAME; `default`: scripts/torch-env.sh), as harness/src/vocab/runtime.rs's Stack::venv."""
+    if name not in STACKS:
+        raise InputError(f"stack `{name}`: unknown (known: {', '.join(STACKS)})")
+    cache = Path(os.environ.get("VRAMLAB_TORCH_CACHE") or Path.home() / ".cache" / "vramlab-torch")
+    py = cache / STACKS[name] / "bin" / "python"
+    if not py.is_file():
+        flag = "" if name == "default" else f" --stack {name}"
+        raise InputError(f"stack `{name}`: not installed ({py} is missing; `scripts/torch-env.sh{flag}` "
+                         "installs it)")
+    return str(py)
+
+
+def stack_out(out: Path, name: str) -> Path:
+    """Where a stack's rows go: --out itself for the default stack, FILE-STACK.csv for another."""
+    return out if name == "default" else out.with_name(f"{out.stem}-{name}{out.suffix}")
+
+
+def run_stacks(args, stacks: list, argv: list) -> int:
+    """A scenario's `stack = [...]`: this probe again under each stack's python, one CSV each
+    (stack_out), with the same point ids, for `vramlab compare` between stacks. The worst exit
+    code wins; a stack that fails does not stop the others."""
+    if not isinstance(stacks, list) or not stacks or not all(isinstance(x, str) for x in stacks):
+        raise InputError(f"{args.scenario}: `stack` must be a list of stack names")
+    pythons = {name: stack_python(name) for name in stacks}
+    rest = without(argv, "--out")
+    worst = 0
+    for name in stacks:
+        out = stack_out(args.out, name)
+        print(f"stack {name}: {pythons[name]} -> {out}", file=sys.stderr)
+        env = dict(os.environ, VRAMLAB_PROBE_STACK=name)
+        done = subprocess.run([pythons[name], *self_args(), *rest, "--out", str(out)], env=env)
+        worst = max(worst, done.returncode)
+    return worst
+
+
+def run_emulated(args, argv: list) -> int:
+    """`--device emu:GPU`: this probe again, as cuda:0, under `vramlab emulate --gpu GPU`."""
+    gpu = args.device.split(":", 1)[1]
+    rest = without(argv, "--device")
     cmd = [vramlab_bin(), "emulate", "--gpu", gpu, "--", sys.executable,
            *self_args(), *rest, "--out", str(args.out), "--device", "cuda:0"]
     # The probe's own progress is on stderr; emulate's per-step table is not needed here.
@@ -345,6 +393,9 @@ def main(argv=None) -> int:
             args.out = Path("results") / f"{spec['name']}-torch.csv"
         if args.out.suffix != ".csv":
             raise InputError(f"--out {args.out}: must end in .csv")
+        spec, _ = load_spec(args.scenario)
+        if "stack" in spec and not os.environ.get("VRAMLAB_PROBE_STACK"):
+            return run_stacks(args, spec["stack"], argv if argv is not None else sys.argv[1:])
         if args.device.startswith("emu:"):
             return run_emulated(args, argv if argv is not None else sys.argv[1:])
         if args.device != "cpu" and not re.fullmatch(r"cuda(:[0-9]+)?", args.device):

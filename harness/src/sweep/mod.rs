@@ -100,6 +100,14 @@ pub struct Run<'a> {
 /// every point in workers, or (`--worker`) measures some in this process.
 pub fn run(o: &Options) -> Result<()> {
     let (spec, text) = Spec::load(&o.scenario)?;
+    // `--dry-run` still lists the points: every stack runs the same ones.
+    if !spec.stack.is_empty() && !o.dry_run {
+        return Err(crate::error::bad_file(
+            &o.scenario,
+            "`stack` is an axis of the torch probe (scripts/torch_probe runs the scenario under \
+             each stack's torch); vramlab's sweep runs candle",
+        ));
+    }
     let shard = match &o.shard {
         Some(s) => Some(s.parse::<Shard>().map_err(InputError::arg)?),
         None => None,

@@ -144,6 +144,10 @@ pub struct Spec {
     /// One `[sweep]` table, or several `[[sweep]]` tables (e.g. one for inference and one for
     /// training), expanded one after the other.
     pub sweep: Sweeps,
+    /// The torch probe's software stacks (`default`, `torch-2.2`): the whole scenario once
+    /// under each, one CSV each. Not an axis of vramlab's own (candle) sweep, which refuses it.
+    #[serde(default)]
+    pub stack: Vec<crate::vocab::Stack>,
 }
 
 /// `[sweep]` or `[[sweep]]`: deserialized by hand so that errors inside a table keep their

@@ -250,12 +250,47 @@ fn generation_scenarios() {
     );
 }
 
-/// `stack` is the torch probe's axis: vramlab's sweep refuses it, and an unknown stack is a
-/// parse error on its line.
+/// `stack` is an axis of PyTorch's stacks: vramlab's candle sweep refuses it, and an unknown
+/// stack is a parse error on its line.
 #[test]
 fn stack_axis() {
-    scenario("stack-axis.toml", "`stack` is an axis of the torch probe");
+    scenario("stack-axis.toml", "set runtime = \"torch\"");
     scenario("stack-unknown.toml", "line 3: unknown variant `torch-1.0`");
+}
+
+/// `runtime` against `device`: an emulated GPU needs torch, torch needs a GPU (emulated or
+/// real), and the emulated one must be catalogued.
+#[test]
+fn runtime_and_device() {
+    scenario("runtime-emu-candle.toml", "which runs PyTorch");
+    scenario("runtime-torch-cpu.toml", "scripts/torch-cpu.sh");
+    scenario("runtime-torch-emu-unknown.toml", "no-such-gpu");
+}
+
+/// What the torch probe cannot run is refused by its `--check` before any worker starts. The
+/// check imports no torch, so any Python 3.11+ runs it.
+#[test]
+fn runtime_torch_refuses_what_the_probe_cannot_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = format!("{DIR}/runtime-torch-fused.toml");
+    let out = vramlab()
+        .env("VRAMLAB_TORCH_PYTHON", "python3")
+        .args(["sweep", "--out"])
+        .arg(tmp.path().join("o.csv"))
+        .arg(&file)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&file) && err.contains("cannot run `kernels"),
+        "{err}"
+    );
+    assert!(
+        !tmp.path().join("o.csv").exists(),
+        "nothing written before the check"
+    );
 }
 
 #[test]

@@ -2,12 +2,12 @@
 //! and under torch-2.2 (`scripts/torch-env.sh --stack torch-2.2`), committed as
 //! `results/emulated/h100-80gb-emu-stack-smollm2{,-torch-2.2}.csv`, and `vramlab compare`
 //! between them as the "new runtime version" gate (docs/src/results/emu-stack-smollm2.md).
-//! The comparison of the committed CSVs runs everywhere; re-measuring them needs both torch
-//! environments and is `#[ignore]`d (`scripts/test.sh` runs it).
+//! The comparison of the committed CSVs runs everywhere; re-measuring them (`vramlab sweep` of
+//! the scenario, `runtime = "torch"`) needs both torch environments and is `#[ignore]`d
+//! (`scripts/test.sh` runs it).
 mod common;
 use common::{root, vramlab};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use vramlab::record::Record;
 
 const SCENARIO: &str = "scenarios/emu-stack-smollm2.toml";
@@ -135,65 +135,105 @@ fn the_old_stacks_per_layer_rotary_caches_show_at_load() {
     }
 }
 
+/// What the stack results are compared on: each row's point, phase, step and bytes.
+type Key = (
+    String,
+    Option<String>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+);
+
+fn key(r: &Record) -> Key {
+    (
+        r.point_id.clone(),
+        r.phase.map(|p| p.as_str().to_string()),
+        r.step,
+        r.peak_allocated,
+        r.end_allocated,
+        r.peak_reserved,
+        r.device_used,
+    )
+}
+
+/// Requires `got`'s rows to be the committed CSV's, figure for figure, in any order (`merge`
+/// orders them by point).
+fn same_rows(got: &std::path::Path, committed: &str) {
+    let mut want: Vec<Key> = rows(committed).iter().map(key).collect();
+    let mut got: Vec<Key> = vramlab::export::csv::read(got)
+        .unwrap()
+        .iter()
+        .map(key)
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(
+        got, want,
+        "{committed} is stale: re-run {SCENARIO} (both stacks)"
+    );
+}
+
 fn torch_env(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| panic!("{var}: scripts/torch-env.sh (scripts/test.sh)"))
 }
 
-/// Re-measures the scenario under both stacks (its `stack` axis: one probe command, one CSV per
-/// stack) and requires the committed CSVs' figures exactly (the emulated allocator is
-/// deterministic), so a stale result set fails here.
+/// Re-measures the scenario under both stacks through `vramlab sweep` itself (`runtime =
+/// "torch"`, `device = "emu:h100-80gb"`, its `stack` axis: one CSV per stack) in two shards,
+/// each one worker process per group, and requires the merged figures to be the committed
+/// CSVs' to the byte (the emulated allocator is deterministic), so a stale result set fails
+/// here. The manifest names the stack, torch's versions and the emulated device; a second run
+/// resumes and measures nothing again.
 #[test]
 #[ignore = "needs both torch stacks (scripts/torch-env.sh and --stack torch-2.2; scripts/test.sh)"]
-fn the_committed_stack_results_are_current() {
+fn the_committed_stack_results_are_current_in_shards_and_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let out: PathBuf = dir.path().join("emu.csv");
-    let run = std::process::Command::new(torch_env("VRAMLAB_TORCH_PYTHON"))
-        .arg(root().join("scripts/torch_probe"))
-        .arg(SCENARIO)
-        .args(["--device", "emu:h100-80gb", "--out"])
-        .arg(&out)
-        .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
-        .current_dir(root())
-        .output()
+    let sweep = |shard: &str, out: &str| {
+        let run = vramlab()
+            .args(["sweep", SCENARIO, "--quiet", "--shard", shard, "--out"])
+            .arg(dir.path().join(out))
+            .env("VRAMLAB_TORCH_PYTHON", torch_env("VRAMLAB_TORCH_PYTHON"))
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert!(run.status.success(), "{err}");
+        err
+    };
+    sweep("1/2", "a.csv");
+    sweep("2/2", "b.csv");
+    let again = sweep("1/2", "a.csv");
+    assert!(again.contains("resum"), "a second run resumes: {again}");
+    for (suffix, committed, stack, torch) in [
+        ("", DEFAULT, "default", "torch-2.15"),
+        ("-torch-2.2", OLD, "torch-2.2", "torch-2.2.2"),
+    ] {
+        let shard = |n: &str| dir.path().join(format!("{n}{suffix}.csv"));
+        let manifest: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(shard("a").with_extension("manifest.json")).unwrap(),
+        )
         .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    for (file, committed) in [("emu.csv", DEFAULT), ("emu-torch-2.2.csv", OLD)] {
-        let key = |r: &Record| {
-            (
-                r.point_id.clone(),
-                r.phase.map(|p| p.as_str().to_string()),
-                r.step,
-                r.peak_allocated,
-                r.end_allocated,
-                r.peak_reserved,
-                r.device_used,
-            )
-        };
-        let want: Vec<_> = rows(committed).iter().map(key).collect();
-        let got: Vec<_> = vramlab::export::csv::read(&dir.path().join(file))
-            .unwrap()
-            .iter()
-            .map(key)
-            .collect();
-        assert_eq!(
-            got, want,
-            "{committed} is stale: re-run {SCENARIO} (both stacks)"
-        );
-        let manifest =
-            std::fs::read_to_string(dir.path().join(file.replace(".csv", ".manifest.json")))
-                .unwrap();
-        let stack = if file == "emu.csv" {
-            "default"
-        } else {
-            "torch-2.2"
-        };
+        assert_eq!(manifest["stack"], stack, "{manifest}");
         assert!(
-            manifest.contains(&format!("\"stack\": \"{stack}\"")),
+            manifest["runtime"].as_str().unwrap().starts_with(torch),
             "{manifest}"
         );
+        assert!(
+            manifest["device_name"]
+                .as_str()
+                .unwrap()
+                .ends_with("(emulated)"),
+            "{manifest}"
+        );
+        let merged = dir.path().join(format!("m{suffix}.csv"));
+        vramlab()
+            .arg("merge")
+            .arg(&merged)
+            .arg(shard("a"))
+            .arg(shard("b"))
+            .assert()
+            .success();
+        same_rows(&merged, committed);
     }
 }

@@ -131,6 +131,14 @@ def run(args) -> int:
     spec, text = load_spec(args.scenario)
     check_runnable(args.scenario, spec)
     points = expand(spec)
+    worker = args.worker_point is not None
+    if worker:
+        # A worker of `vramlab sweep` (runtime = "torch"): the points it was given, in grid order.
+        wanted = set(args.worker_point)
+        points = [p for p in points if p["id"] in wanted]
+        missing = wanted - {p["id"] for p in points}
+        if missing:
+            raise InputError(f"{args.scenario}: no point `{sorted(missing)[0]}` in this scenario")
     cpu = args.device == "cpu"
     meter = PreloadMeter() if cpu else None
     import torch
@@ -177,7 +185,7 @@ def run(args) -> int:
         import diffusers
         runtime += f"+diffusers-{diffusers.__version__}"
     started_at = now_rfc3339()
-    run_id = f"{re.sub('[:-]', '', started_at)}-torch-{os.getpid():x}"
+    run_id = args.run_id or f"{re.sub('[:-]', '', started_at)}-torch-{os.getpid():x}"
     shash = short_hash(text.encode())
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -199,10 +207,21 @@ def run(args) -> int:
         manifest["stack"] = os.environ["VRAMLAB_PROBE_STACK"]  # the scenario's `stack` axis
 
     def write_manifest():
-        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+        # A worker's parent (vramlab sweep) writes the manifest, from what report_device says.
+        if not worker:
+            manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+    def point_done(p):
+        # The protocol of harness/src/sweep/supervisor.rs, on stdout.
+        if worker:
+            print(f"vramlab-point-done {p['id']}", flush=True)
 
     write_manifest()
-    writer = Writer(out)
+    if worker:
+        print("vramlab-device " + json.dumps(dict(
+            gpu=gpu, pool=pool, device_name=dev_name, runtime=runtime,
+            probe={k: manifest[k] for k in ("attention", "torch_optim", "versions")})), flush=True)
+    writer = Writer(out, append=worker)
     counts: dict[str, int] = {}
     print(f"torch_probe {spec['name']}: {len(points)} points -> {out} ({runtime}, {meter.kind}, "
           f"attention {args.attention}, optimizer {args.torch_optim})", file=sys.stderr)
@@ -219,6 +238,8 @@ def run(args) -> int:
         if points[i]["mode"] == "generate":
             n = gen_group_len(points, i)
             run_generate_group(torch, points[i:i + n], common, writer, meter, device, args, counts)
+            for p in points[i:i + n]:
+                point_done(p)
             i += n
             continue
         src, prec = points[i]["source"], points[i]["precision"]
@@ -248,6 +269,7 @@ def run(args) -> int:
                 writer.write(dict(base, **point_cols(p, args.torch_optim), phase="load", param_count=0,
                                   status=load_err[0], message=load_err[1]))
                 counts[load_err[0]] = counts.get(load_err[0], 0) + 1
+                point_done(p)
             model = None
             meter.trim()
             continue
@@ -290,6 +312,7 @@ def run(args) -> int:
                                   message=(f"requested {m.group(1)}: " if m else "") + msg))
             counts[status] = counts.get(status, 0) + 1
             print(f"  {p['id']}: {status}", file=sys.stderr)
+            point_done(p)
         del model
         meter.trim()
 
@@ -357,10 +380,14 @@ def run_emulated(args, argv: list) -> int:
     """`--device emu:GPU`: this probe again, as cuda:0, under `vramlab emulate --gpu GPU`."""
     gpu = args.device.split(":", 1)[1]
     rest = without(argv, "--device")
-    cmd = [vramlab_bin(), "emulate", "--gpu", gpu, "--", sys.executable,
+    memory = ["--gpu-memory", args.gpu_memory] if args.gpu_memory else []
+    rest = without(rest, "--gpu-memory")
+    cmd = [vramlab_bin(), "emulate", "--gpu", gpu, *memory, "--", sys.executable,
            *self_args(), *rest, "--out", str(args.out), "--device", "cuda:0"]
-    # The probe's own progress is on stderr; emulate's per-step table is not needed here.
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    # The probe's own progress is on stderr; emulate's per-step table is not needed here. A
+    # worker's stdout carries its protocol to vramlab sweep (emulate's table there is ignored).
+    worker = args.worker_point is not None
+    done = subprocess.run(cmd, stdout=None if worker else subprocess.DEVNULL)
     return done.returncode
 
 
@@ -381,8 +408,24 @@ def main(argv=None) -> int:
     ap.add_argument("--no-onednn", action="store_true",
                     help="cpu: turn oneDNN off (no per-shape kernel state; bf16 much slower)")
     ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")
+    ap.add_argument("--check", action="store_true",
+                    help="check that the probe can run the scenario (exit 2 naming what it cannot), "
+                    "then exit; imports no torch")
+    ap.add_argument("--gpu-memory", metavar="SIZE",
+                    help="emu:GPU: the emulated GPU's total memory (vramlab emulate --gpu-memory)")
+    # A worker of `vramlab sweep` with runtime = "torch" (harness/src/sweep/torch.rs): these
+    # points only (repeated), appended to --out under the parent's run id, no manifest, and
+    # the supervisor's protocol on stdout.
+    ap.add_argument("--worker-point", action="append", metavar="ID", help=argparse.SUPPRESS)
+    ap.add_argument("--run-id", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     try:
+        if args.check:
+            spec, _ = load_spec(args.scenario)
+            check_runnable(args.scenario, spec)
+            return 0
+        if args.gpu_memory and not args.device.startswith("emu:"):
+            raise InputError(f"--gpu-memory {args.gpu_memory}: only for --device emu:GPU")
         if args.dry_run:
             spec, _ = load_spec(args.scenario)
             for p in expand(spec):

@@ -25,11 +25,15 @@ COLUMNS = [
 
 
 class Writer:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, append: bool = False):
+        """A new CSV with its header; `append`: rows after those of an existing one (a worker
+        of `vramlab sweep`, whose parent wrote the header)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(path, "w", newline="")
+        header = not append or not path.exists() or path.stat().st_size == 0
+        self.f = open(path, "a" if append else "w", newline="")
         self.w = csv.DictWriter(self.f, fieldnames=COLUMNS, lineterminator="\n")
-        self.w.writeheader()
+        if header:
+            self.w.writeheader()
         self.f.flush()
 
     def write(self, row: dict):

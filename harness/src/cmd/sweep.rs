@@ -17,7 +17,9 @@ pub struct Args {
     /// Default: `results/<scenario name>.csv`.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Device to measure on: `cpu` or `cuda:N`. Overrides the scenario's `device`.
+    /// Device to measure on: `cpu` or `cuda:N`; with `runtime = "torch"` in the scenario,
+    /// `emu:GPU` (an emulated GPU, e.g. emu:h100-80gb) or `cuda:N`. Overrides the scenario's
+    /// `device`.
     #[arg(long)]
     pub device: Option<String>,
     /// Print the expanded point ids, one per line, and exit without measuring.
@@ -28,6 +30,7 @@ pub struct Args {
     pub quiet: bool,
     /// A memory budget for the CPU device, emulating a smaller GPU: e.g. 2GiB, 512MiB, 1.5GB.
     /// A point whose phase would pass it is recorded `status=oom` and the sweep goes on.
+    /// With `runtime = "torch"` on `emu:GPU`: the emulated GPU's total memory instead.
     #[arg(long, value_name = "SIZE")]
     pub capacity: Option<String>,
     /// Resume into an existing --out (the default when it exists and its manifest's scenario

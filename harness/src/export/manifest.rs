@@ -121,6 +121,13 @@ pub struct Manifest {
     pub gpu: Option<serde_json::Value>,
     pub pool: serde_json::Value,
     pub runtime: String,
+    /// The software stack of a `runtime = "torch"` sweep (the torch probe's environment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<crate::vocab::Stack>,
+    /// The torch probe's settings and versions (attention, optimizer implementation, python,
+    /// torch, transformers, diffusers, CUDA runtime) in a `runtime = "torch"` sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<serde_json::Value>,
     pub versions: Versions,
     pub host: Host,
     pub weights: Vec<WeightInfo>,

@@ -13,6 +13,7 @@ pub mod runner;
 pub mod shard;
 pub mod summary;
 pub mod supervisor;
+pub mod torch;
 
 use crate::error::{bad_file, InputError};
 use crate::export::csv::CsvExporter;
@@ -21,7 +22,7 @@ use crate::record::{Phase, Record, Status};
 use crate::scenario::ft_points::FtPoint;
 use crate::scenario::gen_points::GenPoint;
 use crate::scenario::{short_hash, Point, Spec};
-use crate::vocab::{Backend, Mode};
+use crate::vocab::{Backend, Mode, Runtime, Stack};
 use anyhow::{Context, Result};
 use shard::Shard;
 use std::ops::Range;
@@ -94,6 +95,8 @@ pub struct Run<'a> {
     pub device_spec: String,
     pub capacity: Option<u64>,
     pub scenario_hash: String,
+    /// The software stack of a `runtime = "torch"` sweep (the default one for candle).
+    pub stack: Stack,
 }
 
 /// `vramlab sweep`: expands the scenario, keeps this run's shard, and (the parent) measures
@@ -101,18 +104,59 @@ pub struct Run<'a> {
 pub fn run(o: &Options) -> Result<()> {
     let (spec, text) = Spec::load(&o.scenario)?;
     // `--dry-run` still lists the points: every stack runs the same ones.
-    if !spec.stack.is_empty() && !o.dry_run {
+    if !spec.stack.is_empty() && spec.runtime == Runtime::Candle && !o.dry_run {
         return Err(crate::error::bad_file(
             &o.scenario,
-            "`stack` is an axis of the torch probe (scripts/torch_probe runs the scenario under \
-             each stack's torch); vramlab's sweep runs candle",
+            "`stack` is an axis of PyTorch's software stacks: set runtime = \"torch\" (the \
+             torch probe measures each stack; vramlab's own workloads run candle)",
         ));
     }
+    let device_spec = o.device.clone().unwrap_or_else(|| spec.device.clone());
+    if !o.dry_run {
+        torch::check_device(spec.runtime, &device_spec)
+            .map_err(|e| crate::error::bad_file(&o.scenario, e))?;
+    }
+    let stacks = match (spec.runtime, spec.stack.is_empty()) {
+        (Runtime::Torch, false) => spec.stack.clone(),
+        _ => vec![Stack::Default],
+    };
+    if stacks.len() == 1 || o.dry_run || o.worker.is_some() {
+        return run_stack(o, &spec, &text, device_spec, stacks[0]);
+    }
+    // Several stacks: the whole sweep under each, one CSV each; a stack that fails does not
+    // stop the others, and the first failure is the sweep's.
+    let out = output::path(o.out.as_deref(), &spec.name)?;
+    let mut first_err = None;
+    for stack in stacks {
+        let o = Options {
+            out: Some(torch::stack_out(&out, stack)),
+            ..o.clone()
+        };
+        eprintln!(
+            "stack {stack} -> {}",
+            o.out.as_deref().unwrap_or(&out).display()
+        );
+        if let Err(e) = run_stack(&o, &spec, &text, device_spec.clone(), stack) {
+            eprintln!("stack {stack}: {e:#}");
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// The sweep under one software stack (candle's sweeps have the default one only).
+fn run_stack(
+    o: &Options,
+    spec: &Spec,
+    text: &str,
+    device_spec: String,
+    stack: Stack,
+) -> Result<()> {
     let shard = match &o.shard {
         Some(s) => Some(s.parse::<Shard>().map_err(InputError::arg)?),
         None => None,
     };
-    let plan = Plan::of(&o.scenario, &spec)?;
+    let plan = Plan::of(&o.scenario, spec)?;
     let capacity = match &o.capacity {
         Some(c) => Some(
             crate::units::parse_size(c).map_err(|e| InputError::arg(format!("--capacity: {e}")))?,
@@ -121,13 +165,14 @@ pub fn run(o: &Options) -> Result<()> {
     };
     let r = Run {
         o,
-        spec: &spec,
-        text: &text,
+        spec,
+        text,
         shard,
         out: PathBuf::new(),
-        device_spec: o.device.clone().unwrap_or_else(|| spec.device.clone()),
+        device_spec,
         capacity,
         scenario_hash: short_hash(text.as_bytes()),
+        stack,
     };
     match plan {
         Plan::Llm(points) => llm::run(r, points),
@@ -224,8 +269,15 @@ pub fn parent<P: SweepPoint>(
 ) -> Result<()> {
     let o = r.o;
     let out = &r.out;
-    // One clean line for a missing device, before any worker starts.
-    crate::device::probe(&r.device_spec)?;
+    // One clean line for a missing device or an unusable torch environment, before any worker
+    // starts.
+    let probe = match r.spec.runtime {
+        Runtime::Candle => {
+            crate::device::probe(&r.device_spec)?;
+            None
+        }
+        Runtime::Torch => Some(torch::Probe::open(r)?),
+    };
     let _lock = output::lock(out)?;
     let shard = r.shard.map(|s| s.to_string());
     let mut done = output::resume_or_create(
@@ -238,7 +290,16 @@ pub fn parent<P: SweepPoint>(
         &r.scenario_hash,
         points,
     )?;
-    let weights = weights()?;
+    // An emulated GPU's models are built from their configs: no weights are read.
+    // What the earlier run's workers reported, for a resume whose points were all done.
+    let earlier: Option<serde_json::Value> = (!done.is_empty())
+        .then(|| std::fs::read_to_string(crate::export::manifest::Manifest::path_for(out)).ok())
+        .flatten()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let weights = match &probe {
+        Some(_) if r.device_spec.starts_with("emu:") => Vec::new(),
+        _ => weights()?,
+    };
     let started_at = runner::now_rfc3339();
     // Fixed width: workers receive it, and its length must not vary between runs.
     let run_id = format!(
@@ -273,6 +334,10 @@ pub fn parent<P: SweepPoint>(
         shard: shard.clone(),
         capacity: r.capacity,
     });
+    if let Some(p) = &probe {
+        manifest.runtime = "torch".into();
+        manifest.stack = Some(p.stack());
+    }
     manifest.write()?;
     eprintln!(
         "sweep {}{}: {} points -> {}",
@@ -292,6 +357,9 @@ pub fn parent<P: SweepPoint>(
         _ => std::env::current_exe().context("locating the vramlab binary")?,
     };
     let base_cmd = |start: usize, end: usize| {
+        if let Some(p) = &probe {
+            return p.command(r, &run_id, points[start..end].iter().map(|p| p.id()));
+        }
         let mut c = Command::new(&exe);
         // One-line errors from workers: the parent reports them.
         c.env("RUST_BACKTRACE", "0")
@@ -312,10 +380,10 @@ pub fn parent<P: SweepPoint>(
     let bar = runner::progress_bar(points.len());
     bar.inc(done.len() as u64);
     let mut exporter = CsvExporter::append(out)?;
-    let meter = if cpu {
-        crate::vocab::MeterKind::CpuAlloc
-    } else {
-        crate::vocab::MeterKind::CudaPool
+    let meter = match (&probe, cpu) {
+        (Some(_), _) => torch::meter(&r.device_spec),
+        (None, true) => crate::vocab::MeterKind::CpuAlloc,
+        (None, false) => crate::vocab::MeterKind::CudaPool,
     };
     let failed_row = |p: &P, phase: Phase, status: Status, peak: Option<u64>, msg: String| {
         let mut r = failed_base(p, &ctx, meter)?;
@@ -346,9 +414,20 @@ pub fn parent<P: SweepPoint>(
         &mut |_| bar.inc(1),
         &mut |facts| device_facts = Some(facts),
     )?;
-    if let Some(f) = device_facts {
+    if let Some(f) = device_facts.or(earlier) {
         let gpu = &f["gpu"];
-        manifest.device_name = gpu["name"].as_str().unwrap_or_default().to_string();
+        // The torch probe names its device itself ("… (emulated)") and its runtime's versions.
+        manifest.device_name = f["device_name"]
+            .as_str()
+            .or(gpu["name"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        if let Some(rt) = f["runtime"].as_str() {
+            manifest.runtime = rt.to_string();
+        }
+        if !f["probe"].is_null() {
+            manifest.probe = Some(f["probe"].clone());
+        }
         manifest.versions.cuda_driver = gpu["driver_version"].as_str().unwrap_or_default().into();
         manifest.versions.cuda_runtime = gpu["runtime_version"].as_str().unwrap_or_default().into();
         manifest.pool = f["pool"].clone();

@@ -163,6 +163,8 @@ pub fn manifest(m: ManifestIn<'_>) -> Manifest {
         gpu: None,
         pool: serde_json::json!(null),
         runtime: format!("candle-{}", env!("VRAMLAB_CANDLE")),
+        stack: None,
+        probe: None,
         versions: Versions::current(),
         host: Host::current(),
         weights: m.weights,

@@ -14,9 +14,15 @@ pub fn print(csv: &Path) -> Result<()> {
         .max()
         .unwrap_or(5)
         .max(5);
+    // Reserved is the process's resident set on the CPU, the caching pool's bytes on a GPU.
+    let held = if rows.iter().all(|r| r.backend == crate::vocab::Backend::Cpu) {
+        "peak RSS"
+    } else {
+        "peak resv"
+    };
     println!(
         "{:<width$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}  status",
-        "point", "weights", "weights", "peak", "peak", "peak RSS", "peak RSS"
+        "point", "weights", "weights", "peak", "peak", held, held
     );
     println!(
         "{:<width$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",

@@ -116,10 +116,11 @@ impl MeterKind {
 vocab! {
     /// The software that ran the measured workloads: their uncertain terms (activations saved
     /// per layer, logits path, optimizer transients, allocator) differ.
-    #[derive(clap::ValueEnum)]
+    #[derive(Default, clap::ValueEnum)]
     case = "lowercase";
     pub enum Runtime {
         /// vramlab's own candle workloads (`vramlab sweep`).
+        #[default]
         Candle,
         /// PyTorch + transformers (`scripts/torch_probe`).
         Torch,

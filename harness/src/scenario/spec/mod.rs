@@ -144,8 +144,12 @@ pub struct Spec {
     /// One `[sweep]` table, or several `[[sweep]]` tables (e.g. one for inference and one for
     /// training), expanded one after the other.
     pub sweep: Sweeps,
+    /// What runs the points: `candle` (vramlab's own workloads, the default) or `torch` (the
+    /// torch probe, one worker process per group, on `device = "emu:GPU"` or `cuda:N`).
+    #[serde(default)]
+    pub runtime: crate::vocab::Runtime,
     /// The torch probe's software stacks (`default`, `torch-2.2`): the whole scenario once
-    /// under each, one CSV each. Not an axis of vramlab's own (candle) sweep, which refuses it.
+    /// under each, one CSV each. Needs `runtime = "torch"`.
     #[serde(default)]
     pub stack: Vec<crate::vocab::Stack>,
 }

@@ -1,0 +1,188 @@
+//! `runtime = "torch"`: a scenario's points measured by the torch probe (scripts/torch_probe,
+//! PyTorch + transformers) instead of candle, through the same sweep: shards, resume, merge,
+//! `--capacity` and the Slurm script work alike (docs/src/guides/emulator.md, "Sweeps").
+//!
+//! The parent is [`super::parent`], unchanged but for its workers: each is the probe on the
+//! points of one group (`--worker-point ID`, repeated), appending rows to the output under the
+//! parent's run id and speaking the supervisor's protocol on stdout. On `device = "emu:GPU"`
+//! the probe runs itself under `vramlab emulate` (this binary, `$VRAMLAB_BIN`), so PyTorch's own
+//! caching allocator measures an emulated GPU; on `cuda:N`, a real one. A scenario's `stack`
+//! list runs the whole sweep once per stack, one CSV each.
+use super::Run;
+use crate::error::InputError;
+use crate::vocab::{MeterKind, Runtime, Stack};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The device a runtime can measure on, checked before anything runs (one line, exit 2).
+pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
+    let emulated = device.strip_prefix("emu:");
+    match (runtime, emulated) {
+        (Runtime::Candle, Some(_)) => Err(InputError::arg(format!(
+            "device `{device}` is an emulated GPU, which runs PyTorch: set runtime = \"torch\" in the scenario"
+        ))
+        .into()),
+        (Runtime::Candle, None) => Ok(()),
+        (Runtime::Torch, Some(gpu)) => crate::emulate::catalogue::resolve(Some(gpu), None)
+            .map(|_| ())
+            .map_err(|e| InputError::arg(format!("device `{device}`: {e}")).into()),
+        (Runtime::Torch, None) if is_cuda(device) => Ok(()),
+        (Runtime::Torch, None) => Err(InputError::arg(format!(
+            "device `{device}`: runtime = \"torch\" measures on emu:GPU or cuda:N (PyTorch on CPU \
+             needs the preload meter: scripts/torch-cpu.sh SCENARIO --out FILE.csv)"
+        ))
+        .into()),
+    }
+}
+
+fn is_cuda(device: &str) -> bool {
+    device == "cuda"
+        || device
+            .strip_prefix("cuda:")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Where a stack's rows go: the output itself for the default stack, `FILE-STACK.csv` beside
+/// it for another (as the torch probe's own `stack` axis names them).
+pub fn stack_out(out: &Path, stack: Stack) -> PathBuf {
+    match stack {
+        Stack::Default => out.to_path_buf(),
+        other => {
+            let stem = out.file_stem().unwrap_or_default().to_string_lossy();
+            out.with_file_name(format!("{stem}-{other}.csv"))
+        }
+    }
+}
+
+/// The torch probe as a sweep's worker: its Python (the stack's environment) and arguments.
+pub struct Probe {
+    python: PathBuf,
+    /// The probe after the interpreter: its directory in a checkout, `-m vramlab.probe` from a
+    /// wheel.
+    script: Vec<String>,
+    stack: Stack,
+}
+
+impl Probe {
+    /// The probe for `r`'s stack, once it has said it can run the scenario (`--check`).
+    pub fn open(r: &Run<'_>) -> Result<Probe> {
+        let python = match (r.stack, std::env::var_os("VRAMLAB_TORCH_PYTHON")) {
+            (Stack::Default, Some(p)) => PathBuf::from(p),
+            (stack, _) => crate::emulate::stack_python(stack)?,
+        };
+        let dir = crate::emulate::scripts_dir().join("torch_probe");
+        let script = if dir.join("__main__.py").is_file() {
+            vec![dir.to_string_lossy().into_owned()]
+        } else {
+            vec!["-m".into(), "vramlab.probe".into()]
+        };
+        let probe = Probe {
+            python,
+            script,
+            stack: r.stack,
+        };
+        if r.capacity.is_some() && !r.device_spec.starts_with("emu:") {
+            return Err(InputError::arg(
+                "--capacity with runtime = \"torch\": only on an emulated GPU (emu:GPU), whose \
+                 total memory it sets",
+            )
+            .into());
+        }
+        let out = probe
+            .base()
+            .arg(&r.o.scenario)
+            .arg("--check")
+            .output()
+            .with_context(|| format!("starting the torch probe ({})", probe.python.display()))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let line = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            let line = line.strip_prefix("error: ").unwrap_or(line);
+            return Err(
+                InputError::arg(format!("the torch probe ({}): {line}", probe.stack)).into(),
+            );
+        }
+        Ok(probe)
+    }
+
+    fn base(&self) -> Command {
+        let mut c = Command::new(&self.python);
+        c.args(&self.script)
+            .env("HF_HUB_OFFLINE", "1")
+            .env("TRANSFORMERS_OFFLINE", "1")
+            .env("VRAMLAB_PROBE_STACK", self.stack.as_str());
+        // The emulated GPU's `vramlab emulate` is this very binary.
+        if let Ok(exe) = std::env::current_exe() {
+            c.env("VRAMLAB_BIN", exe);
+        }
+        c
+    }
+
+    /// A worker measuring `ids` (one group's points) into `r.out` under `run_id`.
+    pub fn command<'a>(
+        &self,
+        r: &Run<'_>,
+        run_id: &str,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> Command {
+        let mut c = self.base();
+        c.arg(&r.o.scenario).arg("--out").arg(&r.out).args([
+            "--device",
+            &r.device_spec,
+            "--run-id",
+            run_id,
+        ]);
+        if let Some(cap) = &r.o.capacity {
+            c.args(["--gpu-memory", cap]);
+        }
+        for id in ids {
+            c.args(["--worker-point", id]);
+        }
+        c
+    }
+
+    /// The stack the probe runs under.
+    pub fn stack(&self) -> Stack {
+        self.stack
+    }
+}
+
+/// The meter of a torch sweep's rows on `device`.
+pub fn meter(device: &str) -> MeterKind {
+    if device.starts_with("emu:") {
+        MeterKind::TorchEmulated
+    } else {
+        MeterKind::TorchCuda
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_checked_against_the_runtime() {
+        assert!(check_device(Runtime::Candle, "cpu").is_ok());
+        assert!(check_device(Runtime::Candle, "emu:h100-80gb").is_err());
+        assert!(check_device(Runtime::Torch, "emu:h100-80gb").is_ok());
+        assert!(check_device(Runtime::Torch, "emu:no-such-gpu").is_err());
+        assert!(check_device(Runtime::Torch, "cuda:1").is_ok());
+        assert!(check_device(Runtime::Torch, "cuda:x").is_err());
+        assert!(check_device(Runtime::Torch, "cpu").is_err());
+    }
+
+    #[test]
+    fn another_stack_writes_beside_the_output() {
+        let out = Path::new("results/x.csv");
+        assert_eq!(stack_out(out, Stack::Default), out);
+        assert_eq!(
+            stack_out(out, Stack::Torch22),
+            Path::new("results/x-torch-2.2.csv")
+        );
+    }
+}

@@ -774,3 +774,145 @@ fn estimate_allocated_meets_pytorchs_where_the_loss_dominates() {
     let err = analytic / torch - 1.0;
     assert!(err.abs() < 0.05, "analytic {analytic} B, PyTorch {torch} B");
 }
+
+/// The torch probe's `--gpus N` (FSDP full shard, rank 0 in one process through the fake
+/// process group), as `estimate --emulate --gpus N --sharding fsdp` runs it, on a tiny Llama
+/// in f32 with AdamW: the load holds rank 0's shard of every parameter, ceil(rows / N) rows of
+/// each (FSDP pads the last rank), and after each optimizer step the shard thrice (weights and
+/// AdamW's two moments; the gradients are freed by zero_grad), each derived from the config's
+/// shapes here, within the allocator's 512 B rounding per tensor. Then `--gpus` with a LoRA
+/// point is one line and exit 2.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn the_probes_fsdp_ranks_hold_their_share_of_weights_and_adamw_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v, h, i, layers, heads, kv) = (1024u64, 256u64, 512u64, 2u64, 4u64, 2u64);
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": v,
+        "hidden_size": h, "intermediate_size": i, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "max_position_embeddings": 128,
+        "tie_word_embeddings": false, "rms_norm_eps": 1e-5, "hidden_act": "silu"
+    });
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let kv_rows = kv * (h / heads);
+    // (rows, row length) of every parameter: embedding, per layer q k v o, gate up down and
+    // two norms, the final norm, the untied head.
+    let mut shapes = vec![(v, h), (h, 1), (v, h)];
+    for _ in 0..layers {
+        shapes.extend([(h, h), (kv_rows, h), (kv_rows, h), (h, h)]);
+        shapes.extend([(i, h), (i, h), (h, i), (h, 1), (h, 1)]);
+    }
+    let tolerance = 512 * (shapes.len() as u64 + 4);
+    let run = |gpus: u64, trainable: &str| {
+        let scen = dir.path().join(format!("fsdp-{gpus}-{trainable}.toml"));
+        std::fs::write(
+            &scen,
+            format!(
+                "name = \"fsdp\"\n[model]\nsource = \"synthetic:{}\"\n[sweep]\nmode = [\"train\"]\n\
+                 precision = [\"f32\"]\nbatch = [2]\ncontext = [64]\noptimizer = [\"adamw\"]\n\
+                 trainable = [\"{trainable}\"]\ntrain_steps = 2\n",
+                cfg.display()
+            ),
+        )
+        .unwrap();
+        let csv = dir.path().join(format!("fsdp-{gpus}.csv"));
+        let out = std::process::Command::new(torch_python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/torch_probe"))
+            .arg(&scen)
+            .args([
+                "--device",
+                "emu:a100-80gb",
+                "--gpus",
+                &gpus.to_string(),
+                "--out",
+            ])
+            .arg(&csv)
+            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
+            .output()
+            .unwrap();
+        (out, csv)
+    };
+    for n in [2u64, 8] {
+        let (out, csv) = run(n, "full");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shard: u64 = shapes.iter().map(|&(r, c)| r.div_ceil(n) * c * 4).sum();
+        let full: u64 = shapes.iter().map(|&(r, c)| r * c * 4).sum();
+        assert!(shard < full / n + full / 100, "N={n}: {shard} vs {full}");
+        let rows = vramlab::export::csv::read(&csv).unwrap();
+        let held = |r: &vramlab::record::Record| {
+            r.end_allocated.unwrap() - r.baseline_allocated.unwrap_or(0)
+        };
+        let load = rows
+            .iter()
+            .find(|r| r.phase.map(|p| p.as_str()) == Some("load"))
+            .unwrap();
+        assert!(
+            held(load).abs_diff(shard) <= tolerance,
+            "N={n}: the load holds {} B, rank 0's shard is {shard} B",
+            held(load)
+        );
+        for r in rows
+            .iter()
+            .filter(|r| r.phase.map(|p| p.as_str()) == Some("optimizer"))
+        {
+            let end = r.end_allocated.unwrap();
+            assert!(
+                end.abs_diff(3 * shard) <= 3 * tolerance,
+                "N={n} step {:?}: {end} B after the step, 3 × the shard is {} B",
+                r.step,
+                3 * shard
+            );
+            assert!(
+                r.message.contains(&format!("rank 0 of {n}")),
+                "{}",
+                r.message
+            );
+        }
+    }
+    let (out, _) = run(2, "lora-r8");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("lora-r8"),
+        "{err}"
+    );
+}
+
+/// `estimate --emulate --gpus N` runs FSDP full shard only: another sharding, or a LoRA or
+/// inference query, is one line and exit 2 before any Python starts.
+#[test]
+fn estimate_emulate_gpus_refuses_what_it_cannot_shard() {
+    for (extra, needle) in [
+        (&["--sharding", "ddp"][..], "not --sharding ddp"),
+        (
+            &["--sharding", "fsdp", "--trainable", "lora-r8"][..],
+            "full and frozen-embeddings",
+        ),
+    ] {
+        let out = Command::cargo_bin("vramlab")
+            .unwrap()
+            .args([
+                "estimate",
+                "--model",
+                "smollm2-135m",
+                "--mode",
+                "train",
+                "--batch",
+                "1",
+            ])
+            .args(["--context", "256", "--precision", "bf16", "--gpus", "2"])
+            .args(extra)
+            .args(["--emulate", "a100-80gb", "--python", "/no/such/python"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+}

@@ -2,7 +2,12 @@
 
     python3 scripts/torch_probe SCENARIO.toml --out FILE.csv [--device cuda:0|cpu]
                             [--torch-optim foreach|for-loop|fused] [--attention eager|sdpa]
-    python3 scripts/torch_probe SCENARIO.toml --dry-run
+    python3 scripts/torch_probe SCENARIO.toml --dry-run | --check
+    python3 scripts/torch_probe SCENARIO.toml --device emu:GPU [--gpu-memory SIZE] [--gpus N]
+
+`vramlab sweep` runs it as its workers for a scenario with `runtime = "torch"` (one per group
+of points, `--worker-point ID`...; harness/src/sweep/torch.rs). `--gpus N`: training as rank 0
+of FSDP full shard over N GPUs, in one process (llm.fully_sharded).
 
 Reads the same scenario TOML as `vramlab sweep`, expands the same grid (the point ids are
 identical to `vramlab sweep --dry-run`; harness/tests/torch_probe_ids.rs checks it), builds each
@@ -51,6 +56,7 @@ Bad input (a scenario the probe cannot run, e.g. `kernels = "fused"`): one line,
 --dry-run imports neither torch nor transformers.
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -65,7 +71,7 @@ from .csvout import SCHEMA_VERSION, Writer
 from .features import PRECISION_BYTES, features, shape_of
 from .generate import gen_group_len, gen_layout, run_generate_group
 from .grid import as_list, expand, expand_generate, is_finetune, load_spec, parse_source
-from .llm import adapter_count, build_model, infer_point, logits_kw, point_cols, train_point, warm_up
+from .llm import adapter_count, build_model, compute_dtype, infer_point, logits_kw, point_cols, train_point, warm_up
 from .meters import CudaMeter, NullMeter, PreloadMeter
 
 SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
@@ -105,6 +111,23 @@ def check_runnable(path: Path, spec: dict):
                 raise InputError(f"{path}: the torch probe cannot run `trainable = \"{tr}\"`")
 
 
+def check_ranks(args, points: list):
+    """`--gpus N` (FSDP full shard, rank 0's figures) runs full or frozen-embeddings training
+    on a GPU, emulated or real; anything else is one line, exit 2."""
+    if args.gpus < 1:
+        raise InputError(f"--gpus {args.gpus}: must be 1 or more")
+    if args.gpus == 1:
+        return
+    if args.device == "cpu":
+        raise InputError(f"--gpus {args.gpus}: ranks run on a GPU (cuda:N or emu:GPU), not the CPU")
+    for p in points:
+        tr = p["train"]["trainable"] if p["mode"] == "train" else None
+        if tr not in ("full", "frozen-embeddings"):
+            what = f"trainable = \"{tr}\"" if tr else f"mode = \"{p['mode']}\""
+            raise InputError(f"--gpus {args.gpus}: FSDP full shard is emulated for full and "
+                             f"frozen-embeddings training, not {what} ({p['id']})")
+
+
 def check_generate(path: Path, spec: dict, s: dict):
     """A generation table: its keys, attention (eager or sliced; the probe's --attention
     says eager or sdpa), and each point's diffusers directory (no torch)."""
@@ -140,6 +163,7 @@ def run(args) -> int:
         if missing:
             raise InputError(f"{args.scenario}: no point `{sorted(missing)[0]}` in this scenario")
     cpu = args.device == "cpu"
+    check_ranks(args, points)
     meter = PreloadMeter() if cpu else None
     import torch
     import transformers
@@ -160,6 +184,12 @@ def run(args) -> int:
             return 1
         device = torch.device(args.device)
         torch.cuda.set_device(device)
+        if args.gpus > 1:
+            # Rank 0 of `--gpus` in one process: torch's fake process group (collectives move no
+            # data; every buffer FSDP allocates for them is rank 0's own).
+            import torch.distributed as dist
+            from torch.testing._internal.distributed.fake_pg import FakeStore
+            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=args.gpus)
         meter = CudaMeter(torch, device)
         props = torch.cuda.get_device_properties(device)
         dev_name, cuda_v = props.name, str(torch.version.cuda)
@@ -172,6 +202,9 @@ def run(args) -> int:
             pass
         pool = {"meter": meter.kind, "allocator": torch.cuda.get_allocator_backend(),
                 "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+        if args.gpus > 1:
+            pool["ranks"] = {"world_size": args.gpus, "rank": 0, "sharding": "fsdp-full-shard",
+                             "process_group": "fake"}
         if emulated():
             pool["emulated"] = {"context_bytes": int(os.environ.get("VRAMLAB_EMU_CONTEXT", "0")),
                                 "weights": "built from each config on the device, not read"}
@@ -233,6 +266,8 @@ def run(args) -> int:
         kernels="reference", attention=args.attention, pool_release="", scenario_hash=shash,
         meter=meter.kind,
     )
+    if args.gpus > 1:
+        common["message"] = f"rank 0 of {args.gpus}: FSDP full shard (fake process group)"
     i = 0
     while i < len(points):
         if points[i]["mode"] == "generate":
@@ -254,7 +289,8 @@ def run(args) -> int:
         try:
             meter.trim()
             started = meter.start()
-            config, model = build_model(torch, transformers, kind, path, dtype, args.attention, device)
+            config, model = build_model(torch, transformers, kind, path, dtype, args.attention, device,
+                                        gpus=args.gpus, compute=compute_dtype(torch, prec))
             model.eval()
             load_mem, load_ms = meter.finish(started)
             load_err = None
@@ -314,6 +350,9 @@ def run(args) -> int:
             print(f"  {p['id']}: {status}", file=sys.stderr)
             point_done(p)
         del model
+        # A model in reference cycles (FSDP's modules and their hooks) outlives `del`: the next
+        # group would start with it still allocated.
+        gc.collect()
         meter.trim()
 
     manifest["finished_at"] = now_rfc3339()
@@ -411,6 +450,9 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="check that the probe can run the scenario (exit 2 naming what it cannot), "
                     "then exit; imports no torch")
+    ap.add_argument("--gpus", type=int, default=1, metavar="N",
+                    help="training on N GPUs with FSDP full shard: rank 0's figures, in one process "
+                    "through torch's fake process group (full or frozen-embeddings training)")
     ap.add_argument("--gpu-memory", metavar="SIZE",
                     help="emu:GPU: the emulated GPU's total memory (vramlab emulate --gpu-memory)")
     # A worker of `vramlab sweep` with runtime = "torch" (harness/src/sweep/torch.rs): these
@@ -437,6 +479,7 @@ def main(argv=None) -> int:
         if args.out.suffix != ".csv":
             raise InputError(f"--out {args.out}: must end in .csv")
         spec, _ = load_spec(args.scenario)
+        check_ranks(args, expand(spec))
         if "stack" in spec and not os.environ.get("VRAMLAB_PROBE_STACK"):
             return run_stacks(args, spec["stack"], argv if argv is not None else sys.argv[1:])
         if args.device.startswith("emu:"):

@@ -63,10 +63,13 @@ def dtype_kwarg(transformers) -> str:
     return "torch_dtype" if older_than(transformers.__version__, 4, 56) else "dtype"
 
 
-def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device):
+def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device,
+                gpus: int = 1, compute=None):
     """The real transformers class of the config's model_type, with the source's weights:
     `hf:DIR` from_pretrained, `gguf:FILE` transformers' GGUF loader (dequantizes),
-    `synthetic:CONFIG` from_config (random values, real shapes)."""
+    `synthetic:CONFIG` from_config (random values, real shapes). `gpus` > 1: rank 0's shards
+    of FSDP full shard over that many ranks (fully_sharded), `compute` the 16-bit dtype of a
+    mixed precision."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
     # transformers renamed `torch_dtype` to `dtype` in 4.56; older stacks (torch-2.2's 4.39)
     # know only the old name.
@@ -96,6 +99,8 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
     config = AutoConfig.from_pretrained(str(cfg_path))
     # Encoders train as masked LMs (BertForMaskedLM), as vramlab's bert does.
     auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
+    if gpus > 1:
+        return config, fully_sharded(torch, auto, config, kw, device, gpus, compute)
     if kind == "hf" and not emulated():
         model = auto.from_pretrained(str(cfg_path.parent), config=config, **kw).to(device)
     else:
@@ -113,6 +118,42 @@ def on_device(torch, auto, config, kw: dict, device):
         return materialize(torch, model, device)
     with torch.device(device):
         return auto.from_config(config, **kw)
+
+
+def decoder_layers(torch, model):
+    """The model's stack of `num_hidden_layers` blocks (model.layers, transformer.h,
+    encoder.layer, ...): the first ModuleList of that length."""
+    n = model.config.num_hidden_layers
+    for m in model.modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) == n:
+            return m
+    raise InputError(f"{model.config.model_type}: no list of {n} layers to shard")
+
+
+def fully_sharded(torch, auto, config, kw: dict, device, gpus: int, compute):
+    """FSDP full shard over `gpus` ranks, as rank 0 holds it: this process is rank 0 of torch's
+    fake process group (cli.py sets it up; collectives move no data). The model is built on
+    meta, each decoder layer and then the root wrapped by FSDP2's fully_shard, and only then are
+    the rank's shards allocated (to_empty), as FSDP's meta-device initialisation does. Mixed
+    precision is FSDP's own: f32 shards, all-gathered as `compute` copies
+    (MixedPrecisionPolicy), so train_forward does not cast."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:
+        try:
+            from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+        except ImportError:
+            raise InputError(f"--gpus {gpus}: FSDP full shard (FSDP2's fully_shard) needs torch 2.4 "
+                             f"or later; this stack has torch {torch.__version__}") from None
+    with torch.device("meta"):
+        model = auto.from_config(config, **kw)
+    policy = MixedPrecisionPolicy(param_dtype=compute) if compute is not None else MixedPrecisionPolicy()
+    for layer in decoder_layers(torch, model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    model.to_empty(device=device)
+    model.vramlab_ranks = gpus
+    return model
 
 
 def optimizer_label(p: dict, impl: str) -> str:
@@ -318,7 +359,8 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
     backward merged into one span each; `mixed-*` through train_forward. `rehearse`: one
     micro-batch's forward and backward, no optimizer."""
     t = p["train"]
-    compute = compute_dtype(torch, p["precision"])
+    # FSDP's MixedPrecisionPolicy casts a sharded model's parameters itself (fully_sharded).
+    compute = None if getattr(model, "vramlab_ranks", 1) > 1 else compute_dtype(torch, p["precision"])
     vocab = model.config.vocab_size
     n = t["grad_accum"]
     micro = p["batch"] // n

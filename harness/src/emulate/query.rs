@@ -25,6 +25,9 @@ pub struct Query<'a> {
     pub trainable: Trainable,
     pub attention: Attention,
     pub kv_cache: KvKind,
+    /// Training ranks of FSDP full shard: the probe runs rank 0 of them in one process
+    /// (`--gpus`, torch's fake process group); 1 for one GPU.
+    pub gpus: u64,
 }
 
 /// PyTorch's answer for the query on the emulated GPU, in integer bytes.
@@ -110,6 +113,8 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
         q.optimizer_impl.as_str().into(),
         "--attention".into(),
         attention.into(),
+        "--gpus".into(),
+        q.gpus.to_string(),
     ];
     let (out, last) = launch(&argv, gpu, stubs, &report, "the torch probe")?;
     anyhow::ensure!(

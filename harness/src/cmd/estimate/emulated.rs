@@ -3,7 +3,7 @@
 use super::Args;
 use crate::emulate::query::Emulated;
 use crate::error::InputError;
-use crate::estimate::{Precision, Runtime};
+use crate::estimate::{Precision, Runtime, Sharding, Trainable};
 use crate::model::Config;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -28,10 +28,28 @@ pub fn emulate_query(
         )
         .into());
     }
-    if a.runtime != Runtime::Torch || a.gpus != 1 {
-        return Err(InputError::arg(
-            "--emulate runs one GPU under torch (--runtime torch, --gpus 1)",
-        )
+    if a.runtime != Runtime::Torch {
+        return Err(InputError::arg("--emulate runs PyTorch (--runtime torch)").into());
+    }
+    if a.gpus > 1 && !matches!(a.sharding, Sharding::Fsdp | Sharding::Zero3) {
+        return Err(InputError::arg(format!(
+            "--emulate --gpus {}: the emulated ranks run FSDP full shard (--sharding fsdp or \
+             zero3), not --sharding {}",
+            a.gpus,
+            clap::ValueEnum::to_possible_value(&a.sharding)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
+        ))
+        .into());
+    }
+    if a.gpus > 1
+        && (a.mode != crate::vocab::Mode::Train || matches!(a.trainable, Trainable::Lora(_)))
+    {
+        return Err(InputError::arg(format!(
+            "--emulate --gpus {}: FSDP full shard is emulated for full and frozen-embeddings \
+             training (--mode train, --trainable full or frozen-embeddings)",
+            a.gpus
+        ))
         .into());
     }
     let python = match a.stack {
@@ -58,6 +76,7 @@ pub fn emulate_query(
         trainable: a.trainable,
         attention: a.attention,
         kv_cache: a.kv_cache,
+        gpus: a.gpus,
     };
     query::run(&q, &g, &python, &stubs)
 }

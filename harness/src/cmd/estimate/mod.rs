@@ -159,7 +159,9 @@ pub struct Args {
     /// a100-80gb, a100-40gb, l40s, l4, rtx-4090, rtx-3090, v100-16gb, v100-32gb): PyTorch's
     /// own allocator gives max_memory_allocated, max_memory_reserved and the NVML-equivalent
     /// "used", printed beside the analytic total, with "fits on GPU: yes/no" from a run at
-    /// that GPU's capacity. Seconds; needs the torch environment (--python).
+    /// that GPU's capacity. Seconds; needs the torch environment (--python). With --gpus N
+    /// (--sharding fsdp or zero3, full or frozen-embeddings training): rank 0 of FSDP full
+    /// shard, in one process through torch's fake process group.
     #[arg(long, value_name = "GPU", help_heading = "Emulated GPU")]
     pub emulate: Option<String>,
     /// With --emulate: the Python of the torch environment (default: --stack's, else

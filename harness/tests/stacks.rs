@@ -237,3 +237,72 @@ fn the_committed_stack_results_are_current_in_shards_and_resume() {
         same_rows(&merged, committed);
     }
 }
+
+/// LoRA through peft (the probe's `--lora peft`, as labs run it) against vramlab's definition
+/// (forward hooks, `--lora hooks`) on SmolLM2-135M in bf16, r16 on q_proj and v_proj. peft 0.21
+/// (the default stack) keeps a 16-bit model's adapters in f32: after each optimizer step the
+/// adapters and AdamW's two moments hold 3 × 4 B per adapter parameter over the weights, against
+/// 3 × 2 B with the hooks, both derived from the config here. peft 0.11 (torch-2.2) keeps them
+/// in bf16: every figure equals the hooks' to the byte.
+#[test]
+#[ignore = "needs both torch stacks (scripts/torch-env.sh and --stack torch-2.2; scripts/test.sh)"]
+fn peft_lora_keeps_f32_adapters_from_0_12_and_matches_the_hooks_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let scen = dir.path().join("lora.toml");
+    std::fs::write(
+        &scen,
+        "name = \"lora\"\n[model]\nsource = \"synthetic:harness/presets/smollm2-135m/config.json\"\n\
+         [sweep]\nmode = [\"train\"]\nprecision = [\"bf16\"]\nbatch = [2]\ncontext = [256]\n\
+         optimizer = [\"adamw\"]\ntrainable = [\"lora-r16\"]\ntrain_steps = 2\n",
+    )
+    .unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("harness/presets/smollm2-135m/config.json")).unwrap(),
+    )
+    .unwrap();
+    let n = |k: &str| cfg[k].as_u64().unwrap();
+    let (h, r) = (n("hidden_size"), 16);
+    let kv_dim = n("num_key_value_heads") * h / n("num_attention_heads");
+    let adapters = n("num_hidden_layers") * (r * (h + h) + r * (h + kv_dim));
+    let run = |python: &str, lora: &str| {
+        let out = dir.path().join(format!("{lora}.csv"));
+        let done = std::process::Command::new(python)
+            .arg(root().join("scripts/torch_probe"))
+            .arg(&scen)
+            .args(["--device", "emu:a100-80gb", "--lora", lora, "--out"])
+            .arg(&out)
+            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        vramlab::export::csv::read(&out).unwrap()
+    };
+    // The bytes each optimizer step leaves over the load's.
+    let over_load = |rows: &[Record]| -> Vec<u64> {
+        let load = rows
+            .iter()
+            .find(|r| r.phase.map(|p| p.as_str()) == Some("load"))
+            .unwrap();
+        rows.iter()
+            .filter(|r| r.phase.map(|p| p.as_str()) == Some("optimizer"))
+            .map(|r| r.end_allocated.unwrap() - load.end_allocated.unwrap())
+            .collect()
+    };
+    let default = torch_env("VRAMLAB_TORCH_PYTHON");
+    assert_eq!(
+        over_load(&run(&default, "hooks")),
+        vec![3 * 2 * adapters; 2]
+    );
+    assert_eq!(over_load(&run(&default, "peft")), vec![3 * 4 * adapters; 2]);
+    let old = torch_env("VRAMLAB_TORCH22_PYTHON");
+    let (hooks, peft) = (run(&old, "hooks"), run(&old, "peft"));
+    assert_eq!(
+        hooks.iter().map(key).collect::<Vec<_>>(),
+        peft.iter().map(key).collect::<Vec<_>>()
+    );
+}

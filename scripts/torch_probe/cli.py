@@ -128,6 +128,11 @@ def check_ranks(args, points: list):
                              f"frozen-embeddings training, not {what} ({p['id']})")
 
 
+def peft_version() -> str:
+    import peft
+    return peft.__version__
+
+
 def check_generate(path: Path, spec: dict, s: dict):
     """A generation table: its keys, attention (eager or sliced; the probe's --attention
     says eager or sdpa), and each point's diffusers directory (no torch)."""
@@ -228,9 +233,11 @@ def run(args) -> int:
         csv=str(out), scenario_path=str(args.scenario), scenario_hash=shash, scenario_text=text,
         backend="cpu" if cpu else "cuda", device=args.device, device_name=dev_name,
         pool=pool, runtime=runtime, attention=args.attention, torch_optim=args.torch_optim,
+        lora=args.lora,
         versions=dict(vramlab="torch_probe", git_rev=git_rev(), python=platform.python_version(),
                       torch=torch.__version__, transformers=transformers.__version__,
                       diffusers=diffusers.__version__ if generating else None,
+                      peft=peft_version() if args.lora == "peft" else None,
                       cuda_driver=drv, cuda_runtime=cuda_v),
         gpu=gpu, host=dict(hostname=socket.gethostname(), os=platform.release(), cpus=os.cpu_count(),
                            torch_threads=torch.get_num_threads()),
@@ -253,7 +260,8 @@ def run(args) -> int:
     if worker:
         print("vramlab-device " + json.dumps(dict(
             gpu=gpu, pool=pool, device_name=dev_name, runtime=runtime,
-            probe={k: manifest[k] for k in ("attention", "torch_optim", "versions")})), flush=True)
+            probe={k: manifest[k] for k in ("attention", "torch_optim", "lora", "versions")})),
+            flush=True)
     writer = Writer(out, append=worker)
     counts: dict[str, int] = {}
     print(f"torch_probe {spec['name']}: {len(points)} points -> {out} ({runtime}, {meter.kind}, "
@@ -316,7 +324,7 @@ def run(args) -> int:
         shape = shape_of(model.config)
         base.update(architecture=model.config.model_type, param_count=nparams)
         lkw = logits_kw(model)
-        warm_up(torch, transformers, model, group, device, lkw)
+        warm_up(torch, transformers, model, group, device, lkw, args.lora)
         for p in group:
             cols = dict(base, **point_cols(p, args.torch_optim), started_at=now_rfc3339())
             meter.trim()
@@ -328,8 +336,10 @@ def run(args) -> int:
                 # An unmeasured rehearsal at the point's own shapes first: torch's CPU kernels
                 # (oneDNN) keep per-shape state the first time a shape runs.
                 if p["mode"] == "train":
-                    train_point(torch, model, p, device, NullMeter(), args.torch_optim, rehearse=True)
-                    rows = train_point(torch, model, p, device, meter, args.torch_optim)
+                    train_point(torch, model, p, device, NullMeter(), args.torch_optim, rehearse=True,
+                                lora_impl=args.lora)
+                    rows = train_point(torch, model, p, device, meter, args.torch_optim,
+                                       lora_impl=args.lora)
                 else:
                     infer_point(torch, transformers, model, model.config, p, dtype, device, NullMeter(), lkw)
                     rows = infer_point(torch, transformers, model, model.config, p, dtype, device, meter, lkw)
@@ -444,6 +454,10 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", choices=["eager", "sdpa"], default="eager",
                     help="attention implementation (recorded in the kernels column); eager "
                     "materializes the scores like vramlab's models")
+    ap.add_argument("--lora", choices=["hooks", "peft"], default="hooks",
+                    help="a lora-rN point's adapters: forward hooks on the query and value "
+                    "projections (vramlab's definition, the default) or peft's get_peft_model with "
+                    "its defaults, as labs run it (recorded in the manifest)")
     ap.add_argument("--no-onednn", action="store_true",
                     help="cpu: turn oneDNN off (no per-shape kernel state; bf16 much slower)")
     ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")

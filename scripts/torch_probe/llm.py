@@ -160,7 +160,7 @@ def optimizer_label(p: dict, impl: str) -> str:
     return f"{p['train']['optimizer']}-{impl}" if p["mode"] == "train" else "none"
 
 
-def warm_up(torch, transformers, model, group, device, lkw):
+def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "hooks"):
     """One-off costs (oneDNN/BLAS buffers, cuBLAS handles, lazily built kernels) land outside
     every measured phase: a prefill and decode at the group's largest inference shape, and a
     forward + backward at its largest training micro-batch shape."""
@@ -181,7 +181,8 @@ def warm_up(torch, transformers, model, group, device, lkw):
         # On a GPU, a full-model forward and backward can exceed memory that the point itself
         # (LoRA, checkpointing) fits in: rehearse the largest point as it will run.
         big = max(train, key=lambda p: (p["batch"] // p["train"]["grad_accum"], p["context"]))
-        train_point(torch, model, big, device, NullMeter(), "foreach", rehearse=True)
+        train_point(torch, model, big, device, NullMeter(), "foreach", rehearse=True,
+                    lora_impl=lora_impl)
     elif train:
         b = max(p["batch"] // p["train"]["grad_accum"] for p in train)
         s = max(p["context"] for p in train)
@@ -302,6 +303,23 @@ def add_lora(torch, model, rank: int) -> list:
     return added
 
 
+def add_peft_lora(model, rank: int):
+    """Rank-`rank` LoRA through peft, as labs run it: `get_peft_model` with peft's own default
+    target modules for the model's type (q_proj and v_proj for Llama, Mistral and Qwen2,
+    c_attn for GPT-2, query and value for BERT; LORA_TARGETS where a peft release has none,
+    as 0.11 for Qwen2), alpha LORA_ALPHA, no dropout, and peft's other defaults: from 0.12 on
+    the adapters of a 16-bit model are kept in f32 (`autocast_adapter_dtype`), and each
+    adapter's input is cast to their dtype. Returns the peft model; `.unload()` restores the
+    base model in place."""
+    import peft
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
+    kind = model.config.model_type
+    targets = None if kind in defaults else list(LORA_TARGETS.get(kind, ("q_proj", "v_proj")))
+    config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                             target_modules=targets)
+    return peft.get_peft_model(model, config)
+
+
 def remove_lora(added: list):
     for mod, handle in added:
         handle.remove()
@@ -353,11 +371,13 @@ def make_optimizer(torch, params, kind: str, impl: str, lr: float):
     return torch.optim.SGD(params, lr=lr, **flags)
 
 
-def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = False):
+def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = False,
+                lora_impl: str = "hooks"):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
     backward merged into one span each; `mixed-*` through train_forward. `rehearse`: one
-    micro-batch's forward and backward, no optimizer."""
+    micro-batch's forward and backward, no optimizer. `lora_impl`: a `lora-rN` point's adapters
+    as forward hooks (add_lora, vramlab's definition) or through peft (add_peft_lora)."""
     t = p["train"]
     # FSDP's MixedPrecisionPolicy casts a sharded model's parameters itself (fully_sharded).
     compute = None if getattr(model, "vramlab_ranks", 1) > 1 else compute_dtype(torch, p["precision"])
@@ -379,9 +399,13 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
         model.enable_input_require_grads()
     if t["trainable"] == "frozen-embeddings":
         model.get_input_embeddings().weight.requires_grad_(False)
-    lora = []
+    lora, base = [], model
     if t["trainable"].startswith("lora-r"):
-        lora = add_lora(torch, model, int(t["trainable"][len("lora-r"):]))
+        rank = int(t["trainable"][len("lora-r"):])
+        if lora_impl == "peft":
+            model = add_peft_lora(model, rank)
+        else:
+            lora = add_lora(torch, model, rank)
     params = [q for q in model.parameters() if q.requires_grad]
     n_params = sum(q.numel() for q in model.parameters())
     n_train = sum(q.numel() for q in params)
@@ -427,6 +451,8 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
         del opt, params
         model.zero_grad(set_to_none=True)
         remove_lora(lora)
+        if model is not base:
+            model = model.unload()
         for q in model.parameters():
             q.requires_grad_(True)
         if frozen_inputs:

@@ -115,6 +115,9 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
         attention.into(),
         "--gpus".into(),
         q.gpus.to_string(),
+        // A LoRA query's adapters as labs add them: peft's get_peft_model with its defaults.
+        "--lora".into(),
+        "peft".into(),
     ];
     let (out, last) = launch(&argv, gpu, stubs, &report, "the torch probe")?;
     anyhow::ensure!(

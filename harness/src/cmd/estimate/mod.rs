@@ -161,7 +161,8 @@ pub struct Args {
     /// "used", printed beside the analytic total, with "fits on GPU: yes/no" from a run at
     /// that GPU's capacity. Seconds; needs the torch environment (--python). With --gpus N
     /// (--sharding fsdp or zero3, full or frozen-embeddings training): rank 0 of FSDP full
-    /// shard, in one process through torch's fake process group.
+    /// shard, in one process through torch's fake process group. A LoRA query's adapters go
+    /// through peft (get_peft_model with its defaults, as labs run it).
     #[arg(long, value_name = "GPU", help_heading = "Emulated GPU")]
     pub emulate: Option<String>,
     /// With --emulate: the Python of the torch environment (default: --stack's, else

@@ -166,6 +166,11 @@ pub fn columns() -> Vec<String> {
         .collect()
 }
 
+/// Now, as the rows' and manifests' timestamps write it (RFC 3339, whole seconds, UTC).
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,19 +49,24 @@ fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
     );
     assert_eq!(j["gpu"]["fits"], false);
 
-    // Independently: FSDP over n GPUs shards f32 weights (4), grads (4), AdamW m+v (8) and the
-    // bf16 working copy (2); activations 32 layers · 34 · s · b · h at 16 bits (flash), the
-    // loss's three f32 tensors per logit at its backward, b·s·V·12 (torch), the cuBLAS workspace (2 × 4096 KiB + 8 × 16 KiB); the allocator's reserve
-    // at the ratio this query's own rows give (reserve ÷ allocated; its derivation from the
-    // emulated sweep is tests/reserve.rs's); the 512 MiB CUDA context; 10% headroom on 80 GB.
+    // Independently: FSDP over n GPUs shards ZeRO's mixed-precision states, 16-bit weights (2)
+    // and gradients (2) and AdamW's K = 12 (f32 master, m and v); the loss's three f32 tensors
+    // per logit at its backward, b·s·V·12 (torch); the cuBLAS workspace (2 × 4096 KiB + 8 × 16
+    // KiB); on more than one GPU FSDP's unsharded 16-bit copies: the root unit (embeddings,
+    // head, final norm: all but the 32 layers) and its gradient, two layers (the one computed
+    // and the prefetched next) and one layer's gradient; the allocator's reserve at the ratio
+    // this query's own rows give (reserve ÷ allocated; its derivation from the emulated sweep is
+    // tests/reserve.rs's); the 512 MiB CUDA context; 10% headroom on 80 GB. The activations,
+    // the same at every degree, are the query's own row (the layer formula's tests are
+    // estimate/train.rs's).
     let rho = row(&j, "allocator reserve") as f64 / j["allocated_bytes"].as_u64().unwrap() as f64;
-    let fixed = 32 * 34 * 4096 * 4096 + 4096 * 128_256 * 12 + 2 * (4096 << 10) + 8 * (16 << 10);
+    let fixed = row(&j, "activations") + 4096 * 128_256 * 12 + 2 * (4096 << 10) + 8 * (16 << 10);
+    let layer = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14_336 * 4096 + 2 * 4096;
+    let root = p - 32 * layer;
+    let gathered = (2 * root + 3 * layer) * 2;
     let per_gpu = |n: u64| {
-        let allocated = [4, 4, 8, 2]
-            .iter()
-            .map(|b| (b * p).div_ceil(n))
-            .sum::<u64>()
-            + fixed;
+        let allocated =
+            [2, 2, 12].iter().map(|b| (b * p).div_ceil(n)).sum::<u64>() + fixed + gathered;
         allocated + (allocated as f64 * rho).ceil() as u64 + (512 << 20)
     };
     let want = (2..64).find(|&n| per_gpu(n) <= 72_000_000_000).unwrap();

@@ -306,3 +306,82 @@ fn peft_lora_keeps_f32_adapters_from_0_12_and_matches_the_hooks_before() {
         peft.iter().map(key).collect::<Vec<_>>()
     );
 }
+
+/// FSDP full shard on the torch-2.2 stack (FSDP1, which torch 2.2 has instead of FSDP2's
+/// fully_shard): the probe's `--gpus N` wraps each decoder layer and the root as accelerate
+/// does, one flat parameter per unit padded to a multiple of N. On a tiny Llama in f32 the
+/// load holds rank 0's flat shards, ceil(unit / N) elements of each of the three units, plus
+/// transformers 4.39's per-layer rotary caches (2 × max_position_embeddings × head_dim f32 per
+/// layer), derived from the config here, within the allocator's 512 B rounding per tensor.
+#[test]
+#[ignore = "needs the torch-2.2 stack (scripts/torch-env.sh --stack torch-2.2; scripts/test.sh)"]
+fn fsdp1_on_torch_2_2_loads_rank_0s_flat_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v, h, i, layers, heads, kv, positions) =
+        (1024u64, 256u64, 512u64, 2u64, 4u64, 2u64, 128u64);
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::json!({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": v,
+            "hidden_size": h, "intermediate_size": i, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv,
+            "max_position_embeddings": positions, "tie_word_embeddings": false,
+            "rms_norm_eps": 1e-5, "hidden_act": "silu"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let scen = dir.path().join("fsdp.toml");
+    std::fs::write(
+        &scen,
+        format!(
+            "name = \"fsdp\"\n[model]\nsource = \"synthetic:{}\"\n[sweep]\nmode = [\"train\"]\n\
+             precision = [\"f32\"]\nbatch = [2]\ncontext = [64]\noptimizer = [\"adamw\"]\n\
+             train_steps = 2\n",
+            cfg.display()
+        ),
+    )
+    .unwrap();
+    let head_dim = h / heads;
+    let layer = 2 * h * h + 2 * (kv * head_dim) * h + 3 * i * h + 2 * h;
+    let root_unit = 2 * v * h + h;
+    let caches = layers * 2 * positions * head_dim * 4;
+    for n in [2u64, 8] {
+        let csv = dir.path().join(format!("fsdp-{n}.csv"));
+        let out = std::process::Command::new(torch_env("VRAMLAB_TORCH22_PYTHON"))
+            .arg(root().join("scripts/torch_probe"))
+            .arg(&scen)
+            .args([
+                "--device",
+                "emu:a100-80gb",
+                "--gpus",
+                &n.to_string(),
+                "--out",
+            ])
+            .arg(&csv)
+            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shards = (root_unit.div_ceil(n) + layers * layer.div_ceil(n)) * 4;
+        let rows = vramlab::export::csv::read(&csv).unwrap();
+        let load = rows
+            .iter()
+            .find(|r| r.phase.map(|p| p.as_str()) == Some("load"))
+            .unwrap();
+        let held = load.end_allocated.unwrap() - load.baseline_allocated.unwrap_or(0);
+        assert!(
+            held.abs_diff(shards + caches) <= 512 * (1 + layers + 2 * layers),
+            "N={n}: the load holds {held} B; rank 0's flat shards are {shards} B, the rotary \
+             caches {caches} B"
+        );
+        assert!(rows
+            .iter()
+            .all(|r| r.status == Some(vramlab::record::Status::Ok)));
+    }
+}

@@ -143,8 +143,7 @@ def fully_sharded(torch, auto, config, kw: dict, device, gpus: int, compute):
         try:
             from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
         except ImportError:
-            raise InputError(f"--gpus {gpus}: FSDP full shard (FSDP2's fully_shard) needs torch 2.4 "
-                             f"or later; this stack has torch {torch.__version__}") from None
+            return fsdp1(torch, auto, config, kw, device, gpus, compute)
     with torch.device("meta"):
         model = auto.from_config(config, **kw)
     policy = MixedPrecisionPolicy(param_dtype=compute) if compute is not None else MixedPrecisionPolicy()
@@ -154,6 +153,29 @@ def fully_sharded(torch, auto, config, kw: dict, device, gpus: int, compute):
     model.to_empty(device=device)
     model.vramlab_ranks = gpus
     return model
+
+
+def fsdp1(torch, auto, config, kw: dict, device, gpus: int, compute):
+    """FSDP full shard before FSDP2 (torch < 2.4, the torch-2.2 stack), as accelerate's FSDP
+    plugin wraps a transformers model: FullyShardedDataParallel with one unit per decoder layer
+    (a ModuleWrapPolicy of the layer's class) and the root, `use_orig_params`, the model built
+    on meta and each rank's flat shard allocated by `param_init_fn`; mixed precision through
+    FSDP's MixedPrecision (parameters, gradient reduction and buffers in `compute`). Each unit's
+    parameters are one flat parameter, padded to a multiple of `gpus`. The wrapper forwards
+    attribute access (config, gradient checkpointing) to the model."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    with torch.device("meta"):
+        model = auto.from_config(config, **kw)
+    layer_class = type(decoder_layers(torch, model)[0])
+    mp = (MixedPrecision(param_dtype=compute, reduce_dtype=compute, buffer_dtype=compute)
+          if compute is not None else None)
+    wrapped = FullyShardedDataParallel(
+        model, auto_wrap_policy=ModuleWrapPolicy({layer_class}), use_orig_params=True,
+        device_id=device, mixed_precision=mp,
+        param_init_fn=lambda m: m.to_empty(device=device, recurse=False))
+    wrapped.vramlab_ranks = gpus
+    return wrapped
 
 
 def optimizer_label(p: dict, impl: str) -> str:

@@ -98,7 +98,7 @@ pub fn records(rep: &Report, gpu: &Gpu, d: &Describe, run_id: &str) -> Result<Ve
         schema_version: SCHEMA_VERSION,
         run_id: run_id.into(),
         point_id: format!("{}/{}/b{}/s{}", d.model_id, d.precision, d.batch, d.context),
-        started_at: crate::sweep::runner::now_rfc3339(),
+        started_at: crate::record::now_rfc3339(),
         vramlab_version: env!("CARGO_PKG_VERSION").into(),
         git_rev: env!("VRAMLAB_GIT_REV").into(),
         backend: Backend::Cuda,

@@ -12,6 +12,10 @@ pub struct Breakdown {
     pub kv: u64,
     pub activations: u64,
     pub logits: u64,
+    /// FSDP full shard's unsharded copies on each rank at the backward's peak, beyond its
+    /// shards: the root unit's parameters and gradient and the layers around the one computed
+    /// (`train::fsdp_gathered`); 0 on one GPU and under DDP, ZeRO-1 and ZeRO-2.
+    pub gathered: u64,
     pub gradients: u64,
     pub optimizer: u64,
     /// The optimizer step's transient beyond the backward's activations and logits: a training
@@ -67,6 +71,7 @@ impl Breakdown {
             ("KV cache", self.kv),
             ("activations", self.activations),
             ("logits", self.logits),
+            ("FSDP gathered (unsharded)", self.gathered),
             ("gradients", self.gradients),
             ("optimizer state", self.optimizer),
             ("optimizer step transient", self.step_transient),

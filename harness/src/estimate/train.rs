@@ -189,6 +189,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     };
     let activations = activations.bytes("activations")?;
     let logits = lm_head_bytes(c, q, recompute)?;
+    let gathered = fsdp_gathered(c, q, t)?;
     // The step's transient, over this GPU's share of the updated parameters.
     let transient = if states.optimizer == 0 {
         Checked::ZERO
@@ -203,13 +204,60 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     Ok(Breakdown {
         activations,
         logits,
+        gathered,
         step_transient: transient
-            .saturating_sub(Checked::from(activations) + logits)
+            .saturating_sub(Checked::from(activations) + logits + gathered)
             .bytes("optimizer step transient")?,
         source: "analytic".into(),
         ..device_terms(q)
     }
     .with_states(&states))
+}
+
+/// What FSDP full shard (ZeRO-3 or FSDP over `gpus` > 1) holds unsharded on each rank at the
+/// backward's peak, beyond the rank's shards, as FSDP2's `fully_shard` per decoder layer and at
+/// the root runs it (docs/src/concepts/fit-and-estimate.md, "Several GPUs"):
+/// - the root unit (every tensor outside the decoder layers: the embeddings, the final norm, an
+///   untied head) all-gathered for the whole forward and backward (the root does not reshard
+///   after its forward), and its gradient, unsharded until the reduce-scatter at the end;
+/// - the decoder layer being computed and the next one, prefetched, all-gathered, and one
+///   layer's unsharded gradient before its reduce-scatter.
+///
+/// Elements in the compute dtype (under mixed precision FSDP's MixedPrecisionPolicy gathers
+/// 16-bit copies). Gradients follow the `trainable` (`t`) parameters: none for frozen ones,
+/// and LoRA's adapters, a sliver of a layer, are left out.
+pub fn fsdp_gathered(c: &Config, q: &Query, t: u64) -> Result<u64, Overflow> {
+    if q.gpus <= 1 || !matches!(q.sharding, Sharding::Zero3 | Sharding::Fsdp) {
+        return Ok(0);
+    }
+    // A decoder layer's tensors have the layer's index in their name (model.layers.3.…).
+    let in_layer = |name: &str| {
+        name.split('.')
+            .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let (mut root, mut stack) = (Checked::ZERO, Checked::ZERO);
+    for (name, shape) in c.tensor_shapes() {
+        if in_layer(&name) {
+            stack = stack + Checked::product(&shape);
+        } else {
+            root = root + Checked::product(&shape);
+        }
+    }
+    let layer = stack.div_ceil(c.num_layers.max(1) as u64);
+    let t = Checked::from(t);
+    // Trainable parameters outside the layers, and whether the layers' own are trained.
+    let root_grad = t.saturating_sub(stack).min(root);
+    let layer_grad = if stack.saturating_sub(t) == Checked::ZERO {
+        layer
+    } else {
+        Checked::ZERO
+    };
+    let e = if q.precision.is_mixed() {
+        2
+    } else {
+        q.state_bytes()
+    };
+    ((root + layer * 2u64 + root_grad + layer_grad) * e).bytes("FSDP gathered")
 }
 
 /// The LM head's share of a training peak (ARCHITECTURE.md §9). Encoders train through a pooled
@@ -499,6 +547,52 @@ mod tests {
             assert_eq!(e.optimizer, 2 * adapters * cb, "{compute}");
             assert_eq!(e.weight_copies, 0);
         }
+    }
+
+    /// FSDP's unsharded copies on SmolLM2-135M (tied embedding): the root unit is the
+    /// embedding and the final norm, 49,152 × 576 + 576; a layer is its four attention
+    /// projections (9 query heads, 3 key-value heads of 64), three MLP matrices of 1,536 and two
+    /// norms. Nothing on one GPU or under ZeRO-2; no root gradient with frozen embeddings; no
+    /// gradient at all under LoRA; 16-bit copies under mixed precision.
+    #[test]
+    fn fsdp_gathered_is_the_root_unit_and_two_layers_with_their_gradients() {
+        let m = preset("smollm2-135m");
+        let root = 49_152 * 576 + 576;
+        let layer = 2 * 576 * 576 + 2 * 192 * 576 + 3 * 1_536 * 576 + 2 * 576;
+        let fsdp = |precision, trainable, gpus, sharding| {
+            estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    precision,
+                    trainable,
+                    gpus,
+                    sharding,
+                    ..q()
+                },
+                None,
+            )
+            .gathered
+        };
+        let (f32, bf16) = (Precision::F32, Precision::Bf16);
+        assert_eq!(
+            fsdp(f32, Trainable::Full, 8, Sharding::Fsdp),
+            (2 * root + 3 * layer) * 4
+        );
+        assert_eq!(
+            fsdp(Precision::MixedBf16, Trainable::Full, 2, Sharding::Zero3),
+            (2 * root + 3 * layer) * 2
+        );
+        assert_eq!(
+            fsdp(bf16, Trainable::FrozenEmbeddings, 2, Sharding::Fsdp),
+            (root + 576 + 3 * layer) * 2
+        );
+        assert_eq!(
+            fsdp(bf16, Trainable::Lora(16), 2, Sharding::Fsdp),
+            (root + 2 * layer) * 2
+        );
+        assert_eq!(fsdp(bf16, Trainable::Full, 1, Sharding::Fsdp), 0);
+        assert_eq!(fsdp(bf16, Trainable::Full, 8, Sharding::Zero2), 0);
     }
 
     #[test]

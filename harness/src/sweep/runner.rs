@@ -48,9 +48,7 @@ pub struct Runner<'a> {
     pub point_warmup: bool,
 }
 
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-}
+pub use crate::record::now_rfc3339;
 
 pub fn progress_bar(len: usize) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);

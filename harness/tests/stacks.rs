@@ -175,6 +175,31 @@ fn same_rows(got: &std::path::Path, committed: &str) {
     );
 }
 
+/// Runs the torch probe under `python` on `scenario` with `args`, into `out`: its rows.
+fn probe(
+    python: &str,
+    scenario: &std::path::Path,
+    args: &[&str],
+    out: &std::path::Path,
+) -> Vec<Record> {
+    let done = std::process::Command::new(python)
+        .arg(root().join("scripts/torch_probe"))
+        .arg(scenario)
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    vramlab::export::csv::read(out).unwrap()
+}
+
 fn torch_env(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| panic!("{var}: scripts/torch-env.sh (scripts/test.sh)"))
 }
@@ -266,21 +291,12 @@ fn peft_lora_keeps_f32_adapters_from_0_12_and_matches_the_hooks_before() {
     let adapters = n("num_hidden_layers") * (r * (h + h) + r * (h + kv_dim));
     let run = |python: &str, lora: &str| {
         let out = dir.path().join(format!("{lora}.csv"));
-        let done = std::process::Command::new(python)
-            .arg(root().join("scripts/torch_probe"))
-            .arg(&scen)
-            .args(["--device", "emu:a100-80gb", "--lora", lora, "--out"])
-            .arg(&out)
-            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
-            .current_dir(root())
-            .output()
-            .unwrap();
-        assert!(
-            done.status.success(),
-            "{}",
-            String::from_utf8_lossy(&done.stderr)
-        );
-        vramlab::export::csv::read(&out).unwrap()
+        probe(
+            python,
+            &scen,
+            &["--device", "emu:a100-80gb", "--lora", lora],
+            &out,
+        )
     };
     // The bytes each optimizer step leaves over the load's.
     let over_load = |rows: &[Record]| -> Vec<u64> {
@@ -348,28 +364,13 @@ fn fsdp1_on_torch_2_2_loads_rank_0s_flat_shards() {
     let root_unit = 2 * v * h + h;
     let caches = layers * 2 * positions * head_dim * 4;
     for n in [2u64, 8] {
-        let csv = dir.path().join(format!("fsdp-{n}.csv"));
-        let out = std::process::Command::new(torch_env("VRAMLAB_TORCH22_PYTHON"))
-            .arg(root().join("scripts/torch_probe"))
-            .arg(&scen)
-            .args([
-                "--device",
-                "emu:a100-80gb",
-                "--gpus",
-                &n.to_string(),
-                "--out",
-            ])
-            .arg(&csv)
-            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let rows = probe(
+            &torch_env("VRAMLAB_TORCH22_PYTHON"),
+            &scen,
+            &["--device", "emu:a100-80gb", "--gpus", &n.to_string()],
+            &dir.path().join(format!("fsdp-{n}.csv")),
         );
         let shards = (root_unit.div_ceil(n) + layers * layer.div_ceil(n)) * 4;
-        let rows = vramlab::export::csv::read(&csv).unwrap();
         let load = rows
             .iter()
             .find(|r| r.phase.map(|p| p.as_str()) == Some("load"))

@@ -140,6 +140,9 @@ pub struct Counts {
     pub adapters: u64,
     /// Elements of the largest stored tensor.
     pub largest_tensor: u64,
+    /// Parameters outside the decoder layers (embeddings, final norm, an untied head): the
+    /// tensors whose name holds no layer index. FSDP's root unit.
+    pub outside_layers: u64,
 }
 
 /// Counts of `cfg` under `trainable`, from the tensor list ([`Config::tensor_shapes`]). The
@@ -188,12 +191,22 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
         .iter()
         .map(|(_, s)| Checked::product(s))
         .fold(Checked::ZERO, Checked::max);
+    // A decoder layer's tensors have the layer's index in their name (model.layers.3.…).
+    let outside: Checked = shapes
+        .iter()
+        .filter(|(n, _)| {
+            !n.split('.')
+                .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|(_, s)| Checked::product(s))
+        .sum();
     let c = (|| {
         Some(Counts {
             params: cfg.params().get()?,
             trainable: (trainable_base + adapters).get()?,
             adapters: adapters.get()?,
             largest_tensor: largest.get()?,
+            outside_layers: outside.get()?,
         })
     })();
     memo.rotate_right(1);

@@ -154,12 +154,13 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
 pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflow> {
     // All parameters, the updated ones (gradients and optimizer state follow them) and the
     // LoRA adapters.
+    let counts = feat::counts(c, q.trainable)?;
     let feat::Counts {
         params: p,
         trainable: t,
         adapters,
         ..
-    } = feat::counts(c, q.trainable)?;
+    } = counts;
     let states = model_states(p, t, adapters, q)?;
     let (b, s) = (q.batch, q.context);
     let aw = q.act_bytes();
@@ -189,7 +190,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     };
     let activations = activations.bytes("activations")?;
     let logits = lm_head_bytes(c, q, recompute)?;
-    let gathered = fsdp_gathered(c, q, t)?;
+    let gathered = fsdp_gathered(c, q, &counts)?;
     // The step's transient, over this GPU's share of the updated parameters.
     let transient = if states.optimizer == 0 {
         Checked::ZERO
@@ -226,25 +227,14 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
 /// Elements in the compute dtype (under mixed precision FSDP's MixedPrecisionPolicy gathers
 /// 16-bit copies). Gradients follow the `trainable` (`t`) parameters: none for frozen ones,
 /// and LoRA's adapters, a sliver of a layer, are left out.
-pub fn fsdp_gathered(c: &Config, q: &Query, t: u64) -> Result<u64, Overflow> {
+pub fn fsdp_gathered(c: &Config, q: &Query, n: &feat::Counts) -> Result<u64, Overflow> {
     if q.gpus <= 1 || !matches!(q.sharding, Sharding::Zero3 | Sharding::Fsdp) {
         return Ok(0);
     }
-    // A decoder layer's tensors have the layer's index in their name (model.layers.3.…).
-    let in_layer = |name: &str| {
-        name.split('.')
-            .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-    };
-    let (mut root, mut stack) = (Checked::ZERO, Checked::ZERO);
-    for (name, shape) in c.tensor_shapes() {
-        if in_layer(&name) {
-            stack = stack + Checked::product(&shape);
-        } else {
-            root = root + Checked::product(&shape);
-        }
-    }
+    let root = Checked::from(n.outside_layers);
+    let stack = Checked::from(n.params).saturating_sub(root);
     let layer = stack.div_ceil(c.num_layers.max(1) as u64);
-    let t = Checked::from(t);
+    let t = Checked::from(n.trainable);
     // Trainable parameters outside the layers, and whether the layers' own are trained.
     let root_grad = t.saturating_sub(stack).min(root);
     let layer_grad = if stack.saturating_sub(t) == Checked::ZERO {

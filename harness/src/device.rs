@@ -21,7 +21,7 @@ pub fn open_with(spec: &str, release: PoolRelease) -> Result<(Device, Box<dyn Me
 }
 
 /// `cpu` → None, `cuda` or `cuda:N` → Some(N); anything else is a one-line error.
-fn parse(spec: &str) -> Result<Option<usize>> {
+pub(crate) fn parse(spec: &str) -> Result<Option<usize>> {
     let bad = || InputError::arg(format!("bad device `{spec}` (expected cpu or cuda:N)"));
     match spec {
         "cpu" => Ok(None),

@@ -168,7 +168,6 @@ def run(args) -> int:
         if missing:
             raise InputError(f"{args.scenario}: no point `{sorted(missing)[0]}` in this scenario")
     cpu = args.device == "cpu"
-    check_ranks(args, points)
     meter = PreloadMeter() if cpu else None
     import torch
     import transformers

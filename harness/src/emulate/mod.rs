@@ -72,6 +72,15 @@ pub(crate) fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
 }
 
+/// The last non-blank line a program wrote (its stderr, say): what an error quotes of it.
+pub(crate) fn last_line(output: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(output)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(str::to_string)
+}
+
 /// An executable by name: a path as given, or the first match on PATH.
 pub fn which(program: &str) -> Option<PathBuf> {
     let p = Path::new(program);
@@ -173,12 +182,7 @@ pub fn stubs_for(python: &Path) -> Result<PathBuf> {
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("failed");
+        let last = last_line(&out.stderr).unwrap_or_else(|| "failed".into());
         let msg = format!("the emulator's stubs for {}: {last}", python.display());
         return Err(if out.status.code() == Some(2) {
             InputError::arg(msg).into()
@@ -226,11 +230,7 @@ print(ns.get('__version__'), ns.get('cuda') or 'none')\n";
         _ => Err(InputError::arg(format!(
             "{} could not tell its torch's CUDA version: {}",
             python.display(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no output")
+            last_line(&out.stderr).unwrap_or_else(|| "no output".into())
         ))
         .into()),
     }

@@ -166,12 +166,7 @@ fn launch(
         .stderr(Stdio::piped())
         .output()
         .with_context(|| format!("running {what} on the emulated GPU"))?;
-    let last = String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .to_string();
+    let last = super::last_line(&out.stderr).unwrap_or_default();
     Ok((out, last))
 }
 

@@ -290,12 +290,12 @@ pub fn parent<P: SweepPoint>(
         &r.scenario_hash,
         points,
     )?;
-    // An emulated GPU's models are built from their configs: no weights are read.
     // What the earlier run's workers reported, for a resume whose points were all done.
     let earlier: Option<serde_json::Value> = (!done.is_empty())
         .then(|| std::fs::read_to_string(crate::export::manifest::Manifest::path_for(out)).ok())
         .flatten()
         .and_then(|t| serde_json::from_str(&t).ok());
+    // An emulated GPU's models are built from their configs: no weights are read.
     let weights = match &probe {
         Some(_) if r.device_spec.starts_with("emu:") => Vec::new(),
         _ => weights()?,

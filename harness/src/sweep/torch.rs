@@ -27,20 +27,13 @@ pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
         (Runtime::Torch, Some(gpu)) => crate::emulate::catalogue::resolve(Some(gpu), None)
             .map(|_| ())
             .map_err(|e| InputError::arg(format!("device `{device}`: {e}")).into()),
-        (Runtime::Torch, None) if is_cuda(device) => Ok(()),
+        (Runtime::Torch, None) if matches!(crate::device::parse(device), Ok(Some(_))) => Ok(()),
         (Runtime::Torch, None) => Err(InputError::arg(format!(
             "device `{device}`: runtime = \"torch\" measures on emu:GPU or cuda:N (PyTorch on CPU \
              needs the preload meter: scripts/torch-cpu.sh SCENARIO --out FILE.csv)"
         ))
         .into()),
     }
-}
-
-fn is_cuda(device: &str) -> bool {
-    device == "cuda"
-        || device
-            .strip_prefix("cuda:")
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Where a stack's rows go: the output itself for the default stack, `FILE-STACK.csv` beside
@@ -96,13 +89,8 @@ impl Probe {
             .output()
             .with_context(|| format!("starting the torch probe ({})", probe.python.display()))?;
         if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let line = err
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            let line = line.strip_prefix("error: ").unwrap_or(line);
+            let last = crate::emulate::last_line(&out.stderr).unwrap_or_default();
+            let line = last.strip_prefix("error: ").unwrap_or(&last);
             return Err(
                 InputError::arg(format!("the torch probe ({}): {line}", probe.stack)).into(),
             );

@@ -1,11 +1,14 @@
 //! `validate --emulate`: a published row's own program run on the emulated GPU of the row's card,
 //! under the installable software stack closest to the row's, beside the analytic estimate.
 //! PyTorch's allocator answers with the figure the row measured (NVML used, allocated or
-//! reserved). Only rows whose program vramlab carries run: today the HF Trainer program of
-//! transformers' single-GPU training guide (`scripts/torch_probe/peer_hf_trainer.py`); every
-//! other row says why it has no emulated figure.
-use super::{number_after, Metric, PeerRow};
+//! reserved). Only rows whose program vramlab carries run: the HF Trainer program of
+//! transformers' single-GPU training guide (`scripts/torch_probe/peer_hf_trainer.py`) and
+//! fms-acceleration's fine-tuning benchmark (`scripts/torch_probe/peer_fms_sft.py`: fms-hf-tuning's
+//! SFT on the HF Trainer, FSDP through accelerate on more than one GPU); every other row says why
+//! it has no emulated figure.
+use super::{number_after, precision, trainable, Metric, PeerRow};
 use crate::emulate::{catalogue, query};
+use crate::estimate::{Precision, Trainable};
 use crate::vocab::Stack;
 use anyhow::Result;
 use serde::Serialize;
@@ -45,9 +48,82 @@ pub struct Options {
     pub python: Option<PathBuf>,
 }
 
-/// The peer program's arguments for a row (after `--config DIR`), or why no program of
-/// vramlab's reproduces it.
-pub(crate) fn program_args(r: &PeerRow) -> std::result::Result<Vec<String>, String> {
+/// One of vramlab's peer programs (in `scripts/torch_probe/`) with a row's arguments (after
+/// `--config DIR`).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Program {
+    pub script: &'static str,
+    pub args: Vec<String>,
+    /// Ranks of a multi-GPU run (the program is rank 0 of a fake process group).
+    pub gpus: u64,
+}
+
+/// The peer program that reproduces a row, or why none of vramlab's does.
+pub(crate) fn program(r: &PeerRow) -> std::result::Result<Program, String> {
+    let said = format!("{} {} {}", r.source, r.framework, r.notes).to_ascii_lowercase();
+    if said.contains("fms-acceleration") || said.contains("fms-hf-tuning") {
+        return fms_args(r);
+    }
+    hf_trainer_args(r).map(|args| Program {
+        script: "peer_hf_trainer.py",
+        args,
+        gpus: 1,
+    })
+}
+
+/// fms-acceleration's benchmark (full fine-tuning or its standard LoRA, float16 weights),
+/// `peer_fms_sft.py`'s arguments.
+fn fms_args(r: &PeerRow) -> std::result::Result<Program, String> {
+    let lower = r.notes.to_ascii_lowercase();
+    if !r.mode.trim().to_ascii_lowercase().starts_with("train") {
+        return Err("fms-acceleration's benchmark program trains; the row does not".into());
+    }
+    if ["bnb", "bitsandbytes", "gptq", "foak", "nf4"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
+        return Err(
+            "a quantized base (bitsandbytes, GPTQ) or fused-ops plugin of fms-acceleration: \
+             its CUDA kernels are not emulated"
+                .into(),
+        );
+    }
+    if precision(&r.precision) != Ok(Precision::F16) {
+        return Err(format!(
+            "the benchmark's program loads the model in float16 (torch_dtype); the row says `{}`",
+            r.precision
+        ));
+    }
+    let lora = match trainable(&lower)? {
+        Trainable::Full => false,
+        Trainable::Lora(16) => true,
+        t => {
+            return Err(format!(
+                "the benchmark trains all weights or LoRA r=16, not {t}"
+            ))
+        }
+    };
+    let gpus = number_after(&lower, "num_gpus=").unwrap_or(1);
+    let mut args = vec![
+        "--gpus".to_string(),
+        gpus.to_string(),
+        "--batch".into(),
+        r.batch.unwrap_or(1).to_string(),
+        "--seq-len".into(),
+        r.seq_len.unwrap_or(4096).to_string(),
+    ];
+    if lora {
+        args.push("--lora".into());
+    }
+    Ok(Program {
+        script: "peer_fms_sft.py",
+        args,
+        gpus,
+    })
+}
+
+/// transformers' single-GPU training guide: `peer_hf_trainer.py`'s arguments.
+fn hf_trainer_args(r: &PeerRow) -> std::result::Result<Vec<String>, String> {
     let notes = r.notes.as_str();
     if !notes.contains("AutoModelForSequenceClassification") {
         return Err(
@@ -121,10 +197,11 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
             return not("a formula, not a program".into())
         }
     };
-    let args = match program_args(r) {
-        Ok(a) => a,
+    let program = match program(r) {
+        Ok(p) => p,
         Err(why) => return not(why),
     };
+    let args = &program.args;
     let Some(config) = preset_config(&r.model) else {
         return not(format!("no built-in config for model `{}`", r.model));
     };
@@ -144,7 +221,9 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     let dir = std::env::temp_dir().join(format!("vramlab-validate-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("config.json"), config)?;
-    let script = crate::emulate::scripts_dir().join("torch_probe/peer_hf_trainer.py");
+    let script = crate::emulate::scripts_dir()
+        .join("torch_probe")
+        .join(program.script);
     let mut argv = vec![
         python.to_string_lossy().into_owned(),
         script.to_string_lossy().into_owned(),
@@ -189,6 +268,19 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
             "; AdamW is transformers' own (adamw_hf) where the stack has it, else torch's",
         );
     }
+    if program.script == "peer_fms_sft.py" {
+        note.push_str(
+            "; attention is PyTorch's SDPA, not the row's flash-attn 2 (no wheel for the \
+             stack's torch, and its kernels are not emulated)",
+        );
+    }
+    if metric == Metric::NvmlUsed && program.gpus > 1 {
+        note.push_str(&format!(
+            "; rank 0 of {} in torch's fake process group: NCCL's communicator buffers and \
+             its kernels' memory, which a real rank also holds, are not counted",
+            program.gpus
+        ));
+    }
     if metric == Metric::NvmlUsed {
         note.push_str(&match stated {
             Some(c) => format!(
@@ -208,7 +300,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         stack,
         torch,
         gpu: e.gpu,
-        program: format!("peer_hf_trainer.py {}", args.join(" ")),
+        program: format!("{} {}", program.script, args.join(" ")),
         figure,
         emulated_bytes,
         error_pct,
@@ -254,18 +346,18 @@ mod tests {
     fn rows_map_to_the_guides_trainer_arguments() {
         let notes = "per_device_train_batch_size=1, gradient_accumulation_steps=4. \
                      bert-large-uncased via AutoModelForSequenceClassification, HF Trainer";
-        let a = program_args(&row(notes, "adafactor", "mixed-fp16 (AMP)")).unwrap();
+        let a = hf_trainer_args(&row(notes, "adafactor", "mixed-fp16 (AMP)")).unwrap();
         assert_eq!(
             a.join(" "),
             "--batch 1 --grad-accum 4 --seq-len 512 --optim adafactor --checkpointing --fp16"
         );
-        assert!(program_args(&row(notes, "bnb Adam8bit", "fp32")).is_err());
+        assert!(hf_trainer_args(&row(notes, "bnb Adam8bit", "fp32")).is_err());
         let load = "from_pretrained(...) AutoModelForSequenceClassification; no forward pass";
         assert_eq!(
-            program_args(&row(load, "none", "fp32")).unwrap(),
+            hf_trainer_args(&row(load, "none", "fp32")).unwrap(),
             ["--load-only"]
         );
-        assert!(program_args(&row("SDXL pipeline", "none", "fp16")).is_err());
+        assert!(hf_trainer_args(&row("SDXL pipeline", "none", "fp16")).is_err());
     }
 
     #[test]

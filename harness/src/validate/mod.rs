@@ -13,8 +13,10 @@
 use crate::error::bad_file;
 use crate::estimate::{
     self, layer_activations, model_states, Attention, Backend, Breakdown, Mode, Optimizer,
-    OptimizerImpl, Precision, Query, Recompute, Resolved, Runtime, Sharding,
+    OptimizerImpl, Precision, Query, Recompute, Resolved, Runtime, Sharding, Trainable,
 };
+use crate::vocab::MAX_LORA_RANK;
+
 use crate::fit::Constants;
 use crate::model::Config;
 use anyhow::Result;
@@ -286,6 +288,18 @@ pub(crate) fn precision(words: &str) -> Expressed<Precision> {
     })
 }
 
+/// The trainable set a row's notes state: LoRA of the rank after "lora r=" where they name
+/// LoRA, else every weight.
+pub(crate) fn trainable(lower_notes: &str) -> Expressed<Trainable> {
+    if !lower_notes.contains("lora") {
+        return Ok(Trainable::Full);
+    }
+    match number_after(lower_notes, "lora r=").map(u32::try_from) {
+        Some(Ok(r)) if (1..=MAX_LORA_RANK).contains(&r) => Ok(Trainable::Lora(r)),
+        _ => Err("LoRA without a rank (\"LoRA r=N\") in the notes".into()),
+    }
+}
+
 fn optimizer(words: &str) -> Expressed<(Optimizer, OptimizerImpl)> {
     let lower = words.to_ascii_lowercase();
     let first = lower.split_whitespace().next().unwrap_or("");
@@ -416,7 +430,10 @@ fn estimate_row(
         _ if lower.contains("fsdp") => Sharding::Fsdp,
         _ => Sharding::Ddp,
     };
-    let gpus = number_after(&text, "N_d=").unwrap_or(1);
+    let gpus = number_after(&text, "N_d=")
+        .or_else(|| number_after(&lower, "num_gpus="))
+        .unwrap_or(1);
+    let trainable = trainable(&r.notes.to_ascii_lowercase()).map_err(fail)?;
     // Eager (transformers' default before 4.36, and "explicit (non-flash)" attention) unless
     // the row names flash attention.
     let flash = lower.replace("non-flash", "").contains("flash");
@@ -439,6 +456,7 @@ fn estimate_row(
         },
         sharding,
         gpus,
+        trainable,
         attention,
         runtime: Runtime::Torch,
         backend: Backend::Cuda,
@@ -545,7 +563,7 @@ pub fn validate(
     rows.iter()
         .enumerate()
         .map(|(i, r)| {
-            if emulate.is_some() && emulated::program_args(r).is_ok() {
+            if emulate.is_some() && emulated::program(r).is_ok() {
                 eprintln!("validate --emulate: row {}/{n} {} ...", i + 1, r.id);
             }
             validate_row(path, r, constants, emulate)

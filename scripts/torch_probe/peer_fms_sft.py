@@ -113,7 +113,7 @@ def main():
     if a.gpus > 1:
         accelerate_launch(a.gpus)
     torch.cuda.set_device(0)
-    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import AutoConfig, AutoModelForCausalLM, PrinterCallback, Trainer, TrainingArguments
 
     cfg = AutoConfig.from_pretrained(a.config)
     tokens = cfg.vocab_size + 1  # `<pad>`
@@ -155,6 +155,7 @@ def main():
         model = model.to_empty(device="cuda")
     trainer = Trainer(model=model, args=args,
                       train_dataset=Packed(a.batch * a.max_steps, a.seq_len, tokens - 1))
+    trainer.remove_callback(PrinterCallback)  # the final metrics, printed on stdout
     if a.lora and a.gpus > 1:
         # sft_trainer.py: LoRA layers in FSDP units of their own (peft's wrap policy).
         from peft.utils.other import fsdp_auto_wrap_policy

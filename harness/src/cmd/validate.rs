@@ -32,7 +32,9 @@ pub struct Args {
     pub json: bool,
     /// Also run each row's own program on the emulated GPU of the row's card, under the
     /// installable software stack closest to the row's (rows vramlab has a program for: the HF
-    /// Trainer runs of transformers' single-GPU training guide), and print PyTorch's figure
+    /// Trainer runs of transformers' single-GPU training guide, and fms-acceleration's
+    /// fine-tuning benchmark, whose multi-GPU rows run as rank 0 of FSDP through accelerate with
+    /// torch's fake process group), and print PyTorch's figure
     /// (the one the row measured: NVML used, allocated or reserved) beside the estimate, with
     /// its error and a note naming the stack. Tens of seconds per row; needs the stacks
     /// installed (`scripts/torch-env.sh [--stack NAME]`).

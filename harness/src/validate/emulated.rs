@@ -361,6 +361,43 @@ mod tests {
     }
 
     #[test]
+    fn fms_rows_map_to_the_benchmarks_program() {
+        let fms = |notes: &str, precision: &str| -> PeerRow {
+            serde_json::from_value(serde_json::json!({
+                "id": "r", "model": "mistralai/Mistral-7B-v0.1", "mode": "training",
+                "source": "https://github.com/foundation-model-stack/fms-acceleration/...",
+                "precision": precision, "optimizer": "adamw", "batch": 2, "seq_len": 4096,
+                "gradient_checkpointing": true, "metric": "nvidia-smi used",
+                "value_bytes": 1, "notes": notes,
+            }))
+            .unwrap()
+        };
+        let p = program(&fms(
+            "LoRA r=16 (lora_alpha 16); num_gpus=2: accelerate",
+            "fp16",
+        ))
+        .unwrap();
+        assert_eq!(p.script, "peer_fms_sft.py");
+        assert_eq!(p.gpus, 2);
+        assert_eq!(p.args.join(" "), "--gpus 2 --batch 2 --seq-len 4096 --lora");
+        let p = program(&fms("full fine-tuning; num_gpus=1", "fp16")).unwrap();
+        assert_eq!(p.args.join(" "), "--gpus 1 --batch 2 --seq-len 4096");
+        for (notes, precision, why) in [
+            ("LoRA r=8, num_gpus=1", "fp16", "LoRA r=16"),
+            ("LoRA without its rank", "fp16", "without a rank"),
+            ("full fine-tuning", "bf16", "float16"),
+            (
+                "LoRA r=16 on a bitsandbytes nf4 base",
+                "fp16",
+                "not emulated",
+            ),
+        ] {
+            let e = program(&fms(notes, precision)).unwrap_err();
+            assert!(e.contains(why), "{notes}: {e}");
+        }
+    }
+
+    #[test]
     fn the_context_a_row_states() {
         let n = "includes CUDA context/kernels (1343 MiB measured after torch.ones(1,1).cuda())";
         assert_eq!(stated_context(n), Some(1343 << 20));

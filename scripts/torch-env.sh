@@ -16,7 +16,8 @@
 #
 # Stacks are an axis for the emulated GPU (docs/src/guides/emulator.md): the same program under
 # an older PyTorch and transformers. torch-2.2: torch 2.2.2 (CUDA 12.1 build), transformers
-# 4.39.3, peft 0.11.1, accelerate 0.32.1 (about 2.5 GB more).
+# 4.39.3, peft 0.11.1, accelerate 0.32.1, diffusers 0.22.0 (the SDXL notebook's, October 2023;
+# it imports huggingface_hub's cached_download, gone after 0.25) (about 2.5 GB more).
 set -euo pipefail
 CACHE=${VRAMLAB_TORCH_CACHE:-$HOME/.cache/vramlab-torch}
 STACK=default
@@ -30,8 +31,9 @@ case "$STACK" in
     CHECK='import torch, transformers, numpy, gguf, accelerate, diffusers, peft'
     VENV=$CACHE/venv ;;
   torch-2.2)
-    PKGS=(torch==2.2.2 transformers==4.39.3 peft==0.11.1 accelerate==0.32.1 numpy==1.26.4)
-    CHECK='import torch, transformers, numpy, accelerate, peft'
+    PKGS=(torch==2.2.2 transformers==4.39.3 peft==0.11.1 accelerate==0.32.1 numpy==1.26.4
+          diffusers==0.22.0 huggingface_hub==0.25.2)
+    CHECK='import torch, transformers, numpy, accelerate, peft, diffusers'
     VENV=$CACHE/stacks/torch-2.2/venv ;;
   *)
     echo "scripts/torch-env.sh: unknown stack \`$STACK' (known: default, torch-2.2)" >&2

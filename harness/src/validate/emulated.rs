@@ -9,8 +9,11 @@
 use super::{number_after, precision, trainable, Metric, PeerRow};
 use crate::emulate::{catalogue, query};
 use crate::estimate::{Precision, Trainable};
+use crate::model::diffusion::GenSource;
+use crate::vocab::GenModel;
 use crate::vocab::Stack;
 use anyhow::Result;
+use candle_core::DType;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -56,6 +59,9 @@ pub(crate) struct Program {
     pub args: Vec<String>,
     /// Ranks of a multi-GPU run (the program is rank 0 of a fake process group).
     pub gpus: u64,
+    /// A diffusion pipeline's program reads the preset's diffusers configs (`--dir DIR`);
+    /// the others the model's config.json (`--config DIR`).
+    pub pipeline: Option<GenModel>,
 }
 
 /// The peer program that reproduces a row, or why none of vramlab's does.
@@ -64,10 +70,81 @@ pub(crate) fn program(r: &PeerRow) -> std::result::Result<Program, String> {
     if said.contains("fms-acceleration") || said.contains("fms-hf-tuning") {
         return fms_args(r);
     }
+    if let Some(m) = super::generate::model(&r.model) {
+        return sdxl_args(r, m);
+    }
     hf_trainer_args(r).map(|args| Program {
         script: "peer_hf_trainer.py",
         args,
         gpus: 1,
+        pipeline: None,
+    })
+}
+
+/// HF's "Exploring simple optimizations for SDXL" notebook: `peer_sdxl.py`'s arguments (one
+/// pipeline call: the notebook's three repeat the same allocated peak).
+fn sdxl_args(r: &PeerRow, m: GenModel) -> std::result::Result<Program, String> {
+    let lower = r.notes.to_ascii_lowercase();
+    if m != GenModel::Sdxl {
+        return Err(format!(
+            "no emulated program for {m}: vramlab carries the SDXL optimizations notebook's"
+        ));
+    }
+    if lower.contains("torch.compile") {
+        return Err("torch.compile: its Triton kernels and CUDA graphs are not emulated".into());
+    }
+    let size = r.resolution.clone().or_else(|| {
+        let (w, h) = (r.width?, r.height?);
+        Some(format!("{w}x{h}"))
+    });
+    if size.is_some_and(|s| s != "1024x1024") || r.guidance_scale.is_some_and(|g| g <= 1.0) {
+        return Err("the notebook's program runs 1024x1024 with guidance (CFG) only".into());
+    }
+    let steps = lower
+        .find(" steps")
+        .and_then(|i| {
+            lower[..i]
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(25u64);
+    let mut args = vec![
+        "--images".to_string(),
+        r.batch.unwrap_or(1).to_string(),
+        "--steps".into(),
+        steps.to_string(),
+        "--calls".into(),
+        "1".into(),
+    ];
+    match precision(&r.precision) {
+        Ok(Precision::F32) => args.push("--fp32".into()),
+        Ok(Precision::F16) => {}
+        _ => {
+            return Err(format!(
+                "the notebook loads fp32 or fp16, not `{}`",
+                r.precision
+            ))
+        }
+    }
+    for (words, flag) in [
+        ("set_default_attn_processor", "--eager"),
+        ("enable_model_cpu_offload", "--model-offload"),
+        ("enable_sequential_cpu_offload", "--seq-offload"),
+        ("enable_vae_slicing", "--vae-slicing"),
+        ("text_encoder=none", "--precomputed-embeds"),
+        ("autoencodertiny", "--tiny-vae"),
+    ] {
+        if lower.contains(words) {
+            args.push(flag.into());
+        }
+    }
+    Ok(Program {
+        script: "peer_sdxl.py",
+        args,
+        gpus: 1,
+        pipeline: Some(m),
     })
 }
 
@@ -119,6 +196,7 @@ fn fms_args(r: &PeerRow) -> std::result::Result<Program, String> {
         script: "peer_fms_sft.py",
         args,
         gpus,
+        pipeline: None,
     })
 }
 
@@ -202,8 +280,12 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         Err(why) => return not(why),
     };
     let args = &program.args;
-    let Some(config) = preset_config(&r.model) else {
-        return not(format!("no built-in config for model `{}`", r.model));
+    let config = match program.pipeline {
+        Some(_) => None,
+        None => match preset_config(&r.model) {
+            Some(c) => Some(c),
+            None => return not(format!("no built-in config for model `{}`", r.model)),
+        },
     };
     let Some(gpu) = catalogue::from_words(&r.gpu) else {
         return not(format!("no catalogued GPU for `{}`", r.gpu));
@@ -220,14 +302,26 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     let stubs = crate::emulate::stubs_for(&python)?;
     let dir = std::env::temp_dir().join(format!("vramlab-validate-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("config.json"), config)?;
+    let input = match (config, program.pipeline) {
+        (Some(c), _) => {
+            std::fs::write(dir.join("config.json"), c)?;
+            "--config"
+        }
+        (None, Some(m)) => {
+            // The preset's diffusers configs; the program loads them in the row's dtype.
+            let src = GenSource::Synthetic(m);
+            src.pipeline(DType::F16, None)?.write_configs(&dir)?;
+            "--dir"
+        }
+        (None, None) => unreachable!("a program without a pipeline has a config"),
+    };
     let script = crate::emulate::scripts_dir()
         .join("torch_probe")
         .join(program.script);
     let mut argv = vec![
         python.to_string_lossy().into_owned(),
         script.to_string_lossy().into_owned(),
-        "--config".into(),
+        input.into(),
         dir.to_string_lossy().into_owned(),
     ];
     argv.extend(args.iter().cloned());
@@ -272,6 +366,14 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         note.push_str(
             "; attention is PyTorch's SDPA, not the row's flash-attn 2 (no wheel for the \
              stack's torch, and its kernels are not emulated)",
+        );
+    }
+    if program.pipeline.is_some() {
+        note.push_str(
+            "; one pipeline call (the notebook's three repeat its allocated peak); convolutions \
+             take PyTorch's native CUDA path under emulation (cuDNN off): its im2col column \
+             buffers stand in for cuDNN's workspace, which cuDNN sizes from the memory free at \
+             the call",
         );
     }
     if metric == Metric::NvmlUsed && program.gpus > 1 {
@@ -395,6 +497,37 @@ mod tests {
             let e = program(&fms(notes, precision)).unwrap_err();
             assert!(e.contains(why), "{notes}: {e}");
         }
+    }
+
+    #[test]
+    fn sdxl_rows_map_to_the_notebooks_setups() {
+        let sdxl = |notes: &str, precision: &str| -> PeerRow {
+            serde_json::from_value(serde_json::json!({
+                "id": "r", "model": "stabilityai/stable-diffusion-xl-base-1.0",
+                "mode": "inference", "precision": precision, "batch": 4,
+                "metric": "torch.cuda.max_memory_allocated", "value_bytes": 1, "notes": notes,
+            }))
+            .unwrap()
+        };
+        let p = program(&sdxl(
+            "fp16 + SDPA + enable_vae_slicing() + enable_sequential_cpu_offload(); 30 steps",
+            "fp16",
+        ))
+        .unwrap();
+        assert_eq!(p.script, "peer_sdxl.py");
+        assert_eq!(p.pipeline, Some(GenModel::Sdxl));
+        assert_eq!(
+            p.args.join(" "),
+            "--images 4 --steps 30 --calls 1 --seq-offload --vae-slicing"
+        );
+        let p = program(&sdxl("set_default_attn_processor(); 25 steps", "fp32")).unwrap();
+        assert_eq!(
+            p.args.join(" "),
+            "--images 4 --steps 25 --calls 1 --fp32 --eager"
+        );
+        let e = program(&sdxl("torch.compile(unet)", "fp16")).unwrap_err();
+        assert!(e.contains("torch.compile"), "{e}");
+        assert!(program(&sdxl("default", "bf16")).is_err());
     }
 
     #[test]

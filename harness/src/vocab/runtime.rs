@@ -138,7 +138,8 @@ vocab! {
         /// torch 2.15.0 (CUDA 13.2 build), transformers 5.24.0, diffusers 0.42.1, peft 0.21.2.
         #[default]
         Default,
-        /// torch 2.2.2 (CUDA 12.1 build), transformers 4.39.3, peft 0.11.1, accelerate 0.32.1.
+        /// torch 2.2.2 (CUDA 12.1 build), transformers 4.39.3, peft 0.11.1, accelerate 0.32.1,
+        /// diffusers 0.22.0.
         #[serde(rename = "torch-2.2")]
         #[strum(serialize = "torch-2.2")]
         #[value(name = "torch-2.2")]

@@ -762,3 +762,22 @@ fn quantized_precision_for_training_or_safetensors() {
         "trainable `lora-r16` on precision `q4k` is QLoRA, which cannot run: candle 0.11.1's QMatMul records no backward",
     );
 }
+
+/// `--offload` is FSDP's CPU offload: anything but training sharded over 2 or more GPUs is one
+/// line, exit 2.
+#[test]
+fn offload_without_fsdp_over_several_gpus() {
+    let base = ["estimate", "--model", "smollm2-135m", "--offload"];
+    for extra in [
+        &["--mode", "train", "--gpus", "2"][..],
+        &["--mode", "train", "--sharding", "fsdp"][..],
+        &["--gpus", "2", "--sharding", "fsdp"][..],
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        fails(
+            &os(&args),
+            "--offload",
+            "--sharding fsdp (or zero3) and --gpus 2 or more",
+        );
+    }
+}

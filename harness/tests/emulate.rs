@@ -804,7 +804,7 @@ fn the_probes_fsdp_ranks_hold_their_share_of_weights_and_adamw_state() {
         shapes.extend([(i, h), (i, h), (h, i), (h, 1), (h, 1)]);
     }
     let tolerance = 512 * (shapes.len() as u64 + 4);
-    let run = |gpus: u64, trainable: &str| {
+    let run = |gpus: u64, trainable: &str, extra: &[&str]| {
         let scen = dir.path().join(format!("fsdp-{gpus}-{trainable}.toml"));
         std::fs::write(
             &scen,
@@ -828,13 +828,14 @@ fn the_probes_fsdp_ranks_hold_their_share_of_weights_and_adamw_state() {
                 "--out",
             ])
             .arg(&csv)
+            .args(extra)
             .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
             .output()
             .unwrap();
         (out, csv)
     };
     for n in [2u64, 8] {
-        let (out, csv) = run(n, "full");
+        let (out, csv) = run(n, "full", &[]);
         assert!(
             out.status.success(),
             "{}",
@@ -874,7 +875,32 @@ fn the_probes_fsdp_ranks_hold_their_share_of_weights_and_adamw_state() {
             );
         }
     }
-    let (out, _) = run(2, "lora-r8");
+    // FSDP's CPU offload: the rank's shards, their gradients and AdamW's state never reach the
+    // device; the load and the end of each step hold nothing there.
+    let (out, csv) = run(2, "full", &["--offload"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in vramlab::export::csv::read(&csv)
+        .unwrap()
+        .iter()
+        .filter(|r| matches!(r.phase.map(|p| p.as_str()), Some("load" | "optimizer")))
+    {
+        assert!(
+            r.end_allocated.unwrap() <= tolerance,
+            "{:?}: {r:?}",
+            r.phase
+        );
+        let step = r.phase.map(|p| p.as_str()) == Some("optimizer");
+        assert!(
+            !step || r.message.contains("offloaded to the CPU"),
+            "{}",
+            r.message
+        );
+    }
+    let (out, _) = run(2, "lora-r8", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

@@ -116,6 +116,8 @@ def check_ranks(args, points: list):
     on a GPU, emulated or real; anything else is one line, exit 2."""
     if args.gpus < 1:
         raise InputError(f"--gpus {args.gpus}: must be 1 or more")
+    if args.offload and args.gpus == 1:
+        raise InputError("--offload: FSDP's CPU offload of the ranks' shards needs --gpus 2 or more")
     if args.gpus == 1:
         return
     if args.device == "cpu":
@@ -208,7 +210,7 @@ def run(args) -> int:
                 "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         if args.gpus > 1:
             pool["ranks"] = {"world_size": args.gpus, "rank": 0, "sharding": "fsdp-full-shard",
-                             "process_group": "fake"}
+                             "process_group": "fake", "cpu_offload": args.offload}
         if emulated():
             pool["emulated"] = {"context_bytes": int(os.environ.get("VRAMLAB_EMU_CONTEXT", "0")),
                                 "weights": "built from each config on the device, not read"}
@@ -274,7 +276,8 @@ def run(args) -> int:
         meter=meter.kind,
     )
     if args.gpus > 1:
-        common["message"] = f"rank 0 of {args.gpus}: FSDP full shard (fake process group)"
+        common["message"] = (f"rank 0 of {args.gpus}: FSDP full shard (fake process group)"
+                             + (", shards offloaded to the CPU" if args.offload else ""))
     i = 0
     while i < len(points):
         if points[i]["mode"] == "generate":
@@ -297,7 +300,8 @@ def run(args) -> int:
             meter.trim()
             started = meter.start()
             config, model = build_model(torch, transformers, kind, path, dtype, args.attention, device,
-                                        gpus=args.gpus, compute=compute_dtype(torch, prec))
+                                        gpus=args.gpus, compute=compute_dtype(torch, prec),
+                                        offload=args.offload)
             model.eval()
             load_mem, load_ms = meter.finish(started)
             load_err = None
@@ -466,6 +470,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, default=1, metavar="N",
                     help="training on N GPUs with FSDP full shard: rank 0's figures, in one process "
                     "through torch's fake process group (full or frozen-embeddings training)")
+    ap.add_argument("--offload", action="store_true",
+                    help="with --gpus: FSDP's CPU offload (each rank's parameter, gradient and "
+                    "optimizer-state shards in host memory, the optimizer step on the CPU)")
     ap.add_argument("--gpu-memory", metavar="SIZE",
                     help="emu:GPU: the emulated GPU's total memory (vramlab emulate --gpu-memory)")
     # A worker of `vramlab sweep` with runtime = "torch" (harness/src/sweep/torch.rs): these

@@ -64,7 +64,7 @@ def dtype_kwarg(transformers) -> str:
 
 
 def build_model(torch, transformers, kind: str, path: str, dtype, attention: str, device,
-                gpus: int = 1, compute=None):
+                gpus: int = 1, compute=None, offload: bool = False):
     """The real transformers class of the config's model_type, with the source's weights:
     `hf:DIR` from_pretrained, `gguf:FILE` transformers' GGUF loader (dequantizes),
     `synthetic:CONFIG` from_config (random values, real shapes). `gpus` > 1: rank 0's shards
@@ -100,7 +100,7 @@ def build_model(torch, transformers, kind: str, path: str, dtype, attention: str
     # Encoders train as masked LMs (BertForMaskedLM), as vramlab's bert does.
     auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
     if gpus > 1:
-        return config, fully_sharded(torch, auto, config, kw, device, gpus, compute)
+        return config, fully_sharded(torch, auto, config, kw, device, gpus, compute, offload)
     if kind == "hf" and not emulated():
         model = auto.from_pretrained(str(cfg_path.parent), config=config, **kw).to(device)
     else:
@@ -130,32 +130,36 @@ def decoder_layers(torch, model):
     raise InputError(f"{model.config.model_type}: no list of {n} layers to shard")
 
 
-def fully_sharded(torch, auto, config, kw: dict, device, gpus: int, compute):
+def fully_sharded(torch, auto, config, kw: dict, device, gpus: int, compute, offload: bool = False):
     """FSDP full shard over `gpus` ranks, as rank 0 holds it: this process is rank 0 of torch's
     fake process group (cli.py sets it up; collectives move no data). The model is built on
     meta, each decoder layer and then the root wrapped by FSDP2's fully_shard, and only then are
     the rank's shards allocated (to_empty), as FSDP's meta-device initialisation does. Mixed
     precision is FSDP's own: f32 shards, all-gathered as `compute` copies
-    (MixedPrecisionPolicy), so train_forward does not cast."""
+    (MixedPrecisionPolicy), so train_forward does not cast. `offload`: FSDP's CPU offload
+    (CPUOffloadPolicy): the rank's parameter shards, their gradients and so the optimizer state
+    live in host memory, the optimizer steps on the CPU, and each unit is copied to the device
+    for its all-gather."""
     try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
     except ImportError:
         try:
-            from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+            from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
         except ImportError:
-            return fsdp1(torch, auto, config, kw, device, gpus, compute)
+            return fsdp1(torch, auto, config, kw, device, gpus, compute, offload)
     with torch.device("meta"):
         model = auto.from_config(config, **kw)
     policy = MixedPrecisionPolicy(param_dtype=compute) if compute is not None else MixedPrecisionPolicy()
+    placement = dict(offload_policy=CPUOffloadPolicy()) if offload else {}
     for layer in decoder_layers(torch, model):
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
-    model.to_empty(device=device)
+        fully_shard(layer, mp_policy=policy, **placement)
+    fully_shard(model, mp_policy=policy, **placement)
+    model.to_empty(device="cpu" if offload else device)
     model.vramlab_ranks = gpus
     return model
 
 
-def fsdp1(torch, auto, config, kw: dict, device, gpus: int, compute):
+def fsdp1(torch, auto, config, kw: dict, device, gpus: int, compute, offload: bool = False):
     """FSDP full shard before FSDP2 (torch < 2.4, the torch-2.2 stack), as accelerate's FSDP
     plugin wraps a transformers model: FullyShardedDataParallel with one unit per decoder layer
     (a ModuleWrapPolicy of the layer's class) and the root, `use_orig_params`, the model built
@@ -163,7 +167,7 @@ def fsdp1(torch, auto, config, kw: dict, device, gpus: int, compute):
     FSDP's MixedPrecision (parameters, gradient reduction and buffers in `compute`). Each unit's
     parameters are one flat parameter, padded to a multiple of `gpus`. The wrapper forwards
     attribute access (config, gradient checkpointing) to the model."""
-    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+    from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     with torch.device("meta"):
         model = auto.from_config(config, **kw)
@@ -172,7 +176,7 @@ def fsdp1(torch, auto, config, kw: dict, device, gpus: int, compute):
           if compute is not None else None)
     wrapped = FullyShardedDataParallel(
         model, auto_wrap_policy=ModuleWrapPolicy({layer_class}), use_orig_params=True,
-        device_id=device, mixed_precision=mp,
+        device_id=device, mixed_precision=mp, cpu_offload=CPUOffload(offload_params=offload),
         param_init_fn=lambda m: m.to_empty(device=device, recurse=False))
     wrapped.vramlab_ranks = gpus
     return wrapped

@@ -28,6 +28,8 @@ pub struct Query<'a> {
     /// Training ranks of FSDP full shard: the probe runs rank 0 of them in one process
     /// (`--gpus`, torch's fake process group); 1 for one GPU.
     pub gpus: u64,
+    /// FSDP's CPU offload of the ranks' shards (`--offload`).
+    pub offload: bool,
 }
 
 /// PyTorch's answer for the query on the emulated GPU, in integer bytes.
@@ -98,7 +100,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
         Attention::Eager => "eager",
         _ => "sdpa",
     };
-    let argv: Vec<String> = vec![
+    let mut argv: Vec<String> = vec![
         python.to_string_lossy().into_owned(),
         scripts_dir()
             .join("torch_probe")
@@ -119,6 +121,9 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
         "--lora".into(),
         "peft".into(),
     ];
+    if q.offload {
+        argv.push("--offload".into());
+    }
     let (out, last) = launch(&argv, gpu, stubs, &report, "the torch probe")?;
     anyhow::ensure!(
         csv.exists() && report.exists(),

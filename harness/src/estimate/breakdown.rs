@@ -32,6 +32,9 @@ pub struct Breakdown {
     /// ([`fit::reserve`](crate::fit::reserve)); candle:
     /// [`ALLOCATOR_ROUNDING`](super::ALLOCATOR_ROUNDING), unmeasured.
     pub allocator_reserve: u64,
+    /// FSDP's CPU offload (`--offload`): the rank's shards of weights, gradients and optimizer
+    /// state, held in host memory instead; in no GPU figure (0 without offload).
+    pub host_offloaded: u64,
     /// Where the figures come from: "analytic" or the fitted group.
     pub source: String,
     /// Where the reserve comes from.
@@ -91,6 +94,7 @@ impl Breakdown {
             weight_copies: states.weight_copies,
             gradients: states.gradients,
             optimizer: states.optimizer,
+            host_offloaded: states.host_offloaded,
             ..self
         }
     }

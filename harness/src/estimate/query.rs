@@ -34,6 +34,9 @@ pub struct Query {
     pub trainable: Trainable,
     pub sharding: Sharding,
     pub gpus: u64,
+    /// FSDP's CPU offload: each rank's parameter, gradient and optimizer-state shards live in
+    /// host memory, and the optimizer steps on the CPU (FSDP/ZeRO-3 over 2 or more GPUs).
+    pub offload: bool,
     pub attention: Attention,
     pub kv_cache: KvKind,
     /// Whether a sliding-window model's KV cache is capped at its window (`model`, as vLLM
@@ -77,6 +80,7 @@ impl Default for Query {
             trainable: Trainable::Full,
             sharding: Sharding::Ddp,
             gpus: 1,
+            offload: false,
             attention: Attention::Flash,
             kv_cache: KvKind::Preallocated,
             kv_window: KvWindow::Model,

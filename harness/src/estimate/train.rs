@@ -138,7 +138,7 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
     };
     // A quantized base (QLoRA) is its exact block bytes; the adapters are dense.
     let base = q.weight_bytes.map_or(p * w, Checked::from);
-    Ok(Breakdown {
+    let states = Breakdown {
         weights: shard(base + Checked::from(adapters) * w, s3, "weights")?,
         weight_copies: if q.precision.is_mixed() && !zero_mixed {
             shard(p * 2u64, s3, "weight copies")?
@@ -147,6 +147,25 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
         },
         gradients: shard(grads, s2, "gradients")?,
         optimizer: shard(t * opt_per_param, s1, "optimizer state")?,
+        ..Default::default()
+    };
+    if !q.offload {
+        return Ok(states);
+    }
+    // FSDP's CPU offload: the shards (and so the optimizer step) live on the host; the GPU holds
+    // only what each unit all-gathers for its compute, the `gathered` row.
+    let host = [
+        states.weights,
+        states.weight_copies,
+        states.gradients,
+        states.optimizer,
+    ]
+    .into_iter()
+    .map(Checked::from)
+    .sum::<Checked>()
+    .bytes("host-offloaded states")?;
+    Ok(Breakdown {
+        host_offloaded: host,
         ..Default::default()
     })
 }
@@ -537,6 +556,50 @@ mod tests {
             assert_eq!(e.optimizer, 2 * adapters * cb, "{compute}");
             assert_eq!(e.weight_copies, 0);
         }
+    }
+
+    /// FSDP's CPU offload moves each rank's shards of weights, gradients and optimizer state to
+    /// the host, byte for byte (the ZeRO layout of mixed precision: 2 + 2 + 12 B per parameter
+    /// over N), and with them the optimizer step; what the units all-gather, the activations
+    /// and the logits stay on the GPU.
+    #[test]
+    fn cpu_offload_moves_the_shards_and_the_step_to_the_host() {
+        let m = preset("smollm2-135m");
+        let params = feat::counts(&m, Trainable::Full).unwrap().params;
+        let run = |offload| {
+            estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    precision: Precision::MixedBf16,
+                    gpus: 4,
+                    sharding: Sharding::Fsdp,
+                    offload,
+                    ..q()
+                },
+                None,
+            )
+        };
+        let (on, off) = (run(true), run(false));
+        assert_eq!(on.host_offloaded, (params * 16).div_ceil(4));
+        assert_eq!(
+            on.host_offloaded,
+            off.weights + off.weight_copies + off.gradients + off.optimizer
+        );
+        assert_eq!(off.host_offloaded, 0);
+        for b in [
+            on.weights,
+            on.weight_copies,
+            on.gradients,
+            on.optimizer,
+            on.step_transient,
+        ] {
+            assert_eq!(b, 0);
+        }
+        assert_eq!(
+            (on.gathered, on.activations, on.logits),
+            (off.gathered, off.activations, off.logits)
+        );
     }
 
     /// FSDP's unsharded copies on SmolLM2-135M (tied embedding): the root unit is the

@@ -77,6 +77,7 @@ pub fn emulate_query(
         attention: a.attention,
         kv_cache: a.kv_cache,
         gpus: a.gpus,
+        offload: a.offload,
     };
     query::run(&q, &g, &python, &stubs)
 }

@@ -7,7 +7,7 @@ use super::Args;
 use crate::checked::Checked;
 use crate::error::InputError;
 use crate::estimate::{
-    self, gpu_by_name, smallest_gpu, Compute, Mode, Overflow, Precision, Query, Resolved,
+    self, gpu_by_name, smallest_gpu, Compute, Mode, Overflow, Precision, Query, Resolved, Sharding,
     Trainable, CATALOG,
 };
 use crate::fit::Constants;
@@ -74,6 +74,7 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         trainable: a.trainable,
         sharding: a.sharding,
         gpus: a.gpus,
+        offload: a.offload,
         attention: a.attention,
         kv_cache: a.kv_cache,
         kv_window: a.kv_window,
@@ -156,6 +157,17 @@ pub fn report(a: &Args) -> Result<LlmReport> {
     }
     if a.batch == 0 || a.context == 0 || a.gpus == 0 {
         return Err(InputError::arg("--batch, --context and --gpus must be at least 1").into());
+    }
+    if a.offload
+        && (a.mode != Mode::Train
+            || a.gpus < 2
+            || !matches!(a.sharding, Sharding::Fsdp | Sharding::Zero3))
+    {
+        return Err(InputError::arg(
+            "--offload is FSDP's CPU offload: it needs --mode train, --sharding fsdp (or zero3) \
+             and --gpus 2 or more",
+        )
+        .into());
     }
     let Resolved {
         name: model_name,
@@ -267,7 +279,8 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         .transpose()
         .map_err(bad)?;
     let train = q.mode == Mode::Train;
-    let model_states_bytes = train
+    // Under CPU offload the states are on the host (`host_offloaded_bytes`).
+    let model_states_bytes = (train && !q.offload)
         .then(|| (Checked::from(e.weights) + e.gradients + e.optimizer).bytes("model states"))
         .transpose()
         .map_err(bad)?;
@@ -287,6 +300,7 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         source: e.source.clone(),
         constants: used,
         breakdown: Row::all(&e.rows()),
+        host_offloaded_bytes: q.offload.then_some(e.host_offloaded),
         total_bytes: total,
         allocated_bytes: e.allocated().map_err(bad)?,
         reserved_bytes: e.reserved().map_err(bad)?,

@@ -85,6 +85,12 @@ pub struct Args {
     /// How training state is spread over `--gpus` (ZeRO stages; fsdp = zero3).
     #[arg(long, value_enum, default_value = "ddp", help_heading = "Training")]
     pub sharding: Sharding,
+    /// FSDP's CPU offload (with --sharding fsdp or zero3 over 2 or more --gpus): each rank's
+    /// shards of weights, gradients and optimizer state live in host memory and the optimizer
+    /// steps on the CPU; the GPU holds the units it all-gathers, the activations and the
+    /// logits. The host bytes per rank are reported beside the GPU figures.
+    #[arg(long, help_heading = "Training")]
+    pub offload: bool,
 
     /// The runtime the job will use: torch (PyTorch + transformers, what most users run) or
     /// candle (vramlab's own workloads).

@@ -73,6 +73,10 @@ pub struct LlmReport {
     pub notes: Vec<String>,
     /// `--emulate GPU`: PyTorch's figures on the emulated GPU, integer bytes.
     pub emulated: Option<Emulated>,
+    /// `--offload`: each rank's shards of weights, gradients and optimizer state in host
+    /// memory (in no GPU figure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_offloaded_bytes: Option<u64>,
     /// The model's `max_position_embeddings`.
     #[serde(skip)]
     pub max_position_embeddings: u64,

@@ -43,12 +43,13 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
         q.context,
         if q.mode == Mode::Train {
             format!(
-                ", optimizer {}, checkpointing {}, trainable {}, {:?} over {} GPU(s)",
+                ", optimizer {}, checkpointing {}, trainable {}, {:?} over {} GPU(s){}",
                 q.runtime_optimizer(),
                 q.checkpointing,
                 q.trainable.label(),
                 q.sharding,
-                q.gpus
+                q.gpus,
+                if q.offload { ", CPU offload" } else { "" }
             )
             .to_lowercase()
         } else {
@@ -92,6 +93,14 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
             "model states (weights + gradients + optimizer): {} = {:.2} B/param per GPU",
             gb_gib(states),
             states as f64 / params as f64
+        )?;
+    }
+    if let Some(host) = r.host_offloaded_bytes {
+        writeln!(
+            s,
+            "offloaded to host memory per rank (FSDP CPU offload): {} of weight, gradient and \
+             optimizer-state shards, in no GPU figure",
+            gb_gib(host)
         )?;
     }
     let headroom = 100.0 * r.headroom;

@@ -15,10 +15,11 @@ embedding resize, trl's SFTTrainer preparation of a peft model, the HF Trainer w
 benchmark's arguments under accelerate's FSDP plugin, configured through the environment
 `accelerate launch` sets, and peft's FSDP wrap policy as sft_trainer sets it. The differences,
 each forced by the emulator or the stack:
-- the model is built on `meta` and FSDP's `param_init_fn` (accelerate's, for synchronised
-  module states) allocates each rank's shard on the device: no weights to read;
-- this process is rank 0 of torch's fake process group of `--gpus` ranks: collectives move no
-  data, and NCCL's own buffers are not allocated;
+- the model is built on `meta` (no weights to read) and allocated on the device in one piece on
+  one GPU, where the Trainer would move the CPU-loaded model there, or shard by shard by FSDP's
+  `param_init_fn` (accelerate's, for synchronised module states) on more;
+- on more than one GPU this process is rank 0 of torch's fake process group: collectives move
+  no data, and NCCL's own buffers are not allocated;
 - attention is PyTorch's SDPA, not flash-attn 2 (`use_flash_attn`), which has no wheel for the
   stack's torch and whose kernels the emulator cannot load; for a 4096-token Mistral sequence,
   transformers 4.39 then builds a 4-D causal mask (the sliding window equals the length);
@@ -133,7 +134,6 @@ def main():
         lr_scheduler_type="linear",
         num_train_epochs=1,
         max_steps=a.max_steps,
-        evaluation_strategy="no",
         save_strategy="no",
         logging_strategy="no",
         include_tokens_per_second=True,

@@ -252,6 +252,14 @@ fn hf_trainer_args(r: &PeerRow) -> std::result::Result<Vec<String>, String> {
     Ok(a)
 }
 
+/// What a peer program reads (after `--config` or `--dir`).
+enum Input {
+    /// A built-in preset's published `config.json`.
+    Config(&'static str),
+    /// A diffusion preset's diffusers configs, written for the run.
+    Pipeline(GenModel),
+}
+
 /// The model's published `config.json` (a built-in preset), by the row's model words.
 fn preset_config(model: &str) -> Option<&'static str> {
     let lower = model.trim().to_ascii_lowercase();
@@ -280,12 +288,11 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         Err(why) => return not(why),
     };
     let args = &program.args;
-    let config = match program.pipeline {
-        Some(_) => None,
-        None => match preset_config(&r.model) {
-            Some(c) => Some(c),
-            None => return not(format!("no built-in config for model `{}`", r.model)),
-        },
+    // What the program reads: the model's config.json, or a pipeline's diffusers configs.
+    let input = match (program.pipeline, preset_config(&r.model)) {
+        (Some(m), _) => Input::Pipeline(m),
+        (None, Some(c)) => Input::Config(c),
+        (None, None) => return not(format!("no built-in config for model `{}`", r.model)),
     };
     let Some(gpu) = catalogue::from_words(&r.gpu) else {
         return not(format!("no catalogued GPU for `{}`", r.gpu));
@@ -302,18 +309,18 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     let stubs = crate::emulate::stubs_for(&python)?;
     let dir = std::env::temp_dir().join(format!("vramlab-validate-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let input = match (config, program.pipeline) {
-        (Some(c), _) => {
+    let flag = match input {
+        Input::Config(c) => {
             std::fs::write(dir.join("config.json"), c)?;
             "--config"
         }
-        (None, Some(m)) => {
+        Input::Pipeline(m) => {
             // The preset's diffusers configs; the program loads them in the row's dtype.
-            let src = GenSource::Synthetic(m);
-            src.pipeline(DType::F16, None)?.write_configs(&dir)?;
+            GenSource::Synthetic(m)
+                .pipeline(DType::F16, None)?
+                .write_configs(&dir)?;
             "--dir"
         }
-        (None, None) => unreachable!("a program without a pipeline has a config"),
     };
     let script = crate::emulate::scripts_dir()
         .join("torch_probe")
@@ -321,7 +328,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     let mut argv = vec![
         python.to_string_lossy().into_owned(),
         script.to_string_lossy().into_owned(),
-        input.into(),
+        flag.into(),
         dir.to_string_lossy().into_owned(),
     ];
     argv.extend(args.iter().cloned());
@@ -434,14 +441,24 @@ pub(crate) fn stated_context(notes: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn row(notes: &str, optimizer: &str, precision: &str) -> PeerRow {
-        serde_json::from_value(serde_json::json!({
+    /// A bert-large training row with `fields` in place of its own.
+    fn row_with(fields: serde_json::Value) -> PeerRow {
+        let mut v = serde_json::json!({
             "id": "r", "model": "bert-large-uncased", "mode": "training",
-            "precision": precision, "optimizer": optimizer, "batch": 1, "seq_len": 512,
+            "precision": "fp32", "optimizer": "adamw", "batch": 1, "seq_len": 512,
             "gradient_checkpointing": true, "metric": "nvidia-smi used",
-            "value_bytes": 1, "notes": notes,
+            "value_bytes": 1, "notes": "",
+        });
+        for (k, x) in fields.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn row(notes: &str, optimizer: &str, precision: &str) -> PeerRow {
+        row_with(serde_json::json!({
+            "notes": notes, "optimizer": optimizer, "precision": precision,
         }))
-        .unwrap()
     }
 
     #[test]
@@ -464,15 +481,12 @@ mod tests {
 
     #[test]
     fn fms_rows_map_to_the_benchmarks_program() {
-        let fms = |notes: &str, precision: &str| -> PeerRow {
-            serde_json::from_value(serde_json::json!({
-                "id": "r", "model": "mistralai/Mistral-7B-v0.1", "mode": "training",
+        let fms = |notes: &str, precision: &str| {
+            row_with(serde_json::json!({
+                "model": "mistralai/Mistral-7B-v0.1", "batch": 2, "seq_len": 4096,
                 "source": "https://github.com/foundation-model-stack/fms-acceleration/...",
-                "precision": precision, "optimizer": "adamw", "batch": 2, "seq_len": 4096,
-                "gradient_checkpointing": true, "metric": "nvidia-smi used",
-                "value_bytes": 1, "notes": notes,
+                "precision": precision, "notes": notes,
             }))
-            .unwrap()
         };
         let p = program(&fms(
             "LoRA r=16 (lora_alpha 16); num_gpus=2: accelerate",
@@ -501,13 +515,12 @@ mod tests {
 
     #[test]
     fn sdxl_rows_map_to_the_notebooks_setups() {
-        let sdxl = |notes: &str, precision: &str| -> PeerRow {
-            serde_json::from_value(serde_json::json!({
-                "id": "r", "model": "stabilityai/stable-diffusion-xl-base-1.0",
-                "mode": "inference", "precision": precision, "batch": 4,
-                "metric": "torch.cuda.max_memory_allocated", "value_bytes": 1, "notes": notes,
+        let sdxl = |notes: &str, precision: &str| {
+            row_with(serde_json::json!({
+                "model": "stabilityai/stable-diffusion-xl-base-1.0", "mode": "inference",
+                "batch": 4, "metric": "torch.cuda.max_memory_allocated",
+                "precision": precision, "notes": notes,
             }))
-            .unwrap()
         };
         let p = program(&sdxl(
             "fp16 + SDPA + enable_vae_slicing() + enable_sequential_cpu_offload(); 30 steps",

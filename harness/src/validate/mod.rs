@@ -433,7 +433,7 @@ fn estimate_row(
     let gpus = number_after(&text, "N_d=")
         .or_else(|| number_after(&lower, "num_gpus="))
         .unwrap_or(1);
-    let trainable = trainable(&r.notes.to_ascii_lowercase()).map_err(fail)?;
+    let trainable = trainable(&lower).map_err(fail)?;
     // Eager (transformers' default before 4.36, and "explicit (non-flash)" attention) unless
     // the row names flash attention.
     let flash = lower.replace("non-flash", "").contains("flash");

@@ -90,6 +90,9 @@ mkdir -p "$tmp/shim-last/nv"
 echo '#pragma once' >"$tmp/shim-last/nv/target"
 CFLAGS=(-O2 -fPIC -Wall -Wno-unused-parameter -Wno-format-truncation -fvisibility=hidden -I "$tmp/shim"
         -idirafter "$tmp/shim-last")
+# A torch built against CUDA 10 (the torch-1.10 stack) is answered in CUDA 10's struct layouts;
+# its headers are CUDA 11's (the oldest NVIDIA publishes as wheels), see emu.c.
+case "${TORCH_CUDA:-}" in 10.*) CFLAGS+=(-DVRAMLAB_CUDART_10);; esac
 IFS=: read -r -a inc_dirs <<<"$INCS"
 for d in "${inc_dirs[@]}"; do CFLAGS+=(-I "$d"); done
 if ! printf '#include <cuda_runtime_api.h>\n#include <cublasLt.h>\n' | cc "${CFLAGS[@]}" -E -x c - >/dev/null 2>&1; then
@@ -112,8 +115,13 @@ cc -O2 -fPIC -Wall -fvisibility=hidden -c "$ROOT/harness/emulator/refused.c" -o 
 # The names emu.c and refused.c define; every other CUDA runtime or cuBLAS name torch imports gets a stub.
 nm --defined-only -g "$tmp/emu.o" "$tmp/refused.o" | awk '{print $3}' | sort -u >"$tmp/defined"
 if [ "$MODE" = torch ]; then
-  for lib in "$TORCH_LIB"/*.so; do nm -D --undefined-only "$lib" 2>/dev/null; done |
-    awk '{print $2}' | sed 's/@.*//' | grep -E '^(cuda|__cuda|cublas)' | sort -u >"$tmp/imported"
+  # Imported, and also cuBLAS's own names where torch links cuBLAS statically and exports them
+  # (the CUDA 10 wheels): preloaded, ours come first there too.
+  { for lib in "$TORCH_LIB"/*.so; do nm -D --undefined-only "$lib" 2>/dev/null; done |
+      awk '{print $2}'
+    for lib in "$TORCH_LIB"/*.so; do nm -D --defined-only "$lib" 2>/dev/null; done |
+      awk '$2 == "T" {print $3}'
+  } | sed 's/@.*//' | grep -E '^(cuda|__cuda|cublas)' | sort -u >"$tmp/imported"
 else
   # Every function the headers declare, under its linked name (the preprocessor applies the
   # headers' renames: cublasSgemm is cublasSgemm_v2, CUDA 12's cudaGetDeviceProperties is

@@ -38,7 +38,10 @@ VRAMLAB_TORCH_PYTHON=$(scripts/torch-env.sh)
 # The older stack (torch 2.2, CUDA 12 build), for the emulator's CUDA 12 stubs: about 3 minutes
 # and 5 GB from cold, instant when warm.
 VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
-export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON
+# The oldest stack (torch 1.10, CUDA 10.2 build, on Debian 11's CPython 3.9), the published
+# bert-large rows' own, for the emulator's CUDA 10 layouts: about 1 minute and 2.8 GB from cold.
+VRAMLAB_TORCH110_PYTHON=$(scripts/torch-env.sh --stack torch-1.10)
+export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON
 cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test stacks --test validate --test wheel -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh

@@ -13,11 +13,16 @@
 #
 #   scripts/torch-env.sh                    # the default stack (the pins below)
 #   scripts/torch-env.sh --stack torch-2.2  # another pinned software stack, in a venv of its own
+#   scripts/torch-env.sh --stack torch-1.10
 #
 # Stacks are an axis for the emulated GPU (docs/src/guides/emulator.md): the same program under
 # an older PyTorch and transformers. torch-2.2: torch 2.2.2 (CUDA 12.1 build), transformers
 # 4.39.3, peft 0.11.1, accelerate 0.32.1, diffusers 0.22.0 (the SDXL notebook's, October 2023;
 # it imports huggingface_hub's cached_download, gone after 0.25) (about 2.5 GB more).
+# torch-1.10: torch 1.10.2 (PyPI's CUDA 10.2 build, cuBLAS linked in), transformers 4.16.2, the
+# stack of transformers' January 2022 single-GPU training guide, on CPython 3.9 from Debian 11's
+# packages (torch 1.10 has no wheel for a newer Python); the CUDA 11 runtime and cuBLAS wheels
+# are only the emulator's headers (about 2.8 GB more).
 set -euo pipefail
 CACHE=${VRAMLAB_TORCH_CACHE:-$HOME/.cache/vramlab-torch}
 STACK=default
@@ -35,8 +40,13 @@ case "$STACK" in
           diffusers==0.22.0 huggingface_hub==0.25.2)
     CHECK='import torch, transformers, numpy, accelerate, peft, diffusers'
     VENV=$CACHE/stacks/torch-2.2/venv ;;
+  torch-1.10)
+    PKGS=(torch==1.10.2 transformers==4.16.2 numpy==1.23.5 setuptools==69.5.1
+          nvidia-cuda-runtime-cu11==11.7.99 nvidia-cublas-cu11==11.10.3.66)
+    CHECK='import torch, transformers, numpy'
+    VENV=$CACHE/stacks/torch-1.10/venv ;;
   *)
-    echo "scripts/torch-env.sh: unknown stack \`$STACK' (known: default, torch-2.2)" >&2
+    echo "scripts/torch-env.sh: unknown stack \`$STACK' (known: default, torch-2.2, torch-1.10)" >&2
     exit 2 ;;
 esac
 STAMP=$VENV/.vramlab-stamp
@@ -55,8 +65,16 @@ mkdir -p "$(dirname "$VENV")"
 # A venv left by another pin set is updated in place: pip fetches only what changed.
 if [ ! -x "$VENV/bin/python" ]; then
   rm -rf "$VENV"
-  "$PY" -m venv "$VENV" >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+  if [ "$STACK" = torch-1.10 ]; then
+    # torch 1.10 has wheels up to CPython 3.9 only: the interpreter is Debian 11's (see
+    # scripts/python39.sh), and pip is bootstrapped by this machine's pip.
+    PY39="$("$(dirname "${BASH_SOURCE[0]}")/python39.sh" "$CACHE/python3.9")"
+    "$PY39" -m venv --without-pip "$VENV" >&2
+    "$PY" -m pip --python "$VENV/bin/python" install --quiet pip==24.3.1 >&2
+  else
+    "$PY" -m venv "$VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+  fi
 fi
 "$VENV/bin/python" -m pip install --quiet "${PKGS[@]}" >&2
 "$VENV/bin/python" -c "$CHECK; torch.ones(2) @ torch.ones(2)" >&2

@@ -23,6 +23,10 @@
  * catalogue (VRAMLAB_EMU_*); without them the library reports no device.
  */
 #define _GNU_SOURCE
+#ifdef VRAMLAB_CUDART_10 /* declared by the headers in CUDA 11's layout, defined below in 10's */
+#define cudaGetDeviceProperties cudaGetDeviceProperties_cuda11
+#define cudaPointerGetAttributes cudaPointerGetAttributes_cuda11
+#endif
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -34,6 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#ifdef VRAMLAB_CUDART_10
+#undef cudaPointerGetAttributes
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -225,61 +232,127 @@ EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
   return cudaSuccess;
 }
 
+/* The fields every runtime's cudaDeviceProp has, from CUDA 10 on (a macro: the CUDA 10 layout
+ * is a struct of its own below). */
+#define FILL_COMMON_PROPS(p, g)                                                          \
+  do {                                                                                   \
+  snprintf(p->name, sizeof p->name, "%s", g->name);                                    \
+  p->totalGlobalMem = g->total;                                                        \
+  p->sharedMemPerBlock = 49152;                                                        \
+  p->regsPerBlock = 65536;                                                             \
+  p->warpSize = 32;                                                                    \
+  p->memPitch = 2147483647;                                                            \
+  p->maxThreadsPerBlock = 1024;                                                        \
+  p->maxThreadsDim[0] = 1024;                                                          \
+  p->maxThreadsDim[1] = 1024;                                                          \
+  p->maxThreadsDim[2] = 64;                                                            \
+  p->maxGridSize[0] = 2147483647;                                                      \
+  p->maxGridSize[1] = 65535;                                                           \
+  p->maxGridSize[2] = 65535;                                                           \
+  p->totalConstMem = 65536;                                                            \
+  p->major = g->major;                                                                 \
+  p->minor = g->minor;                                                                 \
+  p->textureAlignment = 512;                                                           \
+  p->texturePitchAlignment = 32;                                                       \
+  p->multiProcessorCount = g->sms;                                                     \
+  p->canMapHostMemory = 1;                                                             \
+  p->concurrentKernels = 1;                                                            \
+  p->asyncEngineCount = 2;                                                             \
+  p->unifiedAddressing = 1;                                                            \
+  p->memoryBusWidth = 5120;                                                            \
+  p->l2CacheSize = g->l2;                                                              \
+  p->maxThreadsPerMultiProcessor = g->threads_per_sm;                                  \
+  p->streamPrioritiesSupported = 1;                                                    \
+  p->globalL1CacheSupported = 1;                                                       \
+  p->localL1CacheSupported = 1;                                                        \
+  p->sharedMemPerMultiprocessor = g->smem_per_sm;                                      \
+  p->regsPerMultiprocessor = 65536;                                                    \
+  p->managedMemory = 1;                                                                \
+  p->computePreemptionSupported = 1;                                                   \
+  p->cooperativeLaunch = 1;                                                            \
+  p->sharedMemPerBlockOptin = g->smem_optin;                                           \
+  } while (0)
+
 static void fill_props(struct cudaDeviceProp *p) {
   const struct emu_gpu *g = dev();
   memset(p, 0, sizeof *p);
-  snprintf(p->name, sizeof p->name, "%s", g->name);
-  p->totalGlobalMem = g->total;
-  p->sharedMemPerBlock = 49152;
-  p->regsPerBlock = 65536;
-  p->warpSize = 32;
-  p->memPitch = 2147483647;
-  p->maxThreadsPerBlock = 1024;
-  p->maxThreadsDim[0] = 1024;
-  p->maxThreadsDim[1] = 1024;
-  p->maxThreadsDim[2] = 64;
-  p->maxGridSize[0] = 2147483647;
-  p->maxGridSize[1] = 65535;
-  p->maxGridSize[2] = 65535;
-  p->totalConstMem = 65536;
-  p->major = g->major;
-  p->minor = g->minor;
-  p->textureAlignment = 512;
-  p->texturePitchAlignment = 32;
-  p->multiProcessorCount = g->sms;
-  p->canMapHostMemory = 1;
-  p->concurrentKernels = 1;
-  p->asyncEngineCount = 2;
-  p->unifiedAddressing = 1;
-  p->memoryBusWidth = 5120;
-  p->l2CacheSize = g->l2;
-  p->maxThreadsPerMultiProcessor = g->threads_per_sm;
-  p->streamPrioritiesSupported = 1;
-  p->globalL1CacheSupported = 1;
-  p->localL1CacheSupported = 1;
-  p->sharedMemPerMultiprocessor = g->smem_per_sm;
-  p->regsPerMultiprocessor = 65536;
-  p->managedMemory = 1;
-  p->computePreemptionSupported = 1;
-  p->cooperativeLaunch = 1;
-  p->sharedMemPerBlockOptin = g->smem_optin;
+  FILL_COMMON_PROPS(p, g);
   p->maxBlocksPerMultiProcessor = 32;
   p->reservedSharedMemPerBlock = 1024;
+#if CUDART_VERSION >= 12000
   p->hostRegisterSupported = 1;
   p->memoryPoolsSupported = 1;
+#endif
   p->pciBusID = 1;
 }
 
+#ifdef VRAMLAB_CUDART_10
+/* A torch built against CUDA 10 (torch 1.10's PyPI wheels, cu102) passes CUDA 10's
+ * cudaDeviceProp, which CUDA 11 changed in the middle (persistingL2CacheMaxSize after
+ * l2CacheSize) and at the end. Built with CUDA 11 headers and this macro, the library answers
+ * in CUDA 10's layout; every field is declared so that each offset is CUDA 10's. */
+struct cudaDeviceProp10 {
+  char name[256];
+  cudaUUID_t uuid;
+  char luid[8];
+  unsigned int luidDeviceNodeMask;
+  size_t totalGlobalMem, sharedMemPerBlock;
+  int regsPerBlock, warpSize;
+  size_t memPitch;
+  int maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3], clockRate;
+  size_t totalConstMem;
+  int major, minor;
+  size_t textureAlignment, texturePitchAlignment;
+  int deviceOverlap, multiProcessorCount, kernelExecTimeoutEnabled, integrated, canMapHostMemory,
+      computeMode, maxTexture1D, maxTexture1DMipmap, maxTexture1DLinear, maxTexture2D[2],
+      maxTexture2DMipmap[2], maxTexture2DLinear[3], maxTexture2DGather[2], maxTexture3D[3],
+      maxTexture3DAlt[3], maxTextureCubemap, maxTexture1DLayered[2], maxTexture2DLayered[3],
+      maxTextureCubemapLayered[2], maxSurface1D, maxSurface2D[2], maxSurface3D[3],
+      maxSurface1DLayered[2], maxSurface2DLayered[3], maxSurfaceCubemap,
+      maxSurfaceCubemapLayered[2];
+  size_t surfaceAlignment;
+  int concurrentKernels, ECCEnabled, pciBusID, pciDeviceID, pciDomainID, tccDriver,
+      asyncEngineCount, unifiedAddressing, memoryClockRate, memoryBusWidth, l2CacheSize,
+      maxThreadsPerMultiProcessor, streamPrioritiesSupported, globalL1CacheSupported,
+      localL1CacheSupported;
+  size_t sharedMemPerMultiprocessor;
+  int regsPerMultiprocessor, managedMemory, isMultiGpuBoard, multiGpuBoardGroupID,
+      hostNativeAtomicSupported, singleToDoublePrecisionPerfRatio, pageableMemoryAccess,
+      concurrentManagedAccess, computePreemptionSupported, canUseHostPointerForRegisteredMem,
+      cooperativeLaunch, cooperativeMultiDeviceLaunch;
+  size_t sharedMemPerBlockOptin;
+  int pageableMemoryAccessUsesHostPageTables, directManagedMemAccessFromHost;
+};
+/* CUDA 10's pointer attributes lead with the deprecated memoryType and end with isManaged. */
+struct cudaPointerAttributes10 {
+  enum cudaMemoryType memoryType, type;
+  int device;
+  void *devicePointer, *hostPointer;
+  int isManaged;
+};
+#define DEVICE_PROP struct cudaDeviceProp10
+#define REPORTED_CUDART_VERSION 10020
+#else
+#define DEVICE_PROP struct cudaDeviceProp
+#define REPORTED_CUDART_VERSION CUDART_VERSION
+#endif
+
 #undef cudaGetDeviceProperties
-EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d) {
+EXPORT cudaError_t cudaGetDeviceProperties(DEVICE_PROP *prop, int d) {
   if (!dev()->present) return cudaErrorNoDevice;
   if (d != 0) return cudaErrorInvalidDevice;
   if (!prop) return cudaErrorInvalidValue;
+#ifdef VRAMLAB_CUDART_10
+  memset(prop, 0, sizeof *prop);
+  FILL_COMMON_PROPS(prop, dev());
+  prop->pciBusID = 1;
+#else
   fill_props(prop);
+#endif
   return cudaSuccess;
 }
 /* CUDA 12 headers call the same function cudaGetDeviceProperties_v2. */
-EXPORT cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int d) {
+EXPORT cudaError_t cudaGetDeviceProperties_v2(DEVICE_PROP *prop, int d) {
   return cudaGetDeviceProperties(prop, d);
 }
 
@@ -356,7 +429,7 @@ EXPORT cudaError_t cudaDriverGetVersion(int *v) {
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaRuntimeGetVersion(int *v) {
-  if (v) *v = CUDART_VERSION;
+  if (v) *v = REPORTED_CUDART_VERSION;
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaGetLastError(void) { return cudaSuccess; }
@@ -436,7 +509,12 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
   return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *ptr) {
+#ifdef VRAMLAB_CUDART_10
+#define POINTER_ATTRIBUTES struct cudaPointerAttributes10
+#else
+#define POINTER_ATTRIBUTES struct cudaPointerAttributes
+#endif
+EXPORT cudaError_t cudaPointerGetAttributes(POINTER_ATTRIBUTES *a, const void *ptr) {
   if (!a) return cudaErrorInvalidValue;
   memset(a, 0, sizeof *a);
   pthread_mutex_lock(&mem_lock);
@@ -452,6 +530,9 @@ EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, con
     a->type = cudaMemoryTypeUnregistered;
     a->device = -2;
   }
+#ifdef VRAMLAB_CUDART_10
+  a->memoryType = a->type;
+#endif
   pthread_mutex_unlock(&mem_lock);
   return cudaSuccess;
 }
@@ -623,6 +704,7 @@ EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *s
   if (stream) *(void **)stream = NULL;
   return cudaSuccess;
 }
+#if CUDART_VERSION >= 12000 /* kernel handles and launch configurations: CUDA 12's */
 EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fn) {
   (void)fn;
   if (k) *k = new_handle();
@@ -633,15 +715,18 @@ EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **arg
   (void)k; (void)g; (void)b; (void)args; (void)sh; (void)s;
   return cudaSuccess;
 }
+#endif
 EXPORT cudaError_t cudaLaunchKernel(const void *fn, dim3 g, dim3 b, void **args, size_t sh,
                                     cudaStream_t s) {
   (void)fn; (void)g; (void)b; (void)args; (void)sh; (void)s;
   return cudaSuccess;
 }
+#if CUDART_VERSION >= 12000
 EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *fn, void **args) {
   (void)c; (void)fn; (void)args;
   return cudaSuccess;
 }
+#endif
 EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *fn) {
   (void)fn;
   if (!a) return cudaErrorInvalidValue;
@@ -657,11 +742,13 @@ EXPORT cudaError_t cudaFuncSetAttribute(const void *fn, enum cudaFuncAttribute a
   (void)fn; (void)attr; (void)v;
   return cudaSuccess;
 }
+#if CUDART_VERSION >= 12000
 EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t k, enum cudaFuncAttribute attr,
                                                    int v, int d) {
   (void)k; (void)attr; (void)v; (void)d;
   return cudaSuccess;
 }
+#endif
 /* Occupancy: never zero (kernels' launch math divides by it). */
 EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *fn,
                                                                           int block, size_t sh,
@@ -709,6 +796,7 @@ EXPORT cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
 EXPORT cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
 
 /* Driver entry points (torch's c10::cuda::DriverAPI): the driver functions of this library. */
+#if CUDART_VERSION >= 12000
 EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int ver,
                                                     unsigned long long flags,
                                                     enum cudaDriverEntryPointQueryResult *st) {
@@ -723,6 +811,7 @@ EXPORT cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned 
                                            enum cudaDriverEntryPointQueryResult *st) {
   return cudaGetDriverEntryPointByVersion(sym, fn, CUDART_VERSION, flags, st);
 }
+#endif
 
 /* ---- the driver (libcuda) ------------------------------------------------------------------ */
 

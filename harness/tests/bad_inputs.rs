@@ -267,6 +267,25 @@ fn runtime_and_device() {
     scenario("runtime-torch-emu-unknown.toml", "no-such-gpu");
 }
 
+/// The torch-1.10 stack runs the published programs only: a sweep or an estimate under it is
+/// one line, exit 2, before any Python starts.
+#[test]
+fn stack_without_the_probe() {
+    let needle = "stack `torch-1.10` runs the published programs only";
+    scenario("runtime-torch-stack-1.10.toml", needle);
+    fails(
+        &os(&[
+            "estimate",
+            "--model",
+            "smollm2-135m",
+            "--stack",
+            "torch-1.10",
+        ]),
+        "--stack",
+        needle,
+    );
+}
+
 /// What the torch probe cannot run is refused by its `--check` before any worker starts. The
 /// check imports no torch, so any Python 3.11+ runs it.
 #[test]

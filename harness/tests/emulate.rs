@@ -622,6 +622,36 @@ fn the_torch_2_2_stack_runs_on_cuda_12_stubs_with_the_same_exact_terms() {
     assert_eq!(full.json["steps"].as_array().unwrap().len(), 3);
 }
 
+/// The torch-1.10 stack (PyPI's CUDA 10.2 build, for transformers' 2022 training guide) reads
+/// the emulated GPU through CUDA 10's struct layouts and runs cuBLAS, which that build links in:
+/// the properties torch reports are the catalogue's, and the allocator's figures are exact.
+#[test]
+#[ignore = "needs the torch-1.10 stack (scripts/torch-env.sh --stack torch-1.10; scripts/test.sh)"]
+fn the_torch_1_10_stack_runs_on_cuda_10_layouts() {
+    let py = std::env::var("VRAMLAB_TORCH110_PYTHON")
+        .expect("VRAMLAB_TORCH110_PYTHON: scripts/torch-env.sh --stack torch-1.10");
+    let r = emulate_with(&py, &["--gpu", "v100-16gb"], &data("cuda10_props.py"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["cuda"], "10.2", "{}", r.json);
+    let (e, gpu) = (r.expect.expect("EXPECT line"), &r.json["gpu"]);
+    let name = gpu["name"].as_str().unwrap();
+    assert_eq!(
+        Some(e["name"].as_str().unwrap()),
+        name.strip_suffix(" (emulated)")
+    );
+    assert_eq!(e["total"], gpu["total_bytes"]);
+    assert_eq!(e["cc"], gpu["compute_capability"]);
+    let cat = vramlab::emulate::catalogue::resolve(Some("v100-16gb"), None).unwrap();
+    assert_eq!(u(&e["sms"]), u64::from(cat.sms));
+    // x and x @ x: 1024 x 1024 float32 each, whole 2 MiB-rounded blocks.
+    assert_eq!(u(&e["allocated"]), 2 * 1024 * 1024 * 4);
+    assert_eq!(e["shape"], serde_json::json!([1024, 1024]));
+    assert_eq!(
+        u(&r.json["run"]["max_memory_allocated"]),
+        2 * 1024 * 1024 * 4
+    );
+}
+
 #[test]
 #[ignore = "needs the torch environment (scripts/test.sh)"]
 fn a_programs_own_recorder_writes_rows_vramlab_reads() {

@@ -357,20 +357,20 @@ fn generation_rows_name_their_constants() {
 }
 
 /// `validate --emulate` runs each row's own program where vramlab carries it, under the
-/// closest stack (torch-2.2 for these rows):
-/// - transformers' single-GPU guide, for every bert-large row it can express. The load row is
-///   the model's fp32 weights and the context the source measured, so PyTorch's figure meets
-///   the published one to within the allocator's rounding; the rows with gradient checkpointing
-///   hold no attention matrices, and their emulated figures meet the published ones within 1%
-///   too (the rows without it are explained in docs/src/guides/validate.md).
-/// - HF's SDXL optimizations notebook, every setup but torch.compile, with the published order
+/// closest stack:
+/// - transformers' single-GPU guide (torch-1.10: torch 1.10.2 and transformers 4.16.2, the
+///   guide's own), for every bert-large row it can express, within 5% of each published NVML
+///   figure. The load row is the model's fp32 weights and the context the source measured, and
+///   the rows with gradient checkpointing hold no attention matrices: those meet the published
+///   figures within 1%.
+/// - HF's SDXL optimizations notebook (torch-2.2), every setup but torch.compile, with the published order
 ///   of their peaks (their errors are cuDNN's: docs/src/guides/validate.md).
-/// - fms-acceleration's Mistral-7B fine-tuning benchmark: PyTorch's `max_memory_allocated`
+/// - fms-acceleration's Mistral-7B fine-tuning benchmark (torch-2.2, its own): PyTorch's `max_memory_allocated`
 ///   meets every published one within 1%, and the one-GPU NVML rows within 1%. On two GPUs the
 ///   emulated NVML figure is under the published one (NCCL's buffers are not emulated), by
 ///   less than 8%.
 #[test]
-#[ignore = "needs the torch-2.2 stack (scripts/torch-env.sh --stack torch-2.2; scripts/test.sh)"]
+#[ignore = "needs the torch-2.2 and torch-1.10 stacks (scripts/torch-env.sh --stack NAME; scripts/test.sh)"]
 fn emulated_column_runs_the_peer_programs_under_the_closest_stack() {
     let cache = torch22_cache();
     let out = vramlab()
@@ -405,8 +405,13 @@ fn emulated_column_runs_the_peer_programs_under_the_closest_stack() {
             continue;
         }
         assert_eq!(e["kind"], "ran", "{id}: {e}");
-        assert_eq!(e["stack"], "torch-2.2", "{id}");
-        assert!(e["torch"].as_str().unwrap().starts_with("2.2."), "{id}");
+        let (stack, torch) = if is_guide {
+            ("torch-1.10", "1.10.")
+        } else {
+            ("torch-2.2", "2.2.")
+        };
+        assert_eq!(e["stack"], stack, "{id}");
+        assert!(e["torch"].as_str().unwrap().starts_with(torch), "{id}");
         assert_eq!(e["fits"], true, "{id}");
         let measured = p["value_bytes"].as_u64().unwrap() as f64;
         let emulated = e["emulated_bytes"].as_u64().unwrap() as f64;
@@ -419,9 +424,12 @@ fn emulated_column_runs_the_peer_programs_under_the_closest_stack() {
                 e["note"].as_str().unwrap().contains("1.31 GiB"),
                 "{id}: {e}"
             );
-            if id.contains("load") || id.ends_with("-gc") {
-                assert!(err.abs() < 1.0, "{id}: {err:+.2}%");
-            }
+            let tolerance = if id.contains("load") || id.ends_with("-gc") {
+                1.0
+            } else {
+                5.0
+            };
+            assert!(err.abs() < tolerance, "{id}: {err:+.2}%");
             continue;
         }
         fms += 1;

@@ -59,9 +59,14 @@ class Dummy(torch.utils.data.Dataset):
 def main():
     a = parse()
     cfg = AutoConfig.from_pretrained(a.config, num_labels=2)
-    with torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(cfg)
-    model = model.to_empty(device="cuda")
+    if hasattr(torch.device, "__enter__"):
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(cfg)
+        model = model.to_empty(device="cuda")
+    else:
+        # torch < 2.0 has no default-device context: the guide's own path, built on the CPU
+        # and moved (the same one allocation per tensor on the device).
+        model = AutoModelForSequenceClassification.from_config(cfg).to("cuda")
     if a.load_only:
         torch.cuda.synchronize()
         return 0

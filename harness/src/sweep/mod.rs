@@ -120,6 +120,9 @@ pub fn run(o: &Options) -> Result<()> {
         (Runtime::Torch, false) => spec.stack.clone(),
         _ => vec![Stack::Default],
     };
+    if let Some(why) = stacks.iter().find_map(|s| s.without_probe()) {
+        return Err(crate::error::bad_file(&o.scenario, why));
+    }
     if stacks.len() == 1 || o.dry_run || o.worker.is_some() {
         return run_stack(o, &spec, &text, device_spec, stacks[0]);
     }

@@ -570,8 +570,9 @@ mod tests {
         assert_eq!(key("TPU v4"), None);
         assert_eq!(
             Stack::closest("PyTorch ~1.10 + transformers ~4.16"),
-            Stack::Torch22
+            Stack::Torch110
         );
+        assert_eq!(Stack::closest("PyTorch 2.x + diffusers"), Stack::Torch22);
         assert_eq!(
             Stack::closest("torch 2.3, transformers 4.41"),
             Stack::Torch22

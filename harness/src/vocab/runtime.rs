@@ -144,6 +144,13 @@ vocab! {
         #[strum(serialize = "torch-2.2")]
         #[value(name = "torch-2.2")]
         Torch22,
+        /// torch 1.10.2 (CUDA 10.2 build), transformers 4.16.2, on CPython 3.9: the stack of
+        /// transformers' January 2022 training guide, for the peer programs
+        /// (`validate --emulate`, `vramlab emulate`); the probe needs torch 2.2 or newer.
+        #[serde(rename = "torch-1.10")]
+        #[strum(serialize = "torch-1.10")]
+        #[value(name = "torch-1.10")]
+        Torch110,
     }
 }
 
@@ -153,10 +160,11 @@ impl Stack {
         match self {
             Stack::Default => (2, 15),
             Stack::Torch22 => (2, 2),
+            Stack::Torch110 => (1, 10),
         }
     }
     /// The stack whose torch is closest to the first "PyTorch X.Y" (or "torch X.Y") a
-    /// published row's framework text names ("PyTorch ~1.10 + transformers ~4.16" → torch-2.2);
+    /// published row's framework text names ("PyTorch ~1.10 + transformers ~4.16" → torch-1.10);
     /// the default stack when it names none.
     pub fn closest(framework: &str) -> Stack {
         use strum::IntoEnumIterator;
@@ -177,6 +185,18 @@ impl Stack {
                     (major * 100 + minor).abs_diff(v)
                 })
                 .unwrap_or_default(),
+        }
+    }
+    /// Why the torch probe (a sweep's `stack`, `estimate --stack`) cannot run under this stack;
+    /// `None` where it can. torch-1.10 holds the peer programs' stack only: the probe and the
+    /// reserve fits need torch 2.2's APIs.
+    pub fn without_probe(self) -> Option<String> {
+        match self {
+            Stack::Torch110 => Some(format!(
+                "stack `{self}` runs the published programs only (`validate --emulate`, \
+                 `vramlab emulate`): the torch probe and the fitted reserve need torch 2.2 or newer"
+            )),
+            Stack::Default | Stack::Torch22 => None,
         }
     }
     /// The stack's venv under the torch cache folder, as `scripts/torch-env.sh` lays it out.

@@ -268,6 +268,9 @@ fn parse_trainable(s: &str) -> Result<Trainable, String> {
 
 /// The report of the query of `a`: of a generation pipeline, or of an LLM.
 pub fn report(a: &Args) -> Result<Report> {
+    if let Some(why) = a.stack.and_then(|s| s.without_probe()) {
+        return Err(crate::error::InputError::arg(format!("--stack: {why}")).into());
+    }
     Ok(match a.model.parse::<crate::vocab::GenModel>() {
         Ok(m) => Report::Generation(Box::new(generation::report(a, m)?)),
         Err(_) => Report::Llm(Box::new(llm::report(a)?)),

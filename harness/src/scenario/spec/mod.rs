@@ -148,7 +148,8 @@ pub struct Spec {
     /// torch probe, one worker process per group, on `device = "emu:GPU"` or `cuda:N`).
     #[serde(default)]
     pub runtime: crate::vocab::Runtime,
-    /// The torch probe's software stacks (`default`, `torch-2.2`): the whole scenario once
+    /// The torch probe's software stacks (`default`, `torch-2.2`; not `torch-1.10`, whose torch
+    /// the probe cannot run): the whole scenario once
     /// under each, one CSV each. Needs `runtime = "torch"`.
     #[serde(default)]
     pub stack: Vec<crate::vocab::Stack>,

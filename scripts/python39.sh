@@ -23,7 +23,16 @@ for tool in apt-get dpkg-deb; do
 done
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$KEYRING" ] || { log "needs $KEYRING (package debian-archive-keyring)"; exit 2; }
-MIRROR=${VRAMLAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian archive this machine's apt already uses (its deb822 or one-line sources), else
+# deb.debian.org; VRAMLAB_DEBIAN_MIRROR overrides.
+host_mirror() {
+  { grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
+    grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
+      sed 's/\[[^]]*\]//' | awk '{print $2}'
+  } | grep -E '/debian/?$' | head -n 1
+}
+MIRROR=${VRAMLAB_DEBIAN_MIRROR:-$(host_mirror || true)}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
 t0=$(date +%s)
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

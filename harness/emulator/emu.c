@@ -271,6 +271,7 @@ EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
   p->computePreemptionSupported = 1;                                                   \
   p->cooperativeLaunch = 1;                                                            \
   p->sharedMemPerBlockOptin = g->smem_optin;                                           \
+  p->pciBusID = 1;                                                                     \
   } while (0)
 
 static void fill_props(struct cudaDeviceProp *p) {
@@ -283,7 +284,6 @@ static void fill_props(struct cudaDeviceProp *p) {
   p->hostRegisterSupported = 1;
   p->memoryPoolsSupported = 1;
 #endif
-  p->pciBusID = 1;
 }
 
 #ifdef VRAMLAB_CUDART_10
@@ -345,7 +345,6 @@ EXPORT cudaError_t cudaGetDeviceProperties(DEVICE_PROP *prop, int d) {
 #ifdef VRAMLAB_CUDART_10
   memset(prop, 0, sizeof *prop);
   FILL_COMMON_PROPS(prop, dev());
-  prop->pciBusID = 1;
 #else
   fill_props(prop);
 #endif

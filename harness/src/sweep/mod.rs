@@ -300,7 +300,7 @@ pub fn parent<P: SweepPoint>(
         .and_then(|t| serde_json::from_str(&t).ok());
     // An emulated GPU's models are built from their configs: no weights are read.
     let weights = match &probe {
-        Some(_) if r.device_spec.starts_with("emu:") => Vec::new(),
+        Some(_) if torch::emulated_gpu(&r.device_spec).is_some() => Vec::new(),
         _ => weights()?,
     };
     let started_at = runner::now_rfc3339();

@@ -15,10 +15,15 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The catalogued GPU of an emulated device spec (`emu:GPU`), `None` for a real one: the one
+/// place a sweep's device string says "emulated".
+pub fn emulated_gpu(device: &str) -> Option<&str> {
+    device.strip_prefix("emu:")
+}
+
 /// The device a runtime can measure on, checked before anything runs (one line, exit 2).
 pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
-    let emulated = device.strip_prefix("emu:");
-    match (runtime, emulated) {
+    match (runtime, emulated_gpu(device)) {
         (Runtime::Candle, Some(_)) => Err(InputError::arg(format!(
             "device `{device}` is an emulated GPU, which runs PyTorch: set runtime = \"torch\" in the scenario"
         ))
@@ -75,7 +80,7 @@ impl Probe {
             script,
             stack: r.stack,
         };
-        if r.capacity.is_some() && !r.device_spec.starts_with("emu:") {
+        if r.capacity.is_some() && emulated_gpu(&r.device_spec).is_none() {
             return Err(InputError::arg(
                 "--capacity with runtime = \"torch\": only on an emulated GPU (emu:GPU), whose \
                  total memory it sets",
@@ -142,7 +147,7 @@ impl Probe {
 
 /// The meter of a torch sweep's rows on `device`.
 pub fn meter(device: &str) -> MeterKind {
-    if device.starts_with("emu:") {
+    if emulated_gpu(device).is_some() {
         MeterKind::TorchEmulated
     } else {
         MeterKind::TorchCuda

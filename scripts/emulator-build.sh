@@ -103,7 +103,7 @@ if [ "$MODE" = headers ]; then
   TORCH_CUDA="$(printf '#include <cuda_runtime_api.h>\nCUDART_VERSION\n' | cc "${CFLAGS[@]}" -E -P -x c - | tail -n 1)"
 fi
 if [ "$MODE" = torch ]; then
-  key="$(cat "$ROOT"/harness/emulator/*.c "$ROOT/scripts/emulator-build.sh" | sha256sum | cut -c1-12)"
+  key="$(cat "$ROOT"/harness/emulator/*.[ch] "$ROOT/scripts/emulator-build.sh" | sha256sum | cut -c1-12)"
   OUT="$CACHE/torch-$TORCH_VERSION-cu$TORCH_CUDA-$key"
   if [ -f "$OUT/libvramlab_emu.so" ] && [ -f "$OUT/libcuda.so.1" ]; then
     echo "$OUT"

@@ -32,22 +32,31 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu_record.h"
 #ifdef VRAMLAB_CUDART_10
 #undef cudaPointerGetAttributes
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* ---- the device ------------------------------------------------------------------------ */
+/* ---- the devices ----------------------------------------------------------------------- */
 
 struct emu_gpu {
   int present;
+  int count; /* devices presented, all alike (VRAMLAB_EMU_DEVICES, default 1) */
   char name[256];
   uint64_t total;    /* totalGlobalMem, bytes */
   uint64_t context;  /* held by the CUDA context and loaded modules, bytes */
@@ -57,16 +66,24 @@ struct emu_gpu {
 
 static struct emu_gpu gpu;
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
+static __thread int current; /* the calling thread's device (cudaSetDevice) */
 
 static uint64_t env_u64(const char *key, uint64_t dflt) {
   const char *v = getenv(key);
   return (v && *v) ? strtoull(v, NULL, 10) : dflt;
 }
 
+static void at_fork_child(void);
+static void lock_mem(void);
+static void unlock_mem(void);
+
 static void gpu_init(void) {
   const char *total = getenv("VRAMLAB_EMU_TOTAL");
   if (!total || !*total) return;
   gpu.present = 1;
+  gpu.count = (int)env_u64("VRAMLAB_EMU_DEVICES", 1);
+  if (gpu.count < 1) gpu.count = 1;
+  if (gpu.count > EMU_MAX_DEVICES) gpu.count = EMU_MAX_DEVICES;
   snprintf(gpu.name, sizeof gpu.name, "%s",
            getenv("VRAMLAB_EMU_NAME") ? getenv("VRAMLAB_EMU_NAME") : "vramlab emulated GPU");
   gpu.total = strtoull(total, NULL, 10);
@@ -78,6 +95,7 @@ static void gpu_init(void) {
   gpu.threads_per_sm = (int)env_u64("VRAMLAB_EMU_THREADS_PER_SM", 2048);
   gpu.smem_optin = env_u64("VRAMLAB_EMU_SMEM_OPTIN", 232448);
   gpu.smem_per_sm = env_u64("VRAMLAB_EMU_SMEM_PER_SM", 233472);
+  pthread_atfork(lock_mem, unlock_mem, at_fork_child);
 }
 
 static const struct emu_gpu *dev(void) {
@@ -85,25 +103,182 @@ static const struct emu_gpu *dev(void) {
   return &gpu;
 }
 
+static int valid_device(int d) { return dev()->present && d >= 0 && d < gpu.count; }
+
+/* ---- failures: every error the stubs return names the call, its arguments and why --------- */
+
+static __thread char last_error[EMU_TEXT];
+static __thread int last_code; /* the code `last_error` was returned with */
+static struct emu_proc *record(void);
+
+/* Records and prints one line for a failed call; returns `code` (a cudaError_t, CUresult or
+ * cublasStatus_t). cudaGetErrorString then answers with this line, so PyTorch's own error
+ * ("CUDA error: ...") quotes it. */
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  last_code = code;
+  fprintf(stderr, "vramlab emulator: %s\n", last_error);
+  struct emu_proc *r = record();
+  if (r) {
+    __atomic_add_fetch(&r->errors, 1, __ATOMIC_RELAXED);
+    snprintf(r->last_error, sizeof r->last_error, "%s", last_error);
+  }
+  return code;
+}
+
+/* ---- the run's records (emu_record.h): this process's and each device's ------------------ */
+
+static struct emu_proc *proc_rec;             /* NULL outside a run folder, or before use */
+static struct emu_device *dev_rec[EMU_MAX_DEVICES];
+static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct emu_proc proc_local;            /* where the counts go without a run folder */
+static struct emu_device dev_local[EMU_MAX_DEVICES];
+
+/* A file of `size` bytes in the run folder, mapped shared; NULL (and one line) on failure. */
+static void *map_file(const char *name, size_t size, int exclusive) {
+  const char *dir = getenv("VRAMLAB_EMU_DIR");
+  if (!dir || !*dir) return NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : 0), 0600);
+  if (fd < 0) {
+    if (!(exclusive && errno == EEXIST))
+      fprintf(stderr, "vramlab emulator: cannot write the run record %s: %s\n", path,
+              strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && (size_t)st.st_size < size && ftruncate(fd, (off_t)size) != 0) {
+    close(fd);
+    return NULL;
+  }
+  void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  return m == MAP_FAILED ? NULL : m;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void at_exit_release(void);
+
+/* This process's record, created at its first use of the device (never NULL once the device
+ * is present: without a run folder the counts stay in process memory). */
+static struct emu_proc *record(void) {
+  if (!dev()->present) return NULL;
+  struct emu_proc *r = __atomic_load_n(&proc_rec, __ATOMIC_ACQUIRE);
+  if (r) return r;
+  pthread_mutex_lock(&rec_lock);
+  if (!proc_rec) {
+    char name[64];
+    struct emu_proc *m = NULL;
+    for (int n = 0; n < 8 && !m; n++) {
+      if (n == 0)
+        snprintf(name, sizeof name, "proc-%d.bin", (int)getpid());
+      else
+        snprintf(name, sizeof name, "proc-%d.%d.bin", (int)getpid(), n);
+      m = map_file(name, sizeof *m, 1);
+    }
+    if (!m) m = &proc_local;
+    memset(m, 0, sizeof *m);
+    m->pid = (uint64_t)getpid();
+    m->ppid = (uint64_t)getppid();
+    m->devices = (uint64_t)gpu.count;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, m->cmdline, sizeof m->cmdline - 1);
+      close(fd);
+      for (ssize_t i = 0; i < n - 1; i++)
+        if (!m->cmdline[i]) m->cmdline[i] = ' ';
+    }
+    for (int d = 0; d < gpu.count; d++) {
+      snprintf(name, sizeof name, "device-%d.bin", d);
+      dev_rec[d] = map_file(name, sizeof(struct emu_device), 0);
+      if (!dev_rec[d]) dev_rec[d] = &dev_local[d];
+      __atomic_store_n(&dev_rec[d]->magic, EMU_RECORD_MAGIC, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&m->magic, EMU_RECORD_MAGIC, __ATOMIC_RELEASE);
+    atexit(at_exit_release);
+    __atomic_store_n(&proc_rec, m, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&rec_lock);
+  return proc_rec;
+}
+
+/* The device's peak: the bytes all processes hold, with one context per process there. */
+static void device_peak(struct emu_device *d) {
+  uint64_t held = __atomic_load_n(&d->used, __ATOMIC_RELAXED) +
+                  __atomic_load_n(&d->contexts, __ATOMIC_RELAXED) * gpu.context;
+  uint64_t old = __atomic_load_n(&d->peak, __ATOMIC_RELAXED);
+  while (held > old &&
+         !__atomic_compare_exchange_n(&d->peak, &old, held, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+/* The context on device d: created by this process's first allocation there. */
+static void open_context(struct emu_proc *r, int d) {
+  uint64_t bit = 1ull << d;
+  if (__atomic_fetch_or(&r->contexts, bit, __ATOMIC_RELAXED) & bit) return;
+  __atomic_add_fetch(&dev_rec[d]->contexts, 1, __ATOMIC_RELAXED);
+  device_peak(dev_rec[d]);
+}
+
+/* At exit, the process's bytes and contexts leave the devices (as the driver frees them when a
+ * process ends), so a later process of the run has them. A killed process keeps them. */
+static void at_exit_release(void) {
+  struct emu_proc *r = proc_rec;
+  if (!r) return;
+  for (int d = 0; d < gpu.count; d++) {
+    if (!(r->contexts & (1ull << d))) continue;
+    __atomic_sub_fetch(&dev_rec[d]->used, r->dev[d].used, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&dev_rec[d]->contexts, 1, __ATOMIC_RELAXED);
+  }
+  r->exited = 1;
+}
+
 /* ---- device memory: live allocations, their total and its high-water mark ---------------- */
 
 struct block {
   uintptr_t ptr;
   size_t size;
-  int host; /* pinned host memory (real, readable) rather than device address space */
+  int host;   /* pinned host memory (real, readable) rather than device address space */
+  int device; /* the device it is on */
 };
 
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block *blocks;
 static size_t nblocks, capblocks;
+/* This process's bytes on all devices: now, at most since the last reset (vramlab.phase's
+ * boundaries), allocations and refusals. */
 static uint64_t used, peak_used, failed_mallocs, mallocs;
 
-static void add_block(uintptr_t p, size_t size, int host) {
+static void lock_mem(void) { pthread_mutex_lock(&mem_lock); }
+static void unlock_mem(void) { pthread_mutex_unlock(&mem_lock); }
+
+/* A forked child owns none of its parent's device memory (on a GPU it cannot use the parent's
+ * context at all): it starts with no allocations and a record of its own. */
+static void at_fork_child(void) {
+  nblocks = 0;
+  used = peak_used = failed_mallocs = mallocs = 0;
+  pthread_mutex_unlock(&mem_lock);
+  if (proc_rec && proc_rec != &proc_local) munmap(proc_rec, sizeof *proc_rec);
+  proc_rec = NULL;
+  pthread_mutex_init(&rec_lock, NULL);
+}
+
+static void add_block(uintptr_t p, size_t size, int host, int device) {
   if (nblocks == capblocks) {
     capblocks = capblocks ? 2 * capblocks : 256;
     blocks = realloc(blocks, capblocks * sizeof *blocks);
   }
-  blocks[nblocks++] = (struct block){p, size, host};
+  blocks[nblocks++] = (struct block){p, size, host, device};
 }
 
 /* The block holding address p, or NULL. Called with mem_lock held. */
@@ -122,42 +297,72 @@ static int is_device(const void *p) {
   return d;
 }
 
-static cudaError_t device_alloc(void **out, size_t size) {
-  if (!dev()->present) return cudaErrorNoDevice;
-  if (!out) return cudaErrorInvalidValue;
+/* Takes `size` bytes of device d's capacity (shared by the run's processes), or fails. */
+static int take(int d, size_t size) {
+  struct emu_device *dr = dev_rec[d];
+  uint64_t old = __atomic_load_n(&dr->used, __ATOMIC_RELAXED);
+  for (;;) {
+    uint64_t ctx = __atomic_load_n(&dr->contexts, __ATOMIC_RELAXED) * gpu.context;
+    if (old + size + ctx > gpu.total) return 0;
+    if (__atomic_compare_exchange_n(&dr->used, &old, old + size, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+      break;
+  }
+  device_peak(dr);
+  return 1;
+}
+
+static cudaError_t device_alloc(void **out, size_t size, const char *call) {
+  if (!dev()->present) return fail(cudaErrorNoDevice, "%s: no emulated GPU (VRAMLAB_EMU_TOTAL unset)", call);
+  if (!out) return fail(cudaErrorInvalidValue, "%s(NULL, %zu): no pointer to write", call, size);
+  int d = current;
+  struct emu_proc *r = record();
   size_t mapped = size ? size : 1;
   pthread_mutex_lock(&mem_lock);
-  uint64_t capacity = gpu.total > gpu.context ? gpu.total - gpu.context : 0;
-  if (used + size > capacity) {
+  open_context(r, d);
+  if (!take(d, size)) {
     failed_mallocs++;
+    r->dev[d].failed++;
+    last_code = 0; /* PyTorch's own out-of-memory message says the rest */
     pthread_mutex_unlock(&mem_lock);
     *out = NULL;
-    return cudaErrorMemoryAllocation;
+    return cudaErrorMemoryAllocation; /* PyTorch frees its cache and retries: not an error yet */
   }
   void *p = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
+    __atomic_sub_fetch(&dev_rec[d]->used, size, __ATOMIC_RELAXED);
     failed_mallocs++;
     pthread_mutex_unlock(&mem_lock);
     *out = NULL;
-    return cudaErrorMemoryAllocation;
+    return fail(cudaErrorMemoryAllocation,
+                "%s(%zu bytes) on device %d: the host refused %zu bytes of address space (%s)",
+                call, size, d, mapped, strerror(errno));
   }
-  add_block((uintptr_t)p, size, 0);
+  add_block((uintptr_t)p, size, 0, d);
   used += size;
   mallocs++;
   if (used > peak_used) peak_used = used;
+  struct emu_proc_device *pd = &r->dev[d];
+  pd->used += size;
+  pd->mallocs++;
+  if (pd->used > pd->peak) pd->peak = pd->used;
   pthread_mutex_unlock(&mem_lock);
   *out = p;
   return cudaSuccess;
 }
 
-static cudaError_t block_free(void *p, int host) {
+static cudaError_t block_free(void *p, int host, const char *call) {
   if (!p) return cudaSuccess;
   pthread_mutex_lock(&mem_lock);
   for (size_t i = 0; i < nblocks; i++) {
     if (blocks[i].ptr == (uintptr_t)p && blocks[i].host == host) {
       struct block b = blocks[i];
       blocks[i] = blocks[--nblocks];
-      if (!host) used -= b.size;
+      if (!host) {
+        used -= b.size;
+        proc_rec->dev[b.device].used -= b.size;
+        __atomic_sub_fetch(&dev_rec[b.device]->used, b.size, __ATOMIC_RELAXED);
+      }
       pthread_mutex_unlock(&mem_lock);
       if (host)
         free(p);
@@ -166,8 +371,13 @@ static cudaError_t block_free(void *p, int host) {
       return cudaSuccess;
     }
   }
+  struct block *inside = find_block((uintptr_t)p);
+  const char *why = !inside          ? "not an allocation of this process"
+                    : inside->host != host ? (host ? "a device allocation, not pinned host memory"
+                                                   : "pinned host memory, not a device allocation")
+                                     : "inside an allocation, not its start";
   pthread_mutex_unlock(&mem_lock);
-  return cudaErrorInvalidValue;
+  return fail(cudaErrorInvalidValue, "%s(%p): %s", call, p, why);
 }
 
 /* Read by vramlab's Python side (ctypes): bytes cudaMalloc holds now and at most, the bytes
@@ -202,26 +412,33 @@ static void *new_handle(void) {
   return (void *)h;
 }
 
-/* A call the emulator does not model: one line on stderr naming it. */
+/* A call the emulator does not model: one line on stderr naming it (refused.c's calls). */
 void vramlab_emu_refuse(const char *call) {
-  fprintf(stderr, "vramlab emulator: %s is not emulated (no GPU here); the program cannot run it\n",
-          call);
+  fail(cudaErrorNotSupported, "%s is not emulated (no GPU here); the program cannot run it", call);
 }
 
 /* ---- the CUDA runtime ---------------------------------------------------------------------- */
 
 EXPORT cudaError_t cudaGetDeviceCount(int *count) {
-  if (!count) return cudaErrorInvalidValue;
-  *count = dev()->present ? 1 : 0;
+  if (!count) return fail(cudaErrorInvalidValue, "cudaGetDeviceCount(NULL): no count to write");
+  *count = dev()->present ? gpu.count : 0;
   return dev()->present ? cudaSuccess : cudaErrorNoDevice;
 }
 EXPORT cudaError_t cudaGetDevice(int *d) {
-  if (d) *d = 0;
+  if (d) *d = current;
   return dev()->present ? cudaSuccess : cudaErrorNoDevice;
+}
+/* An ordinal the emulated GPUs do not have, named with how many there are. */
+static cudaError_t bad_device(const char *call, int d) {
+  return fail(cudaErrorInvalidDevice,
+              "%s(device %d): the emulator presents %d device(s) (vramlab emulate --devices)", call,
+              d, dev()->count);
 }
 EXPORT cudaError_t cudaSetDevice(int d) {
   if (!dev()->present) return cudaErrorNoDevice;
-  return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+  if (!valid_device(d)) return bad_device("cudaSetDevice", d);
+  current = d;
+  return cudaSuccess;
 }
 EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
   if (flags) *flags = 0;
@@ -340,8 +557,8 @@ struct cudaPointerAttributes10 {
 #undef cudaGetDeviceProperties
 EXPORT cudaError_t cudaGetDeviceProperties(DEVICE_PROP *prop, int d) {
   if (!dev()->present) return cudaErrorNoDevice;
-  if (d != 0) return cudaErrorInvalidDevice;
-  if (!prop) return cudaErrorInvalidValue;
+  if (!valid_device(d)) return bad_device("cudaGetDeviceProperties", d);
+  if (!prop) return fail(cudaErrorInvalidValue, "cudaGetDeviceProperties(NULL, %d)", d);
 #ifdef VRAMLAB_CUDART_10
   memset(prop, 0, sizeof *prop);
   FILL_COMMON_PROPS(prop, dev());
@@ -357,7 +574,8 @@ EXPORT cudaError_t cudaGetDeviceProperties_v2(DEVICE_PROP *prop, int d) {
 
 EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int d) {
   if (!dev()->present) return cudaErrorNoDevice;
-  if (!value || d != 0) return cudaErrorInvalidValue;
+  if (!valid_device(d)) return bad_device("cudaDeviceGetAttribute", d);
+  if (!value) return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute(NULL, %d, %d)", (int)attr, d);
   struct cudaDeviceProp p;
   fill_props(&p);
   int v;
@@ -400,8 +618,8 @@ EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, 
 }
 
 EXPORT cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
-  (void)d;
-  if (id && len > 0) snprintf(id, (size_t)len, "00000000:01:00.0");
+  if (!valid_device(d)) return bad_device("cudaDeviceGetPCIBusId", d);
+  if (id && len > 0) snprintf(id, (size_t)len, "00000000:%02x:00.0", d + 1);
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer) {
@@ -413,8 +631,8 @@ EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer) {
 EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
   (void)peer;
   (void)flags;
-  vramlab_emu_refuse("cudaDeviceEnablePeerAccess");
-  return cudaErrorNotSupported;
+  return fail(cudaErrorNotSupported,
+              "cudaDeviceEnablePeerAccess(%d): peer access is not emulated", peer);
 }
 EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
   if (least) *least = 0;
@@ -435,13 +653,18 @@ EXPORT cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 EXPORT cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 
 EXPORT const char *cudaGetErrorString(cudaError_t e) {
+  static __thread char unknown[96];
+  if (e != cudaSuccess && (int)e == last_code && last_error[0]) return last_error;
   switch (e) {
   case cudaSuccess: return "no error";
   case cudaErrorMemoryAllocation: return "out of memory";
   case cudaErrorNoDevice: return "no CUDA-capable device is detected (vramlab emulator: no GPU configured)";
   case cudaErrorInvalidDevice: return "invalid device ordinal";
   case cudaErrorNotSupported: return "operation not supported (vramlab emulator)";
-  default: return "vramlab emulator error";
+  default:
+    snprintf(unknown, sizeof unknown, "vramlab emulator: error %d from a call it did not record",
+             (int)e);
+    return unknown;
   }
 }
 EXPORT const char *cudaGetErrorName(cudaError_t e) {
@@ -455,27 +678,28 @@ EXPORT const char *cudaGetErrorName(cudaError_t e) {
   }
 }
 
-EXPORT cudaError_t cudaMalloc(void **p, size_t size) { return device_alloc(p, size); }
+EXPORT cudaError_t cudaMalloc(void **p, size_t size) { return device_alloc(p, size, "cudaMalloc"); }
 EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   (void)s;
-  return device_alloc(p, size);
+  return device_alloc(p, size, "cudaMallocAsync");
 }
-EXPORT cudaError_t cudaFree(void *p) { return block_free(p, 0); }
+EXPORT cudaError_t cudaFree(void *p) { return block_free(p, 0, "cudaFree"); }
 EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   (void)s;
-  return block_free(p, 0);
+  return block_free(p, 0, "cudaFreeAsync");
 }
 EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags) {
   (void)flags;
-  return device_alloc(p, size);
+  return device_alloc(p, size, "cudaMallocManaged");
 }
 
 static cudaError_t host_alloc(void **p, size_t size) {
-  if (!p) return cudaErrorInvalidValue;
+  if (!p) return fail(cudaErrorInvalidValue, "cudaMallocHost(NULL, %zu)", size);
   void *m = NULL;
-  if (posix_memalign(&m, 4096, size ? size : 1)) return cudaErrorMemoryAllocation;
+  if (posix_memalign(&m, 4096, size ? size : 1))
+    return fail(cudaErrorMemoryAllocation, "cudaMallocHost(%zu bytes): the host has no memory", size);
   pthread_mutex_lock(&mem_lock);
-  add_block((uintptr_t)m, size, 1);
+  add_block((uintptr_t)m, size, 1, current);
   pthread_mutex_unlock(&mem_lock);
   *p = m;
   return cudaSuccess;
@@ -485,7 +709,7 @@ EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
   (void)flags;
   return host_alloc(p, size);
 }
-EXPORT cudaError_t cudaFreeHost(void *p) { return block_free(p, 1); }
+EXPORT cudaError_t cudaFreeHost(void *p) { return block_free(p, 1, "cudaFreeHost"); }
 EXPORT cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
   (void)p;
   (void)size;
@@ -514,7 +738,7 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 #define POINTER_ATTRIBUTES struct cudaPointerAttributes
 #endif
 EXPORT cudaError_t cudaPointerGetAttributes(POINTER_ATTRIBUTES *a, const void *ptr) {
-  if (!a) return cudaErrorInvalidValue;
+  if (!a) return fail(cudaErrorInvalidValue, "cudaPointerGetAttributes(NULL, %p)", ptr);
   memset(a, 0, sizeof *a);
   pthread_mutex_lock(&mem_lock);
   struct block *b = find_block((uintptr_t)ptr);
@@ -548,9 +772,16 @@ static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
   default: dst_dev = is_device(dst); src_dev = is_device(src); break;
   }
   if (dst_dev) return cudaSuccess;
-  if (src_dev)
+  if (src_dev) {
     memset(dst, 0, n);
-  else
+    /* Counted with its time, so that a program looping on a device value (which reads zeros
+     * for ever here) can be told from a slow one when vramlab stops it. */
+    struct emu_proc *r = record();
+    if (r) {
+      __atomic_add_fetch(&r->d2h_reads, 1, __ATOMIC_RELAXED);
+      __atomic_store_n(&r->last_d2h_ns, now_ns(), __ATOMIC_RELAXED);
+    }
+  } else
     memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -726,13 +957,32 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   return cudaSuccess;
 }
 #endif
+/* The architecture a driver would load for a kernel: the newest cubin of the device's major
+ * no newer than the device (sm_86 on an 8.9 L4), else the newest older one (PTX), from
+ * VRAMLAB_EMU_ARCHS (torch._C._cuda_getArchFlags(), set by vramlab/_emulate.py); the device's
+ * own without a list. CUB's dispatch returns cudaErrorInvalidDeviceFunction unless this is one
+ * of the architectures its translation unit was compiled for. */
+static int loaded_arch(void) {
+  int cc = dev()->major * 10 + dev()->minor, same = 0, older = 0;
+  const char *s = getenv("VRAMLAB_EMU_ARCHS");
+  while (s && *s) {
+    const char *d = strpbrk(s, "0123456789");
+    if (!d) break;
+    char *end;
+    int a = (int)strtol(d, &end, 10);
+    s = end;
+    if (a > cc) continue;
+    if (a / 10 == cc / 10 && a > same) same = a;
+    if (a > older) older = a;
+  }
+  return same ? same : older ? older : cc;
+}
 EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *fn) {
-  (void)fn;
-  if (!a) return cudaErrorInvalidValue;
+  if (!a) return fail(cudaErrorInvalidValue, "cudaFuncGetAttributes(NULL, %p)", fn);
   memset(a, 0, sizeof *a);
   a->maxThreadsPerBlock = 1024;
   a->numRegs = 32;
-  a->ptxVersion = dev()->major * 10 + dev()->minor;
+  a->ptxVersion = loaded_arch();
   a->binaryVersion = a->ptxVersion;
   a->maxDynamicSharedSizeBytes = 49152;
   return cudaSuccess;
@@ -823,12 +1073,13 @@ EXPORT CUresult cuDriverGetVersion(int *v) {
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGetCount(int *n) {
-  if (n) *n = dev()->present ? 1 : 0;
+  if (n) *n = dev()->present ? gpu.count : 0;
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   if (d) *d = ordinal;
-  return ordinal == 0 && dev()->present ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return valid_device(ordinal) ? CUDA_SUCCESS
+                               : (CUresult)bad_device("cuDeviceGet", ordinal);
 }
 EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
   /* The driver's attribute numbers are the runtime's. */
@@ -856,7 +1107,7 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext c) {
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) {
-  if (d) *d = 0;
+  if (d) *d = current;
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuGetErrorString(CUresult e, const char **s) {
@@ -916,14 +1167,14 @@ EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
                                               CUmemAllocationGranularity_flags o) {
   (void)g; (void)p; (void)o;
-  vramlab_emu_refuse("cuMemGetAllocationGranularity (expandable_segments)");
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return fail(CUDA_ERROR_NOT_SUPPORTED, "cuMemGetAllocationGranularity: the driver's virtual "
+              "memory API (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is not emulated");
 }
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n,
                             const CUmemAllocationProp *p, unsigned long long f) {
-  (void)h; (void)n; (void)p; (void)f;
-  vramlab_emu_refuse("cuMemCreate (expandable_segments)");
-  return CUDA_ERROR_NOT_SUPPORTED;
+  (void)h; (void)p; (void)f;
+  return fail(CUDA_ERROR_NOT_SUPPORTED, "cuMemCreate(%zu bytes): the driver's virtual memory API "
+              "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is not emulated", n);
 }
 
 /* ---- cuBLAS and cuBLASLt: handles, settings and products that succeed without computing ---- */
@@ -976,7 +1227,10 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t *results,
     int *returned) {
   (void)h; (void)op; (void)a; (void)b; (void)c; (void)d; (void)pref;
-  if (requested < 1 || !results) return CUBLAS_STATUS_INVALID_VALUE;
+  if (requested < 1 || !results)
+    return fail(CUBLAS_STATUS_INVALID_VALUE,
+                "cublasLtMatmulAlgoGetHeuristic(requested %d, results %p): nothing to answer into",
+                requested, (void *)results);
   memset(results, 0, sizeof *results);
   results->state = CUBLAS_STATUS_SUCCESS;
   results->wavesCount = 1.0f;

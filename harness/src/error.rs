@@ -29,8 +29,16 @@ pub fn bad_file(path: impl AsRef<Path>, msg: impl std::fmt::Display) -> anyhow::
     InputError::file(path, msg).into()
 }
 
-/// Exit code for an error: 2 for bad input, 1 otherwise.
+/// A run that measured nothing, so it has no verdict (`vramlab emulate`: exit code 3).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoVerdict(pub String);
+
+/// Exit code for an error: 2 for bad input, 3 for a run with no verdict, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
+    if err.chain().any(|e| e.downcast_ref::<NoVerdict>().is_some()) {
+        return 3;
+    }
     if err
         .chain()
         .any(|e| e.downcast_ref::<InputError>().is_some())

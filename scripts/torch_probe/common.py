@@ -54,7 +54,7 @@ def materialize(torch, model, device):
 
 def emulated() -> bool:
     """Whether this process runs on vramlab's emulated GPU (`vramlab emulate` sets these)."""
-    return bool(os.environ.get("VRAMLAB_EMU_TOTAL")) and bool(os.environ.get("VRAMLAB_EMU_REPORT"))
+    return bool(os.environ.get("VRAMLAB_EMU_TOTAL")) and bool(os.environ.get("VRAMLAB_EMU_DIR"))
 
 
 def vramlab_bin() -> str:

@@ -8,16 +8,26 @@ Installed by the boot's sitecustomize in every Python process the emulated comma
 - with `--no-weights`, when transformers is imported: `from_pretrained` builds the model from its
   config on the `meta` device and materializes it on the emulated GPU, reading no weights;
 - at exit: the spans, the run's peaks and the outcome (ok, out of memory, error) are written as
-  JSON to $VRAMLAB_EMU_REPORT for vramlab to print and record.
+  JSON to $VRAMLAB_EMU_DIR/python-<pid>.json for vramlab to print and record, one file per
+  Python process (spawned workers, torchrun's ranks and DataLoader workers each write their own);
+- SIGUSR1 writes the stacks of every thread to $VRAMLAB_EMU_DIR/trace-<pid>.txt (vramlab sends
+  it before it stops a program that ran past --timeout, to name where it was), and SIGTERM ends
+  the process through its exit handlers, so that its report is still written.
+
+The hook holds whatever order the imports come in: a `find_spec("torch")` probe (transformers,
+accelerate and vLLM make one before they import torch) only looks; the hook stays until torch
+itself is executed, by the program or by any package that imports it.
 """
 
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import importlib.abc
 import importlib.util
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Callable, Dict, List, Optional
@@ -46,17 +56,24 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return spec
         loader = spec.loader
         exec_module = loader.exec_module
-        hook = _HOOKS.pop(name)
 
         def run(module):
             exec_module(module)
-            hook(module)
+            # The hook is used up by the module's execution, not by a look at its spec.
+            hook = _HOOKS.pop(name, None)
+            if hook is not None:
+                hook(module)
 
         loader.exec_module = run
         return spec
 
 
 def _after_torch(torch) -> None:
+    # The architectures this torch carries kernels for: the stubs answer a kernel's version as
+    # the driver would load it (sm_86 code on an 8.9 card), which CUB's dispatch checks.
+    arch_flags = getattr(torch._C, "_cuda_getArchFlags", None)
+    if arch_flags is not None and arch_flags():
+        os.environ["VRAMLAB_EMU_ARCHS"] = arch_flags()
     torch.backends.cudnn.enabled = False
     _NOTES.append(
         "convolutions: PyTorch's native CUDA path (cuDNN is off under emulation; "
@@ -160,13 +177,35 @@ def _excepthook(kind, value, tb):
     sys.__excepthook__(kind, value, tb)
 
 
+def _run_dir() -> Optional[str]:
+    return os.environ.get("VRAMLAB_EMU_DIR") or None
+
+
+def _unhooked_run(torch) -> Optional[dict]:
+    """The run's peaks when the import hook never ran (torch was imported in a way no finder
+    saw): PyTorch's own statistics since the start, which nothing reset."""
+    s = torch.cuda.memory_stats()
+    if not s:
+        return None
+    _NOTES.append("the import hook did not run: cuDNN was left on, and no phases or steps were "
+                  "marked (the figures are PyTorch's peaks over the whole run)")
+    get = lambda k: int(s.get(k, 0))  # noqa: E731
+    return Span("total", None, 0, get("allocated_bytes.all.peak"), get("allocated_bytes.all.current"),
+                0, get("reserved_bytes.all.peak"), get("reserved_bytes.all.current"),
+                (emulator_stats() or {}).get("peak")).as_dict()
+
+
 def _write_report() -> None:
-    path = os.environ.get("VRAMLAB_EMU_REPORT")
-    if not path:
+    folder = _run_dir()
+    if not folder:
         return
+    path = os.path.join(folder, f"python-{os.getpid()}.json")
     torch = sys.modules.get("torch")
     report = {
-        "version": 1,
+        "version": 2,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": list(sys.argv),
         "torch": getattr(torch, "__version__", None),
         "cuda": getattr(getattr(torch, "version", None), "cuda", None),
         "cuda_initialized": bool(torch and torch.cuda.is_initialized()),
@@ -178,21 +217,59 @@ def _write_report() -> None:
         **_OUTCOME,
     }
     if torch is not None and torch.cuda.is_initialized():
-        rec = recorder()
-        tail = _STEP["open"]
-        run = rec.finish()
-        report["phases"] = [s.as_dict() for s in rec.spans if s is not tail and s not in _STEPS]
-        report["steps"] = [s.as_dict() for s in _STEPS]
-        report["run"] = run.as_dict()
-        report["device_name"] = torch.cuda.get_device_name(0)
-    with open(path, "w") as f:
+        report["device"] = torch.cuda.current_device()
+        report["device_name"] = torch.cuda.get_device_name(report["device"])
+        if "torch" in _HOOKS:
+            report["run"] = _unhooked_run(torch)
+        else:
+            rec = recorder()
+            tail = _STEP["open"]
+            run = rec.finish()
+            report["phases"] = [s.as_dict() for s in rec.spans
+                                if s is not tail and s not in _STEPS]
+            report["steps"] = [s.as_dict() for s in _STEPS]
+            report["run"] = run.as_dict()
+    report["cudnn"] = bool(torch and torch.backends.cudnn.enabled)
+    tmp = path + ".part"
+    with open(tmp, "w") as f:
         json.dump(report, f)
+    os.replace(tmp, path)  # whole or not at all: vramlab never reads half a report
+
+
+def _trace_on_signal() -> None:
+    """SIGUSR1 dumps every thread's stack to trace-<pid>.txt in the run folder (a forked child
+    gets a file of its own)."""
+    folder = _run_dir()
+    if not folder or not hasattr(signal, "SIGUSR1"):
+        return
+    f = open(os.path.join(folder, f"trace-{os.getpid()}.txt"), "w")  # noqa: SIM115 (lives on)
+    _TRACE["file"] = f
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
+
+
+_TRACE: Dict[str, object] = {}
+
+
+def _on_sigterm(signum, frame) -> None:
+    _OUTCOME.update(outcome="terminated", message="stopped by SIGTERM")
+    sys.exit(128 + signum)
 
 
 def install() -> None:
-    _HOOKS["torch"] = _after_torch
+    if "torch" in sys.modules:  # imported before the boot (a sitecustomize of the environment)
+        _after_torch(sys.modules["torch"])
+    else:
+        _HOOKS["torch"] = _after_torch
     if os.environ.get("VRAMLAB_EMU_NO_WEIGHTS") == "1":
         _HOOKS["transformers.modeling_utils"] = _after_modeling_utils
     sys.meta_path.insert(0, _AfterImport())
     sys.excepthook = _excepthook
     atexit.register(_write_report)
+    _trace_on_signal()
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_trace_on_signal)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        try:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        except ValueError:  # not the main thread of the main interpreter
+            pass

@@ -2,19 +2,28 @@
 //! and prints PyTorch's own allocated and reserved peaks and the NVML-equivalent, per marked
 //! phase or per optimizer step (docs/src/guides/emulator.md).
 use crate::emulate::catalogue::{self, Gpu, CONTEXT_BYTES, CONTEXT_SOURCE};
-use crate::emulate::report::{self, Describe, Outcome, Report, Span};
-use crate::emulate::{python_for, stubs_for, which, Launch};
-use crate::error::InputError;
+use crate::emulate::records::Process;
+use crate::emulate::report::{self, Describe, Report, Span};
+use crate::emulate::supervise::{signal_name, Ending, Finished};
+use crate::emulate::verdict::{self, Verdict};
+use crate::emulate::{python_for, stubs_for, which, Launch, ProgramOutput};
+use crate::error::{InputError, NoVerdict};
 use crate::units::{gb, gib};
 use crate::vocab::{Mode, Precision};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Exit codes: 0 the program ran and fits; 1 it ran out of memory on the \
-emulated GPU (PyTorch's own message is printed); 2 unusable input (unknown GPU, missing program, \
-a torch environment without CUDA build or without stubs), or the program failed otherwise.\n\n\
+emulated GPU (PyTorch's own message is printed), or the figures are partial (a process was \
+killed, stopped at --timeout, interrupted, or failed: the report says which, with what it saw \
+up to then); 2 unusable input (unknown GPU, missing program, a torch environment without CUDA \
+build or without stubs); 3 the program put nothing on the emulated GPU, so there is no \
+verdict.\n\n\
+Every process the program starts runs on the emulated GPU too (spawned, forked and torchrun \
+workers) and is reported on its own; the verdict is per device, and names the process that \
+held the peak.\n\n\
 Emulated figures are PyTorch's allocator over a stub CUDA runtime: kernels do not run, device \
 data reads as zeros, cuDNN is off (convolutions take PyTorch's native path). They are labelled \
 emulated everywhere and never pass for a measurement on a GPU."
@@ -28,13 +37,27 @@ pub struct Args {
     /// H100-like device of that size when no --gpu is given.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size)]
     pub gpu_memory: Option<u64>,
+    /// How many such GPUs to present (1 to 16): `torchrun --nproc-per-node N` ranks each take
+    /// theirs with `torch.cuda.set_device(LOCAL_RANK)`.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub devices: u64,
+    /// Stop the program after this long (e.g. 90s, 10m, 2h; 0 for never), report what was seen
+    /// up to then as partial, and exit 1. Kernels do not run, so emulated programs are fast:
+    /// one that runs this long is usually waiting on a device value, which reads as zero here.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_timeout)]
+    pub timeout: Timeout,
     /// Build transformers models from their config.json on the emulated device instead of
     /// reading weights (`from_pretrained` reads only the config).
     #[arg(long)]
     pub no_weights: bool,
-    /// Print the peaks as JSON (integer bytes) instead of a table.
+    /// Print the report as JSON (integer bytes) instead of a table, alone on standard output:
+    /// the program's own standard output goes to standard error.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON report to this file (the table still goes to standard output).
+    #[arg(long, value_name = "FILE.json")]
+    pub json_out: Option<PathBuf>,
     /// Also write the rows in vramlab's CSV schema (meter `torch-emulated`) to this file.
     #[arg(long, value_name = "FILE.csv", requires_all = ["model_id", "precision"])]
     pub out: Option<PathBuf>,
@@ -62,61 +85,90 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
+/// A `--timeout`: a duration, or none (`0`).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeout(pub Option<std::time::Duration>);
+
+/// `--timeout`'s value: a humantime duration ("90s", "10m") or 0 for none.
+pub fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    if s.trim() == "0" {
+        return Ok(Timeout(None));
+    }
+    humantime::parse_duration(s)
+        .map(|d| Timeout((!d.is_zero()).then_some(d)))
+        .map_err(|e| format!("`{s}`: {e} (e.g. 90s, 10m, 2h; 0 for none)"))
+}
+
 pub fn run(a: Args) -> Result<()> {
     let gpu = catalogue::resolve(a.gpu.as_deref(), a.gpu_memory).map_err(InputError::arg)?;
     check_command(&a.command)?;
+    if let Some(p) = &a.json_out {
+        check_writable(p)?;
+    }
     let python = python_for(&a.command, a.python.as_deref())?;
     let stubs = stubs_for(&python)?;
-    let report_path =
-        std::env::temp_dir().join(format!("vramlab-emulate-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&report_path);
     let launch = Launch {
         gpu: &gpu,
+        devices: a.devices as usize,
         stubs: &stubs,
         no_weights: a.no_weights,
-        report: &report_path,
+        timeout: a.timeout.0,
+        stdout: if a.json {
+            ProgramOutput::ToStderr
+        } else {
+            ProgramOutput::Inherit
+        },
+        capture_stderr: false,
+        offline: false,
     };
-    let status = launch
-        .command(&a.command)
-        .status()
-        .with_context(|| format!("starting {}", a.command[0]))?;
-    if !report_path.exists() {
-        return Err(InputError::arg(format!(
-            "`{}` wrote no emulator report (exit {}): is it a Python program that imports torch?",
-            a.command.join(" "),
-            status.code().map_or("by signal".into(), |c| c.to_string())
-        ))
-        .into());
-    }
-    let rep = Report::read(&report_path);
-    let _ = std::fs::remove_file(&report_path);
-    let rep = rep?;
+    let finished = launch.run(&a.command)?;
+    let verdict = verdict::judge(&finished);
+    let primary = finished.collected.peak_process().cloned();
+    let rep = primary
+        .as_ref()
+        .and_then(|p| p.python.clone())
+        .unwrap_or_default();
     if let Some(out) = &a.out {
-        write_csv(out, &rep, &gpu, &a)?;
+        if primary.is_some() {
+            write_csv(out, &rep, &gpu, &a)?;
+        }
+    }
+    let doc = json(&finished, &verdict, primary.as_ref(), &rep, &gpu, a.devices);
+    if let Some(p) = &a.json_out {
+        std::fs::write(p, serde_json::to_string_pretty(&doc)? + "\n")
+            .map_err(|e| crate::error::bad_file(p, format!("cannot write: {e}")))?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json(&rep, &gpu))?);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print_table(&rep, &gpu);
+        print_table(&finished, &verdict, primary.as_ref(), &rep, &gpu);
     }
-    match rep.outcome {
-        Outcome::Oom => anyhow::bail!(
-            "out of memory on {}: {}",
+    match verdict {
+        Verdict::Fits => Ok(()),
+        Verdict::DoesNotFit { pid, message } => anyhow::bail!(
+            "out of memory on {} (process {pid}): {}",
             gpu.row_name(),
-            rep.message.lines().next().unwrap_or("")
+            message
         ),
-        Outcome::Error => Err(InputError::arg(format!(
-            "the program failed under emulation: {}",
-            rep.message.lines().next().unwrap_or("")
+        Verdict::Unknown(why) => anyhow::bail!("partial report, no verdict: {why}"),
+        Verdict::NothingObserved(how) => Err(NoVerdict(format!(
+            "no CUDA memory was observed on the emulated GPU (the program {how}): no verdict. \
+             Does it put anything on `cuda`?"
         ))
         .into()),
-        Outcome::Ok if !status.success() => Err(InputError::arg(format!(
-            "the program exited with {} under emulation",
-            status.code().map_or("a signal".into(), |c| c.to_string())
-        ))
-        .into()),
-        Outcome::Ok => Ok(()),
     }
+}
+
+/// A `--json-out` file that cannot be written is refused before the program runs.
+fn check_writable(p: &std::path::Path) -> Result<()> {
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(crate::error::bad_file(p, "its folder does not exist"));
+    }
+    Ok(())
 }
 
 /// A missing program, or a Python script that does not exist, is one line (exit 2).
@@ -174,8 +226,51 @@ fn span_json(s: &Span) -> serde_json::Value {
     })
 }
 
-fn json(rep: &Report, gpu: &Gpu) -> serde_json::Value {
+fn ending_json(e: Ending) -> serde_json::Value {
+    match e {
+        Ending::Exited(code) => serde_json::json!({"kind": "exited", "code": code}),
+        Ending::Signal(s) => serde_json::json!({"kind": "signal", "signal": signal_name(s)}),
+        Ending::TimedOut(t) => serde_json::json!({"kind": "timeout", "seconds": t.as_secs_f64()}),
+        Ending::Interrupted(s) => {
+            serde_json::json!({"kind": "interrupted", "signal": signal_name(s)})
+        }
+    }
+}
+
+/// Each process's figures: PyTorch's peaks where its report was written, the stubs' bytes
+/// always.
+fn process_json(p: &Process) -> serde_json::Value {
+    let run = p.python.as_ref().and_then(|r| r.run.clone());
+    let d = p.driver.as_ref();
+    serde_json::json!({
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "command": p.command,
+        "status": p.status(),
+        "device": p.device(),
+        "max_memory_allocated": run.as_ref().map(|s| s.peak_allocated),
+        "max_memory_reserved": run.as_ref().map(|s| s.peak_reserved),
+        "peak_driver": p.peak_driver(),
+        "nvml_used": p.peak_driver() + CONTEXT_BYTES,
+        "cudnn": p.python.as_ref().map(|r| r.cudnn),
+        "device_to_host_reads": d.map_or(0, |d| d.d2h_reads),
+        "emulator_errors": d.map_or(0, |d| d.errors),
+        "last_emulator_error": d.map(|d| d.last_error.clone()).filter(|e| !e.is_empty()),
+        "stopped_at": p.stopped_at(),
+        "message": p.python.as_ref().map(|r| r.message.clone()).unwrap_or_default(),
+    })
+}
+
+fn json(
+    f: &Finished,
+    v: &Verdict,
+    primary: Option<&Process>,
+    rep: &Report,
+    gpu: &Gpu,
+    devices: u64,
+) -> serde_json::Value {
     let run = rep.run.clone().unwrap_or_default();
+    let notes = rep.notes.clone();
     serde_json::json!({
         "emulated": true,
         "gpu": {
@@ -187,20 +282,30 @@ fn json(rep: &Report, gpu: &Gpu) -> serde_json::Value {
             "context_bytes": CONTEXT_BYTES,
             "context_source": CONTEXT_SOURCE,
             "source": gpu.source,
+            "count": devices,
         },
         "torch": rep.torch,
         "cuda": rep.cuda,
+        "status": v.status(),
+        "fits": v.fits(),
+        "reason": match v {
+            Verdict::Unknown(why) | Verdict::NothingObserved(why) => why.clone(),
+            _ => String::new(),
+        },
+        "ending": ending_json(f.ending),
         "outcome": rep.outcome,
         "message": rep.message,
-        "fits": rep.outcome == Outcome::Ok,
+        "peak_process": primary.map(|p| p.pid),
         "run": span_json(&run),
         "phases": rep.phases.iter().map(span_json).collect::<Vec<_>>(),
         "steps": rep.steps.iter().map(span_json).collect::<Vec<_>>(),
-        "notes": rep.notes,
+        "processes": f.collected.processes.iter().filter(|p| p.observed()).map(process_json).collect::<Vec<_>>(),
+        "devices": verdict::devices(f, v, gpu.total_bytes),
+        "notes": notes,
     })
 }
 
-fn print_table(rep: &Report, gpu: &Gpu) {
+fn print_table(f: &Finished, v: &Verdict, primary: Option<&Process>, rep: &Report, gpu: &Gpu) {
     println!(
         "{} — {} total, {} usable after the CUDA context ({}); torch {} (CUDA {})",
         gpu.row_name(),
@@ -210,34 +315,82 @@ fn print_table(rep: &Report, gpu: &Gpu) {
         rep.torch.as_deref().unwrap_or("?"),
         rep.cuda.as_deref().unwrap_or("?"),
     );
-    println!(
-        "{:<14} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "phase", "step", "alloc GB", "alloc GiB", "reserv GB", "reserv GiB", "nvml GB", "nvml GiB"
-    );
-    let line = |s: &Span| {
+    let head = |first: &str, second: &str| {
         println!(
             "{:<14} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            s.name,
-            s.step.map_or(String::new(), |n| n.to_string()),
-            gb(s.peak_allocated),
-            gib(s.peak_allocated),
-            gb(s.peak_reserved),
-            gib(s.peak_reserved),
-            gb(s.nvml_used()),
-            gib(s.nvml_used()),
+            first, second, "alloc GB", "alloc GiB", "reserv GB", "reserv GiB", "nvml GB", "nvml GiB"
         )
     };
-    rep.rows().iter().for_each(line);
-    if let Some(run) = &rep.run {
-        line(run);
+    let line = |first: &str, second: String, alloc: Option<u64>, reserved: Option<u64>, nvml: u64| {
+        let opt = |b: Option<u64>, f: fn(u64) -> String| b.map_or("-".to_string(), f);
+        println!(
+            "{:<14} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            first,
+            second,
+            opt(alloc, gb),
+            opt(alloc, gib),
+            opt(reserved, gb),
+            opt(reserved, gib),
+            gb(nvml),
+            gib(nvml),
+        )
+    };
+    let span = |s: &Span| {
+        let step = s.step.map_or(String::new(), |n| n.to_string());
+        line(&s.name, step, Some(s.peak_allocated), Some(s.peak_reserved), s.nvml_used())
+    };
+    if rep.run.is_some() {
+        head("phase", "step");
+        rep.rows().iter().for_each(span);
+        if let Some(run) = &rep.run {
+            span(run);
+        }
+    }
+    let observed: Vec<&Process> = f.collected.observed().collect();
+    if observed.len() > 1 || primary.is_some_and(|p| p.python.is_none()) {
+        println!("processes (peak on one device; \"-\": no report of PyTorch's own):");
+        head("pid", "dev");
+        for p in &observed {
+            let run = p.python.as_ref().and_then(|r| r.run.clone());
+            line(
+                &p.pid.to_string(),
+                p.device().map_or("?".into(), |d| d.to_string()),
+                run.as_ref().map(|s| s.peak_allocated),
+                run.as_ref().map(|s| s.peak_reserved),
+                p.peak_driver() + CONTEXT_BYTES,
+            );
+            println!("               {} [{}]", verdict::short(&p.command), p.status());
+        }
+    }
+    if let Some(p) = primary.filter(|p| observed.len() > 1 || p.pid != f.root_pid) {
+        println!("the peak: process {} ({})", p.pid, verdict::short(&p.command));
     }
     for n in &rep.notes {
         println!("note: {n}");
     }
-    let verdict = match rep.outcome {
-        Outcome::Ok => "yes",
-        Outcome::Oom => "no (out of memory)",
-        Outcome::Error => "unknown (the program failed)",
-    };
-    println!("fits on {}: {verdict}", gpu.row_name());
+    let devices = verdict::devices(f, v, gpu.total_bytes);
+    match v {
+        Verdict::NothingObserved(how) => {
+            println!("no CUDA memory was observed (the program {how}): no verdict")
+        }
+        Verdict::Unknown(why) => println!("partial report, no verdict: {why}"),
+        _ => {}
+    }
+    for d in &devices {
+        let name = if devices.len() > 1 || d.index > 0 {
+            format!("{} #{}", gpu.row_name(), d.index)
+        } else {
+            gpu.row_name()
+        };
+        match d.fits {
+            Some(true) => println!("fits on {name}: yes"),
+            Some(false) => println!("fits on {name}: no (out of memory)"),
+            None if matches!(v, Verdict::Unknown(_)) => println!(
+                "device {}: {} used at most so far (partial)",
+                d.index,
+                crate::units::gb_gib(d.peak_nvml_used)
+            ),
+            None => {}
+        }
+    }
 }

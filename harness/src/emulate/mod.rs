@@ -9,7 +9,10 @@
 //! CUDA major (`vramlab/_stubs/cu12`, `cu13`; `scripts/build-wheel.sh`).
 pub mod catalogue;
 pub mod query;
+pub mod records;
 pub mod report;
+pub mod supervise;
+pub mod verdict;
 
 use crate::error::InputError;
 use anyhow::{Context, Result};
@@ -105,6 +108,12 @@ pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf
         .file_name()
         .and_then(|s| s.to_str())
         .unwrap_or("");
+    if !base.starts_with("python") {
+        // A Python entry point (torchrun, accelerate, vllm): the interpreter of its shebang.
+        if let Some(py) = which(first).and_then(|p| shebang_python(&p)) {
+            return Ok(py);
+        }
+    }
     let name = if base.starts_with("python") {
         first
     } else {
@@ -116,6 +125,17 @@ pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf
         ))
         .into()
     })
+}
+
+/// The interpreter a script's `#!` line names, when it is a Python one that exists.
+fn shebang_python(script: &Path) -> Option<PathBuf> {
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut std::fs::File::open(script).ok()?, &mut head).ok()?;
+    let text = String::from_utf8_lossy(&head[..n]);
+    let line = text.strip_prefix("#!")?.lines().next()?.trim();
+    let interp = line.split_whitespace().next()?;
+    let base = Path::new(interp).file_name()?.to_str()?;
+    (base.starts_with("python") && Path::new(interp).is_file()).then(|| PathBuf::from(interp))
 }
 
 /// The python of an installed software stack: `$VRAMLAB_TORCH_CACHE` (default
@@ -239,11 +259,31 @@ print(ns.get('__version__'), ns.get('cuda') or 'none')\n";
 /// One emulated run of a command.
 pub struct Launch<'a> {
     pub gpu: &'a Gpu,
+    /// How many such GPUs the stubs present (`--devices`; ranks pick theirs with
+    /// `torch.cuda.set_device`).
+    pub devices: usize,
     pub stubs: &'a Path,
     /// `--no-weights`: `from_pretrained` builds models from their config on the device.
     pub no_weights: bool,
-    /// Where the boot writes its report.
-    pub report: &'a Path,
+    /// Stop the program after this long (`None`: never).
+    pub timeout: Option<std::time::Duration>,
+    /// Where the program's standard output goes.
+    pub stdout: ProgramOutput,
+    /// Keep the program's standard error (for an error to quote) instead of passing it on.
+    pub capture_stderr: bool,
+    /// No downloads from the Hugging Face hub (the probe's and the peers' programs build their
+    /// models from config files).
+    pub offline: bool,
+}
+
+/// Where an emulated program's standard output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramOutput {
+    /// vramlab's own standard output (the table follows the program's lines).
+    Inherit,
+    /// vramlab's standard error: `--json` keeps its document alone on standard output.
+    ToStderr,
+    Discard,
 }
 
 /// `PATH`-style join of `first` before the current value of `var`.
@@ -277,7 +317,7 @@ fn loadable(stubs: &Path) -> PathBuf {
 impl Launch<'_> {
     /// The command with the emulator's environment: the stubs preloaded, libcuda on the
     /// library path, the boot on PYTHONPATH, the GPU described.
-    pub fn command(&self, argv: &[String]) -> Command {
+    pub fn command(&self, argv: &[String], dir: &Path) -> Command {
         let py = python_dir();
         let mut c = Command::new(&argv[0]);
         c.args(&argv[1..]);
@@ -300,7 +340,8 @@ impl Launch<'_> {
         c.env("LD_PRELOAD", ld_preload)
             .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &stubs))
             .env("PYTHONPATH", pythonpath)
-            .env("VRAMLAB_EMU_REPORT", self.report)
+            .env("VRAMLAB_EMU_DIR", dir)
+            .env("VRAMLAB_EMU_DEVICES", self.devices.to_string())
             .env(
                 "VRAMLAB_EMU_NO_WEIGHTS",
                 if self.no_weights { "1" } else { "0" },
@@ -310,6 +351,9 @@ impl Launch<'_> {
             .env_remove("PYTORCH_NVML_BASED_CUDA_CHECK");
         for (k, v) in self.gpu.env() {
             c.env(k, v);
+        }
+        if self.offline {
+            c.env("HF_HUB_OFFLINE", "1").env("TRANSFORMERS_OFFLINE", "1");
         }
         c
     }

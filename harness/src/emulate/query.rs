@@ -3,13 +3,18 @@
 //! the model built from its config on the device, and PyTorch's own allocator answers.
 use super::catalogue::Gpu;
 use super::report::{Outcome, Report};
-use super::{scripts_dir, Launch};
+use super::supervise::{Ending, Finished};
+use super::{scripts_dir, Launch, ProgramOutput};
 use crate::record::Status;
 use crate::vocab::{Attention, KvKind, Mode, Optimizer, OptimizerImpl, Precision, Trainable};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
-use std::process::Stdio;
+use std::time::Duration;
+
+/// How long a query or a peer's program may run on the emulated GPU before it is stopped: the
+/// largest ones take about a minute (kernels do not run), so ten is a hang.
+pub const TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The configuration to run.
 pub struct Query<'a> {
@@ -95,7 +100,6 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     let scen = dir.join("scenario.toml");
     std::fs::write(&scen, scenario(q, &config))?;
     let csv = dir.join("rows.csv");
-    let report = dir.join("report.json");
     let attention = match q.attention {
         Attention::Eager => "eager",
         _ => "sdpa",
@@ -124,21 +128,22 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     if q.offload {
         argv.push("--offload".into());
     }
-    let (out, last) = launch(&argv, gpu, stubs, &report, "the torch probe")?;
+    let (finished, last) = launch(&argv, gpu, stubs, "the torch probe")?;
+    let rep = primary(&finished);
     anyhow::ensure!(
-        csv.exists() && report.exists(),
-        "the torch probe on the emulated GPU failed (exit {}): {last}",
-        out.status.code().unwrap_or(-1)
+        csv.exists() && rep.is_some(),
+        "the torch probe on the emulated GPU failed ({}): {last}",
+        super::verdict::ending_text(finished.ending)
     );
+    let rep = rep.expect("checked");
     let rows = crate::export::csv::read(&csv)?;
-    let rep = Report::read(&report)?;
     // An out-of-memory error the probe did not catch (in its warm-up, say) ends the run: the
     // report has it. A row the probe recorded `oom` or `error` is the other way to fail.
     let uncaught = uncaught(&rep, "the torch probe")?;
     anyhow::ensure!(
         uncaught.is_some() || !rows.is_empty(),
-        "the torch probe wrote no rows on the emulated GPU (exit {}): {last}",
-        out.status.code().unwrap_or(-1)
+        "the torch probe wrote no rows on the emulated GPU ({}): {last}",
+        super::verdict::ending_text(finished.ending)
     );
     let failed = uncaught.or_else(|| {
         rows.iter()
@@ -148,31 +153,40 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     Ok(answer(gpu, rep, failed))
 }
 
-/// Runs `argv` on the emulated `gpu` with the stubs in `stubs`, offline: its exit
-/// status and the last line of its stderr (`what` names it in errors).
-fn launch(
-    argv: &[String],
-    gpu: &Gpu,
-    stubs: &Path,
-    report: &Path,
-    what: &str,
-) -> Result<(std::process::Output, String)> {
+/// Runs `argv` on the emulated `gpu` with the stubs in `stubs`, offline, stopped after
+/// [`TIMEOUT`]: how it ended, with what its processes recorded, and the last line of its stderr
+/// (`what` names it in errors). A run stopped at the timeout is an error naming where it was.
+fn launch(argv: &[String], gpu: &Gpu, stubs: &Path, what: &str) -> Result<(Finished, String)> {
     let launch = Launch {
         gpu,
+        devices: 1,
         stubs,
         no_weights: false,
-        report,
+        timeout: Some(TIMEOUT),
+        stdout: ProgramOutput::Discard,
+        capture_stderr: true,
+        offline: true,
     };
-    let out = launch
-        .command(argv)
-        .env("HF_HUB_OFFLINE", "1")
-        .env("TRANSFORMERS_OFFLINE", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
+    let finished = launch
+        .run(argv)
         .with_context(|| format!("running {what} on the emulated GPU"))?;
-    let last = super::last_line(&out.stderr).unwrap_or_default();
-    Ok((out, last))
+    let last = super::last_line(&finished.stderr).unwrap_or_default();
+    if let Ending::TimedOut(_) = finished.ending {
+        let hint = super::verdict::hang_hint(&finished).unwrap_or_default();
+        anyhow::bail!(
+            "{what} on the emulated GPU {}; {hint}",
+            super::verdict::ending_text(finished.ending)
+        );
+    }
+    Ok((finished, last))
+}
+
+/// The report of the process that held the peak (the program's own, for one process).
+fn primary(f: &Finished) -> Option<Report> {
+    f.collected
+        .peak_process()
+        .or(f.collected.processes.first())
+        .and_then(|p| p.python.clone())
 }
 
 /// How the boot's report says the program ended: out of memory (PyTorch's message), or an
@@ -181,7 +195,7 @@ fn uncaught(rep: &Report, what: &str) -> Result<Option<(Status, String)>> {
     match rep.outcome {
         Outcome::Ok => Ok(None),
         Outcome::Oom => Ok(Some((Status::Oom, rep.message.clone()))),
-        Outcome::Error => anyhow::bail!(
+        Outcome::Error | Outcome::Terminated => anyhow::bail!(
             "{what} failed on the emulated GPU: {}",
             rep.message.lines().next().unwrap_or("")
         ),
@@ -210,20 +224,14 @@ fn answer(gpu: &Gpu, rep: Report, failed: Option<(Status, String)>) -> Emulated 
 /// the run as PyTorch's allocator saw them. Out of memory is an answer (`fits` false); any
 /// other failure is an error naming the program's last line.
 pub fn run_program(argv: &[String], gpu: &Gpu, stubs: &Path) -> Result<Emulated> {
-    let dir = std::env::temp_dir().join(format!("vramlab-program-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let report = dir.join("report.json");
-    let result = launch(argv, gpu, stubs, &report, &argv[1]).and_then(|(out, last)| {
-        anyhow::ensure!(
-            report.exists(),
-            "{} failed on the emulated GPU (exit {}): {last}",
+    let (finished, last) = launch(argv, gpu, stubs, &argv[1])?;
+    let rep = primary(&finished).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} failed on the emulated GPU ({}): {last}",
             argv[1],
-            out.status.code().unwrap_or(-1)
-        );
-        let rep = Report::read(&report)?;
-        let failed = uncaught(&rep, &argv[1])?;
-        Ok(answer(gpu, rep, failed))
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+            super::verdict::ending_text(finished.ending)
+        )
+    })?;
+    let failed = uncaught(&rep, &argv[1])?;
+    Ok(answer(gpu, rep, failed))
 }

@@ -44,11 +44,21 @@ pub enum Outcome {
     Oom,
     /// Another uncaught exception.
     Error,
+    /// Stopped by SIGTERM (by vramlab at --timeout, or by a launcher), through its exit handlers.
+    Terminated,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Report {
+    pub pid: Option<u32>,
+    pub ppid: Option<u32>,
+    /// The Python program's `sys.argv`.
+    pub argv: Vec<String>,
+    /// The CUDA device the process used (`torch.cuda.current_device()` at exit).
+    pub device: Option<usize>,
+    /// Whether cuDNN was still on at exit (the import hook turns it off under emulation).
+    pub cudnn: bool,
     pub torch: Option<String>,
     pub cuda: Option<String>,
     pub cuda_initialized: bool,
@@ -146,7 +156,7 @@ pub fn records(rep: &Report, gpu: &Gpu, d: &Describe, run_id: &str) -> Result<Ve
     let status = match rep.outcome {
         Outcome::Ok => Status::Ok,
         Outcome::Oom => Status::Oom,
-        Outcome::Error => Status::Error,
+        Outcome::Error | Outcome::Terminated => Status::Error,
     };
     let total = rep.run.clone().unwrap_or_default();
     let message = rep.message.lines().next().unwrap_or("");

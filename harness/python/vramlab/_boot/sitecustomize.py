@@ -3,7 +3,7 @@ It only installs vramlab's emulator hooks; torch is not imported until the progr
 
 import os
 
-if os.environ.get("VRAMLAB_EMU_REPORT"):
+if os.environ.get("VRAMLAB_EMU_DIR"):
     from vramlab import _emulate
 
     _emulate.install()

@@ -2,7 +2,11 @@
 # Benchmark of the emulated GPU (not a test): wall time and host peak RSS of a Llama-3.1-8B- and
 # a 70B-shaped LoRA step (three steps each, harness/python/examples/lora_llama.py) on an
 # emulated H200. Prints one line per model; the goal is under 60 s and 4 GB for the 8B.
+#
+#   scripts/bench-emulate.sh      # no arguments
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 0 0 "" "$@"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$("$ROOT/scripts/torch-env.sh")"
 cargo build --quiet --release -p vramlab --manifest-path "$ROOT/Cargo.toml"

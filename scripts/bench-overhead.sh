@@ -19,13 +19,12 @@
 # the summary) is overhead. A generation point's `total` row (text encode, denoising steps,
 # decode) also holds its component loads, so they are not added again.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 1 2 "SCENARIO.toml [OUTDIR]" "$@"
 cd "$(dirname "$0")/.."
-if [ $# -lt 1 ] || [ ! -f "$1" ]; then
-  echo "usage: scripts/bench-overhead.sh SCENARIO.toml [OUTDIR]" >&2
-  exit 2
-fi
-scenario=$1
-outdir=${2:-$(mktemp -d)}
+scenario=${ARGS[0]}
+[ -f "$scenario" ] || die_usage "no scenario file '$scenario'"
+outdir=${ARGS[1]:-$(mktemp -d)}
 mkdir -p "$outdir"
 export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 bin=${VRAMLAB_BIN:-}

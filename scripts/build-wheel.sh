@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds vramlab's wheel (docs/src/guides/install.md) and prints its path:
 #
-#   scripts/build-wheel.sh [OUT_DIR]       # default target/wheels
+#   scripts/build-wheel.sh [--out DIR]     # the wheel goes into DIR (default target/wheels)
+#   scripts/build-wheel.sh [DIR]           # the same
 #
 # The wheel holds the `vramlab` binary (CPU features, no `cuda` feature), the Python package
 # `vramlab` (harness/python/vramlab) and the emulator's stub libraries for CUDA 12 and 13
@@ -13,8 +14,18 @@
 # the cuBLAS wheels they come from are 400 to 600 MB each, downloaded once, not kept).
 # Progress goes to stderr; stdout is the wheel's path alone.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "--out=" 0 1 "[--out DIR | DIR]" "$@"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT_DIR="${1:-$ROOT/target/wheels}"
+if [ -n "${FLAG[out]-}" ] && [ "${#ARGS[@]}" -gt 0 ]; then
+  die_usage "unexpected argument '${ARGS[0]}' beside --out ${FLAG[out]}"
+fi
+OUT_DIR="${FLAG[out]:-${ARGS[0]:-$ROOT/target/wheels}}"
+# Checked before the build (minutes): a folder that cannot be made or written to is refused.
+if ! mkdir -p -- "$OUT_DIR" 2>/dev/null || [ ! -w "$OUT_DIR" ]; then
+  die_usage "cannot write the wheel into '$OUT_DIR' (not a folder that can be made or written to)"
+fi
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 # The cargo profile of the binary: release for a wheel to ship; the wheel test builds with
 # VRAMLAB_WHEEL_PROFILE=dev, which reuses the test build's compiled dependencies.
 PROFILE="${VRAMLAB_WHEEL_PROFILE:-release}"
@@ -72,8 +83,6 @@ rm -rf "$PROBE" "$PROBE.py"  # (.py: the single-file probe of earlier builds)
 mkdir -p "$PROBE"
 tar -C "$ROOT/scripts/torch_probe" --exclude=tests --exclude=__pycache__ -cf - . | tar -C "$PROBE" -xf -
 
-mkdir -p "$OUT_DIR"
-OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 log "maturin build --profile $PROFILE (the vramlab binary, without the cuda feature)"
 mlog="$CACHE/maturin.log"
 (cd "$ROOT" && "$VENV/bin/maturin" build --profile "$PROFILE" -o "$OUT_DIR") 2>&1 | tee "$mlog" >&2

@@ -6,7 +6,11 @@
 #   3. runs that binary with the stubs on LD_LIBRARY_PATH: `sweep scenarios/smoke.toml
 #      --device cuda:0` must exit non-zero with one line saying "no CUDA device", and no panic.
 # Needs the smoke model (scripts/fetch-test-models.sh), since the sweep resolves it first.
+#
+#   scripts/cuda-build-check.sh   # no arguments
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 0 0 "" "$@"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"

@@ -5,11 +5,14 @@
 #
 #   scripts/cuda-toolchain.sh            # install (idempotent), write $CACHE/env.sh, print exports
 #   source "$CACHE/env.sh"               # PATH, CUDA_HOME, CUDA_COMPUTE_CAP, VRAMLAB_CUDA_STUBS
+#   scripts/cuda-toolchain.sh --find-cudarc   # print cudarc's source folder, via cargo metadata
 #
 # CACHE is ${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}. LD_LIBRARY_PATH is NOT exported by env.sh
 # (the stubs must never shadow a real driver); run the CUDA build with
 # LD_LIBRARY_PATH="$VRAMLAB_CUDA_STUBS" when you want the "no CUDA device" path.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "--find-cudarc" 0 0 "[--find-cudarc]" "$@"
 
 CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"
 PYTHON="${PYTHON:-python3}"
@@ -156,7 +159,7 @@ make_stubs() {
 
 main() {
   mkdir -p "$CACHE"
-  if [ "${1:-}" = --find-cudarc ]; then
+  if [ -n "${FLAG[find-cudarc]-}" ]; then
     find_cudarc
     return
   fi
@@ -173,4 +176,4 @@ main() {
   cat "$ENV_FILE"
 }
 
-main "$@"
+main

@@ -17,14 +17,16 @@
 # Output: libvramlab_emu.so (preloaded), libcuda.so.1 (the same code under the driver's
 # soname, for torch's NVRTC module, which links libcuda) and BUILD-INFO.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "--headers=" 0 1 "[PYTHON] | --headers INC[:INC...] OUT" "$@"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { printf 'emulator-build: %s\n' "$*" >&2; }
 MODE=torch
-if [ "${1:-}" = --headers ]; then
-  [ $# -eq 3 ] || { log "usage: $0 --headers INC[:INC...] OUT"; exit 2; }
-  MODE=headers INCS=$2 OUT=$3 TORCH_VERSION=none TORCH_CUDA=none
+if [ -n "${FLAG[headers]-}" ]; then
+  [ "${#ARGS[@]}" -eq 1 ] || die_usage "--headers INC needs OUT, the folder to write"
+  MODE=headers INCS=${FLAG[headers]} OUT=${ARGS[0]} TORCH_VERSION=none TORCH_CUDA=none
 else
-  PY="${1:-}"
+  PY="${ARGS[0]:-}"
   if [ -z "$PY" ]; then
     PY="$("$ROOT/scripts/torch-env.sh")"
   fi

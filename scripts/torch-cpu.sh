@@ -5,13 +5,15 @@
 # Builds the preload meter (harness/preload, seconds), takes the python of scripts/torch-env.sh
 # (or $VRAMLAB_TORCH_PYTHON), and runs scripts/torch_probe --device cpu under
 # LD_PRELOAD=libvramlab_preload.so, so that `allocated` counts every heap byte of the process.
+# The probe's other flags (python3 scripts/torch_probe --help) are passed on too; any other
+# argument is refused before anything is built.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+# The probe's flags (scripts/torch_probe/cli.py's parser(); a trailing = for a value).
+PROBE_FLAGS=(--out= --device= --torch-optim= --attention= --lora= --no-onednn --dry-run --check
+             --gpus= --offload --gpu-memory= --worker-point= --run-id=)
+args_parse "${PROBE_FLAGS[*]}" 1 1 "SCENARIO.toml --out FILE.csv [PROBE FLAGS]" "$@"
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
-  [ $# -ge 1 ] && exit 0
-  exit 2
-fi
 PY=${VRAMLAB_TORCH_PYTHON:-$("$root/scripts/torch-env.sh")}
 cargo build --quiet --release -p vramlab-preload --manifest-path "$root/Cargo.toml"
 SO=${CARGO_TARGET_DIR:-$root/target}/release/libvramlab_preload.so

@@ -24,11 +24,10 @@
 # packages (torch 1.10 has no wheel for a newer Python); the CUDA 11 runtime and cuBLAS wheels
 # are only the emulator's headers (about 2.8 GB more).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
+args_parse "--stack=" 0 0 "[--stack NAME]" "$@"
 CACHE=${VRAMLAB_TORCH_CACHE:-$HOME/.cache/vramlab-torch}
-STACK=default
-if [ "${1:-}" = --stack ]; then
-  STACK=${2:?--stack NAME}
-fi
+STACK=${FLAG[stack]:-default}
 case "$STACK" in
   default)
     PKGS=(torch==2.15.0 transformers==5.24.0 numpy==2.4.6 gguf==0.19.0 accelerate==1.15.0
@@ -46,8 +45,7 @@ case "$STACK" in
     CHECK='import torch, transformers, numpy'
     VENV=$CACHE/stacks/torch-1.10/venv ;;
   *)
-    echo "scripts/torch-env.sh: unknown stack \`$STACK' (known: default, torch-2.2, torch-1.10)" >&2
-    exit 2 ;;
+    die_usage "unknown stack '$STACK'" "known: default, torch-2.2, torch-1.10" ;;
 esac
 STAMP=$VENV/.vramlab-stamp
 WANT="${PKGS[*]}"

@@ -12,6 +12,8 @@
 # relative to the repository root, 64 MiB in all); VRAMLAB_BUNDLE overrides the place. The build
 # itself uses the CUDA cache's target dir (scripts/cuda-toolchain.sh), never ./target.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/args.sh"
+args_parse "" 0 0 "" "$@"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"
@@ -45,13 +47,14 @@ EMU_INC="$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_paths()["pureli
 "$ROOT/scripts/emulator-build.sh" --headers "$EMU_INC" "$BUNDLE/emu-cu13" >/dev/null
 # What the run needs from the tree, so the bundle also works on its own (run.sh prefers the
 # working tree's copies when it runs from a clone).
-mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu"
+mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu" "$BUNDLE/scripts/lib"
 cp scenarios/gpu-smoke.toml "$BUNDLE/scenarios/"
 # The torch probe's package, without its unit tests.
 rm -rf "$BUNDLE/scripts/torch_probe"
 mkdir -p "$BUNDLE/scripts/torch_probe"
 tar -C scripts/torch_probe --exclude=tests --exclude=__pycache__ -cf - . | tar -C "$BUNDLE/scripts/torch_probe" -xf -
 cp scripts/gpu/run.sh "$BUNDLE/scripts/gpu/"
+cp scripts/lib/args.sh "$BUNDLE/scripts/lib/"  # run.sh sources it
 grep -o 'synthetic:[^"]*' scenarios/gpu-smoke.toml | cut -d: -f2- | while read -r cfg; do
   [ -f "$cfg" ] || { echo "gpu/build.sh: $cfg (from gpu-smoke.toml) is missing" >&2; exit 1; }
   mkdir -p "$BUNDLE/$(dirname "$cfg")"

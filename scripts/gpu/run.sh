@@ -34,15 +34,11 @@
 # 4. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
 set -uo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/args.sh" || exit 1
+args_parse "--rehearse" 0 0 "[--rehearse]" "$@"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
-REHEARSE=0
-case "${1:-}" in
-  --rehearse) REHEARSE=1 ;;
-  "") ;;
-  -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "gpu/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
-esac
+REHEARSE=${FLAG[rehearse]:-0}
 OUT="${OUT:?set OUT to the folder that comes back}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"

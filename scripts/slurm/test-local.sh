@@ -6,10 +6,13 @@
 #   scripts/slurm/test-local.sh [SCENARIO.toml] [NSHARDS]
 # Needs sbatch/squeue on PATH and a built vramlab ($VRAMLAB, default target/debug/vramlab).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/args.sh"
+args_parse "" 0 2 "[SCENARIO.toml] [NSHARDS]" "$@"
+[[ "${ARGS[1]:-3}" =~ ^[1-9][0-9]*$ ]] || die_usage "NSHARDS '${ARGS[1]}' is not a positive number"
 command -v sbatch >/dev/null || { echo "test-local.sh: no sbatch on PATH (install slurm-wlm)" >&2; exit 2; }
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-scenario="${1:-$root/scenarios/shard-synth.toml}"
-n="${2:-3}"
+scenario="${ARGS[0]:-$root/scenarios/shard-synth.toml}"
+n="${ARGS[1]:-3}"
 export VRAMLAB="${VRAMLAB:-$root/target/debug/vramlab}" VRAMLAB_DEVICE=cpu
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -443,7 +443,9 @@ def run_emulated(args, argv: list) -> int:
     return done.returncode
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The probe's command line (scripts/torch-cpu.sh checks its arguments against the same
+    flags, listed there: test_script_args.py keeps the two lists equal)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
@@ -480,7 +482,11 @@ def main(argv=None) -> int:
     # the supervisor's protocol on stdout.
     ap.add_argument("--worker-point", action="append", metavar="ID", help=argparse.SUPPRESS)
     ap.add_argument("--run-id", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.check:
             spec, _ = load_spec(args.scenario)

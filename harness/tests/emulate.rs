@@ -939,6 +939,158 @@ fn the_probes_fsdp_ranks_hold_their_share_of_weights_and_adamw_state() {
     );
 }
 
+/// Runs the torch probe on `scenario_text` (its `{config}` replaced by a config.json of
+/// `config`) on an emulated A100-80GB; the rows it wrote.
+fn probe_emulated(dir: &Path, config: &Value, scenario_text: &str) -> Vec<vramlab::record::Record> {
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let scen = dir.join("scenario.toml");
+    std::fs::write(
+        &scen,
+        scenario_text.replace("{config}", &cfg.display().to_string()),
+    )
+    .unwrap();
+    let csv = dir.join("rows.csv");
+    let out = std::process::Command::new(torch_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/torch_probe"))
+        .arg(&scen)
+        .args(["--device", "emu:a100-80gb", "--out"])
+        .arg(&csv)
+        .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    vramlab::export::csv::read(&csv).unwrap()
+}
+
+/// Mixed precision with checkpointed layers, as the HF Trainer's `bf16=True` with
+/// `gradient_checkpointing=True` runs it (f32 masters, autocast, transformers' non-reentrant
+/// checkpointing), in the probe on an emulated GPU beside the same point without
+/// checkpointing, each derived from the config's shapes:
+/// - the load holds every parameter in f32 (4 B each, the allocator's 512 B rounding apart);
+/// - after the first backward the gradients are f32 too: the parameters' bytes again;
+/// - the checkpointed forward keeps at least every layer's f32 input (the residual stream
+///   under autocast is f32: layers · b · s · h · 4 B) and less than the plain forward keeps,
+///   and its backward peaks lower.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn mixed_precision_with_checkpointing_keeps_f32_masters_and_gradients_and_peaks_lower() {
+    use vramlab::record::Phase;
+    let dir = tempfile::tempdir().unwrap();
+    let (v, h, i, layers, heads, kv) = (1024u64, 256u64, 512u64, 4u64, 4u64, 2u64);
+    let (b, s) = (4u64, 256u64);
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": v,
+        "hidden_size": h, "intermediate_size": i, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "max_position_embeddings": 512,
+        "tie_word_embeddings": false, "rms_norm_eps": 1e-5, "hidden_act": "silu"
+    });
+    let kv_rows = kv * (h / heads);
+    // (rows, row length) of every parameter: embedding, final norm, untied head, and per layer
+    // q k v o, gate up down and two norms.
+    let mut shapes = vec![(v, h), (h, 1), (v, h)];
+    for _ in 0..layers {
+        shapes.extend([(h, h), (kv_rows, h), (kv_rows, h), (h, h)]);
+        shapes.extend([(i, h), (i, h), (h, i), (h, 1), (h, 1)]);
+    }
+    let f32_bytes: u64 = shapes.iter().map(|&(r, c)| r * c * 4).sum();
+    let tolerance = 512 * shapes.len() as u64;
+    let rows = probe_emulated(
+        dir.path(),
+        &config,
+        &format!(
+            "name = \"mixed-ckpt\"\n[model]\nsource = \"synthetic:{{config}}\"\n[sweep]\n\
+             mode = [\"train\"]\nprecision = [\"mixed-bf16\"]\nbatch = [{b}]\ncontext = [{s}]\n\
+             optimizer = [\"adamw\"]\ncheckpointing = [\"none\", \"layer\"]\ntrain_steps = 2\n"
+        ),
+    );
+    let row = |ckpt: &str, phase: Phase| {
+        rows.iter()
+            .find(|r| {
+                r.point_id.ends_with(&format!("/adamw/{ckpt}/ga1/full"))
+                    && r.phase == Some(phase)
+                    && matches!(r.step, None | Some(0) | Some(1))
+            })
+            .unwrap_or_else(|| panic!("no {phase:?} row for checkpointing {ckpt}: {rows:?}"))
+    };
+    let held =
+        |r: &vramlab::record::Record| r.end_allocated.unwrap() - r.baseline_allocated.unwrap_or(0);
+    for ckpt in ["none", "layer"] {
+        let load = held(row(ckpt, Phase::Load));
+        assert!(
+            load.abs_diff(f32_bytes) <= tolerance,
+            "{ckpt}: the load holds {load} B, the f32 parameters are {f32_bytes} B"
+        );
+        let fwd = row(ckpt, Phase::Forward);
+        let grads =
+            row(ckpt, Phase::Backward).end_allocated.unwrap() - fwd.baseline_allocated.unwrap();
+        assert!(
+            grads.abs_diff(f32_bytes) <= tolerance,
+            "{ckpt}: the gradients hold {grads} B, f32 gradients are {f32_bytes} B"
+        );
+    }
+    let kept = |ckpt: &str| held(row(ckpt, Phase::Forward));
+    let inputs = layers * b * s * h * 4;
+    assert!(
+        kept("layer") >= inputs && kept("layer") < kept("none"),
+        "the checkpointed forward keeps {} B (every layer's f32 input is {inputs} B), the \
+         plain one {} B",
+        kept("layer"),
+        kept("none")
+    );
+    let peak = |ckpt: &str| row(ckpt, Phase::Backward).peak_allocated.unwrap();
+    assert!(
+        peak("layer") < peak("none"),
+        "backward peaks: checkpointed {} B, plain {} B",
+        peak("layer"),
+        peak("none")
+    );
+}
+
+/// An encoder's inference (`mode = "encode"`, what `estimate --mode encode --emulate` asks)
+/// runs in the probe: a forward row and its total envelope, the same figures, with the f32
+/// weights (torch's parameter count) held before and after and more at the peak.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn the_probe_encodes_with_a_bert() {
+    use vramlab::record::Phase;
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 1024,
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "max_position_embeddings": 512, "type_vocab_size": 2
+    });
+    let rows = probe_emulated(
+        dir.path(),
+        &config,
+        "name = \"encode\"\n[model]\nsource = \"synthetic:{config}\"\n[sweep]\n\
+         mode = [\"encode\"]\nprecision = [\"f32\"]\nbatch = [4]\ncontext = [128]\n",
+    );
+    let phase = |p: Phase| rows.iter().find(|r| r.phase == Some(p)).unwrap();
+    let (fwd, total, load) = (
+        phase(Phase::Forward),
+        phase(Phase::Total),
+        phase(Phase::Load),
+    );
+    assert_eq!(
+        fwd.point_id,
+        "config/encode/f32/b4/c128".replace("config", &fwd.model_id)
+    );
+    assert_eq!(fwd.peak_allocated, total.peak_allocated);
+    assert_eq!(fwd.end_allocated, fwd.baseline_allocated);
+    assert!(fwd.peak_allocated.unwrap() > fwd.baseline_allocated.unwrap());
+    // Every parameter torch built (param_count), in f32, is held from the load on.
+    let weights = load.param_count * 4;
+    assert!(
+        load.end_allocated.unwrap() >= weights && fwd.baseline_allocated.unwrap() >= weights,
+        "{load:?}: {weights} B of f32 parameters"
+    );
+}
+
 /// `estimate --emulate --gpus N` runs FSDP full shard only: another sharding, or a LoRA or
 /// inference query, is one line and exit 2 before any Python starts.
 #[test]

@@ -22,7 +22,9 @@ Definitions that match the harness: gradient accumulation runs micro-batches of
 batch/n; attention is `eager` (scores materialized, as in our models) unless --attention sdpa;
 `mixed-*` keeps f32 master weights and casts them to 16 bits inside the forward (autograd casts
 the gradients back onto the f32 masters, so AdamW's state is f32), as harness's `to_dtype` does;
-the parameter dtype is asserted after building.
+with `checkpointing = "layer"` the forward runs under torch.autocast instead, as the HF Trainer's
+bf16/fp16 does (the recomputation in backward re-enters it; llm.train_forward); the parameter
+dtype is asserted after building.
 
 Recorded in each row: `kernels` = `reference` (torch's own ops), `attention` = eager|sdpa,
 `optimizer` = the optimizer and its torch implementation (`adamw-foreach`, `adamw-for-loop`, `adamw-fused`;
@@ -71,7 +73,17 @@ from .csvout import SCHEMA_VERSION, Writer
 from .features import PRECISION_BYTES, features, shape_of
 from .generate import gen_group_len, gen_layout, run_generate_group
 from .grid import as_list, expand, expand_generate, is_finetune, load_spec, parse_source
-from .llm import adapter_count, build_model, compute_dtype, infer_point, logits_kw, point_cols, train_point, warm_up
+from .llm import (
+    adapter_count,
+    build_model,
+    compute_dtype,
+    encode_point,
+    infer_point,
+    logits_kw,
+    point_cols,
+    train_point,
+    warm_up,
+)
 from .meters import CudaMeter, NullMeter, PreloadMeter
 
 SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "decode_steps",
@@ -80,7 +92,7 @@ SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "de
               "resolution", "frames", "cfg", "vae_decode", "tile", "overlap", "vae_precision",
               "denoise_steps"}
 # Our fused kernels and flash attention are candle ops; the probe's attention is --attention.
-RUNNABLE = {"mode": {"infer", "train", "generate"}, "precision": set(PRECISION_BYTES),
+RUNNABLE = {"mode": {"infer", "encode", "train", "generate"}, "precision": set(PRECISION_BYTES),
             "kernels": {"reference"}, "attention": {"eager"},
             "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
 
@@ -100,12 +112,6 @@ def check_runnable(path: Path, spec: dict):
             bad = [x for x in as_list(v) if k in RUNNABLE and x not in RUNNABLE[k]]
             if bad:
                 raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(bad[0])}`")
-        mixed = [x for x in s.get("precision", []) if x.startswith("mixed-")]
-        if mixed and "train" in s.get("mode", []) and "layer" in s.get("checkpointing", []):
-            # train_forward's 16-bit casts live for the forward only; a checkpointed layer's
-            # recomputation in backward would meet the f32 masters.
-            raise InputError(f"{path}: the torch probe cannot run `precision = \"{mixed[0]}\"` "
-                             "with `checkpointing = \"layer\"`")
         for tr in s.get("trainable", []):
             if tr not in ("full", "frozen-embeddings") and not re.fullmatch(r"lora-r[1-9][0-9]*", tr):
                 raise InputError(f"{path}: the torch probe cannot run `trainable = \"{tr}\"`")
@@ -343,6 +349,9 @@ def run(args) -> int:
                                 lora_impl=args.lora)
                     rows = train_point(torch, model, p, device, meter, args.torch_optim,
                                        lora_impl=args.lora)
+                elif p["mode"] == "encode":
+                    encode_point(torch, model, p, device, NullMeter())
+                    rows = encode_point(torch, model, p, device, meter)
                 else:
                     infer_point(torch, transformers, model, model.config, p, dtype, device, NullMeter(), lkw)
                     rows = infer_point(torch, transformers, model, model.config, p, dtype, device, meter, lkw)
@@ -355,7 +364,7 @@ def run(args) -> int:
                 oom = not cpu and isinstance(e, torch.cuda.OutOfMemoryError)
                 msg = " ".join(str(e).split())[:300]
                 m = re.search(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
-                first = "forward" if p["mode"] == "train" else "prefill"
+                first = "prefill" if p["mode"] == "infer" else "forward"
                 status = "oom" if oom else "error"
                 writer.write(dict(cols, phase=first, status=status,
                                   message=(f"requested {m.group(1)}: " if m else "") + msg))

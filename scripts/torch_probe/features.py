@@ -1,4 +1,4 @@
-"""The feature_* columns: features::infer / features::train of harness/src/features.rs."""
+"""The feature_* columns: features::infer / encode / train of harness/src/features.rs."""
 
 
 PRECISION_BYTES = {"f32": (4, 4), "f16": (2, 2), "bf16": (2, 2), "mixed-bf16": (4, 2), "mixed-f16": (4, 2)}
@@ -17,7 +17,7 @@ def shape_of(config) -> dict:
 
 
 def features(shape: dict, p: dict, phase: str, kv_tokens: int, params: int, trainable: int) -> dict:
-    """features::infer / features::train of harness/src/features.rs, from the built model's
+    """features::infer / encode / train of harness/src/features.rs, from the built model's
     parameter counts (`params` includes LoRA adapters; `trainable` what the optimizer updates)."""
     wb, cb = PRECISION_BYTES[p["precision"]]
     f = dict(feature_weight_bytes=params * wb)
@@ -30,6 +30,11 @@ def features(shape: dict, p: dict, phase: str, kv_tokens: int, params: int, trai
         f.update(feature_kv_bytes=0, feature_act_bytes=b * s * hl * cb,
                  feature_logits_bytes=b * s * shape["vocab"] * cb,
                  feature_optimizer_bytes=2 * trainable * wb if t["optimizer"] == "adamw" else 0)
+        return f
+    if p["mode"] == "encode":
+        # features::encode: the layers' outputs in the weights' dtype, no cache, no logits.
+        f.update(feature_kv_bytes=0, feature_act_bytes=b * p["context"] * hl * wb,
+                 feature_logits_bytes=0, feature_optimizer_bytes=0)
         return f
     held = p["context"] if p["kv_cache"] == "preallocated" else kv_tokens
     s = 1 if phase == "decode" else p["prompt_len"]

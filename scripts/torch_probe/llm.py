@@ -188,10 +188,15 @@ def optimizer_label(p: dict, impl: str) -> str:
 
 def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "hooks"):
     """One-off costs (oneDNN/BLAS buffers, cuBLAS handles, lazily built kernels) land outside
-    every measured phase: a prefill and decode at the group's largest inference shape, and a
-    forward + backward at its largest training micro-batch shape."""
+    every measured phase: a prefill and decode at the group's largest inference shape, an
+    encoder's forward at its largest encode shape, and a forward + backward at its largest
+    training micro-batch shape."""
     infer = [p for p in group if p["mode"] == "infer"]
     train = [p for p in group if p["mode"] == "train"]
+    encode = [p for p in group if p["mode"] == "encode"]
+    if encode:
+        encode_point(torch, model, max(encode, key=lambda p: (p["batch"], p["context"])), device,
+                     NullMeter())
     if infer:
         b = max(p["batch"] for p in infer)
         s = max(max(p["prompt_len"] for p in infer), 1)
@@ -278,6 +283,22 @@ def infer_point(torch, transformers, model, config, p, dtype, device, meter, lkw
     return rows
 
 
+def encode_point(torch, model, p, device, meter):
+    """An encoder's inference (`mode = "encode"`), as harness/src/workload/inference.rs's encode:
+    one forward of the base encoder (BertModel under BertForMaskedLM: no MLM head) over seeded
+    ids, mean-pooled as vramlab's bert encodes, no gradients; the `forward` row and its `total`
+    envelope (the same figures)."""
+    b, s = p["batch"], p["context"]
+    g = torch.Generator(device="cpu").manual_seed(42)
+    with torch.no_grad():
+        started = meter.start()
+        ids = torch.randint(0, model.config.vocab_size, (b, s), generator=g).to(device)
+        out = model.base_model(ids, **mask_kw(torch, b, s, device)).last_hidden_state.mean(1)
+        del ids, out
+        mem, ms = meter.finish(started)
+    return [dict(phase=ph, step=0, kv_tokens=0, elapsed_ms=ms, **mem) for ph in ("forward", "total")]
+
+
 LORA_ALPHA = 8.0  # PEFT's default, as in harness/src/model/nn/layers.rs
 LORA_TARGETS = {"gpt2": ("c_attn",), "bert": ("query", "value")}  # others: q_proj, v_proj
 
@@ -357,15 +378,22 @@ def compute_dtype(torch, precision: str):
     return {"mixed-bf16": torch.bfloat16, "mixed-f16": torch.float16}.get(precision)
 
 
-def train_forward(torch, model, ids, compute):
+def train_forward(torch, model, ids, compute, autocast: bool = False):
     """The training loss. `compute` (mixed-*): the parameters are f32 masters, and the model
     runs on their 16-bit casts (torch.func.functional_call), so that autograd brings the
-    gradients back onto the masters in f32, as the harness's `to_dtype` does."""
+    gradients back onto the masters in f32, as the harness's `to_dtype` does. `autocast`: the
+    forward runs under torch.autocast(device, compute) instead, as the HF Trainer's `bf16=True`
+    / `fp16=True` does (f32 weights, each matmul on autocast's 16-bit casts, norms, softmax and
+    the loss in f32). Checkpointed layers need it: the casts above live for the forward only,
+    while torch.utils.checkpoint re-enters the forward's autocast state for its recomputation."""
     kw = dict(labels=ids, use_cache=False)
     if needs_mask():
         kw["attention_mask"] = torch.ones_like(ids)
     if compute is None:
         return model(ids, **kw).loss
+    if autocast:
+        with torch.autocast(ids.device.type, dtype=compute):
+            return model(ids, **kw).loss
     cast = {k: v.to(compute) for k, v in model.named_parameters()}
     return torch.func.functional_call(model, cast, (ids,), kw).loss
 
@@ -401,12 +429,15 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
                 lora_impl: str = "hooks"):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
-    backward merged into one span each; `mixed-*` through train_forward. `rehearse`: one
+    backward merged into one span each; `mixed-*` through train_forward (its casts, or autocast
+    under `checkpointing = "layer"`). `rehearse`: one
     micro-batch's forward and backward, no optimizer. `lora_impl`: a `lora-rN` point's adapters
     as forward hooks (add_lora, vramlab's definition) or through peft (add_peft_lora)."""
     t = p["train"]
     # FSDP's MixedPrecisionPolicy casts a sharded model's parameters itself (fully_sharded).
     compute = None if getattr(model, "vramlab_ranks", 1) > 1 else compute_dtype(torch, p["precision"])
+    # Mixed precision with checkpointed layers runs under autocast (train_forward).
+    amp = compute is not None and t["checkpointing"] == "layer"
     vocab = model.config.vocab_size
     n = t["grad_accum"]
     micro = p["batch"] // n
@@ -445,7 +476,7 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
             for _ in range(n):
                 started = meter.start()
                 ids = torch.randint(0, vocab, (micro, p["context"]), generator=g).to(device)
-                loss = train_forward(torch, model, ids, compute) / t["grad_accum"]
+                loss = train_forward(torch, model, ids, compute, amp) / t["grad_accum"]
                 del ids
                 m, ms = meter.finish(started)
                 fwd.append(m)

@@ -46,7 +46,7 @@ VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
 # bert-large rows' own, for the emulator's CUDA 10 layouts: about 1 minute and 2.8 GB from cold.
 VRAMLAB_TORCH110_PYTHON=$(scripts/torch-env.sh --stack torch-1.10)
 export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON
-cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test stacks --test validate --test wheel -- --ignored --test-threads=1
+cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test stacks --test validate --test wheel -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   scripts/cuda-build-check.sh
 fi

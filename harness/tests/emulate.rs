@@ -27,7 +27,8 @@ struct Run {
 }
 
 /// `vramlab emulate --json <gpu args> -- python SCRIPT ARGS`: the JSON it printed, and the
-/// `EXPECT {...}` line the program printed before it.
+/// `EXPECT {...}` line the program printed (on stderr: `--json` keeps standard output for
+/// vramlab's document alone).
 fn emulate(gpu: &[&str], script: &str, args: &[&str]) -> Run {
     emulate_with(&torch_python(), gpu, script, args)
 }
@@ -47,18 +48,16 @@ fn emulate_with(py: &str, gpu: &[&str], script: &str, args: &[&str]) -> Run {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let expect = stdout
+    let expect = stderr
         .lines()
         .find_map(|l| l.strip_prefix("EXPECT "))
         .map(|j| serde_json::from_str(j).unwrap());
-    let start = stdout
-        .find("\n{\n")
-        .map(|i| i + 1)
-        .or_else(|| stdout.starts_with("{\n").then_some(0))
-        .unwrap_or_else(|| panic!("no JSON in stdout:\n{stdout}\nstderr:\n{stderr}"));
+    let json = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}")
+    });
     Run {
         code: out.status.code().unwrap_or(-1),
-        json: serde_json::from_str(&stdout[start..]).unwrap(),
+        json,
         expect,
         stderr,
     }

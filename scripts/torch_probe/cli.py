@@ -443,7 +443,9 @@ def run_emulated(args, argv: list) -> int:
     rest = without(argv, "--device")
     memory = ["--gpu-memory", args.gpu_memory] if args.gpu_memory else []
     rest = without(rest, "--gpu-memory")
-    cmd = [vramlab_bin(), "emulate", "--gpu", gpu, *memory, "--", sys.executable,
+    # No --timeout: a sweep's worker measures a whole group of points, and the sweep itself
+    # records each point's failure.
+    cmd = [vramlab_bin(), "emulate", "--gpu", gpu, *memory, "--timeout", "0", "--", sys.executable,
            *self_args(), *rest, "--out", str(args.out), "--device", "cuda:0"]
     # The probe's own progress is on stderr; emulate's per-step table is not needed here. A
     # worker's stdout carries its protocol to vramlab sweep (emulate's table there is ignored).

@@ -45,8 +45,8 @@ pub struct Args {
     /// Stop the program after this long (e.g. 90s, 10m, 2h; 0 for never), report what was seen
     /// up to then as partial, and exit 1. Kernels do not run, so emulated programs are fast:
     /// one that runs this long is usually waiting on a device value, which reads as zero here.
-    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_timeout)]
-    pub timeout: Timeout,
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = crate::emulate::supervise::parse_timeout)]
+    pub timeout: crate::emulate::supervise::Timeout,
     /// Build transformers models from their config.json on the emulated device instead of
     /// reading weights (`from_pretrained` reads only the config).
     #[arg(long)]
@@ -83,20 +83,6 @@ pub struct Args {
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
-}
-
-/// A `--timeout`: a duration, or none (`0`).
-#[derive(Clone, Copy, Debug)]
-pub struct Timeout(pub Option<std::time::Duration>);
-
-/// `--timeout`'s value: a humantime duration ("90s", "10m") or 0 for none.
-pub fn parse_timeout(s: &str) -> Result<Timeout, String> {
-    if s.trim() == "0" {
-        return Ok(Timeout(None));
-    }
-    humantime::parse_duration(s)
-        .map(|d| Timeout((!d.is_zero()).then_some(d)))
-        .map_err(|e| format!("`{s}`: {e} (e.g. 90s, 10m, 2h; 0 for none)"))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -318,26 +304,40 @@ fn print_table(f: &Finished, v: &Verdict, primary: Option<&Process>, rep: &Repor
     let head = |first: &str, second: &str| {
         println!(
             "{:<14} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            first, second, "alloc GB", "alloc GiB", "reserv GB", "reserv GiB", "nvml GB", "nvml GiB"
-        )
-    };
-    let line = |first: &str, second: String, alloc: Option<u64>, reserved: Option<u64>, nvml: u64| {
-        let opt = |b: Option<u64>, f: fn(u64) -> String| b.map_or("-".to_string(), f);
-        println!(
-            "{:<14} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
             first,
             second,
-            opt(alloc, gb),
-            opt(alloc, gib),
-            opt(reserved, gb),
-            opt(reserved, gib),
-            gb(nvml),
-            gib(nvml),
+            "alloc GB",
+            "alloc GiB",
+            "reserv GB",
+            "reserv GiB",
+            "nvml GB",
+            "nvml GiB"
         )
     };
+    let line =
+        |first: &str, second: String, alloc: Option<u64>, reserved: Option<u64>, nvml: u64| {
+            let opt = |b: Option<u64>, f: fn(u64) -> String| b.map_or("-".to_string(), f);
+            println!(
+                "{:<14} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                first,
+                second,
+                opt(alloc, gb),
+                opt(alloc, gib),
+                opt(reserved, gb),
+                opt(reserved, gib),
+                gb(nvml),
+                gib(nvml),
+            )
+        };
     let span = |s: &Span| {
         let step = s.step.map_or(String::new(), |n| n.to_string());
-        line(&s.name, step, Some(s.peak_allocated), Some(s.peak_reserved), s.nvml_used())
+        line(
+            &s.name,
+            step,
+            Some(s.peak_allocated),
+            Some(s.peak_reserved),
+            s.nvml_used(),
+        )
     };
     if rep.run.is_some() {
         head("phase", "step");
@@ -359,11 +359,19 @@ fn print_table(f: &Finished, v: &Verdict, primary: Option<&Process>, rep: &Repor
                 run.as_ref().map(|s| s.peak_reserved),
                 p.peak_driver() + CONTEXT_BYTES,
             );
-            println!("               {} [{}]", verdict::short(&p.command), p.status());
+            println!(
+                "               {} [{}]",
+                verdict::short(&p.command),
+                p.status()
+            );
         }
     }
     if let Some(p) = primary.filter(|p| observed.len() > 1 || p.pid != f.root_pid) {
-        println!("the peak: process {} ({})", p.pid, verdict::short(&p.command));
+        println!(
+            "the peak: process {} ({})",
+            p.pid,
+            verdict::short(&p.command)
+        );
     }
     for n in &rep.notes {
         println!("note: {n}");

@@ -51,6 +51,16 @@ pub struct Args {
         conflicts_with = "stack"
     )]
     pub python: Option<PathBuf>,
+    /// With --emulate: stop a row's program after this long (e.g. 90s, 10m; 0 for never); the
+    /// row is then not emulated, naming where it was.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = crate::emulate::query::DEFAULT_TIMEOUT,
+        value_parser = crate::emulate::supervise::parse_timeout,
+        requires = "emulate"
+    )]
+    pub emulate_timeout: crate::emulate::supervise::Timeout,
 }
 
 #[derive(Serialize)]
@@ -87,6 +97,7 @@ pub fn run(a: Args) -> Result<()> {
     let emulate = a.emulate.then(|| Options {
         stack: a.stack,
         python: a.python.clone(),
+        timeout: a.emulate_timeout.0,
     });
     let rows = validate::validate(&a.peers, constants.as_ref(), emulate.as_ref())?;
     let summary = validate::summarize(&rows);

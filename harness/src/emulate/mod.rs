@@ -353,7 +353,8 @@ impl Launch<'_> {
             c.env(k, v);
         }
         if self.offline {
-            c.env("HF_HUB_OFFLINE", "1").env("TRANSFORMERS_OFFLINE", "1");
+            c.env("HF_HUB_OFFLINE", "1")
+                .env("TRANSFORMERS_OFFLINE", "1");
         }
         c
     }

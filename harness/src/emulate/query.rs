@@ -12,9 +12,10 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
 
-/// How long a query or a peer's program may run on the emulated GPU before it is stopped: the
-/// largest ones take about a minute (kernels do not run), so ten is a hang.
-pub const TIMEOUT: Duration = Duration::from_secs(600);
+/// `--emulate-timeout`'s default: how long a query or a peer's program may run on the emulated
+/// GPU before it is stopped. The largest take about a minute (kernels do not run), so ten is a
+/// hang.
+pub const DEFAULT_TIMEOUT: &str = "10m";
 
 /// The configuration to run.
 pub struct Query<'a> {
@@ -35,6 +36,8 @@ pub struct Query<'a> {
     pub gpus: u64,
     /// FSDP's CPU offload of the ranks' shards (`--offload`).
     pub offload: bool,
+    /// Stop the probe after this long (`--emulate-timeout`).
+    pub timeout: Option<Duration>,
 }
 
 /// PyTorch's answer for the query on the emulated GPU, in integer bytes.
@@ -128,7 +131,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     if q.offload {
         argv.push("--offload".into());
     }
-    let (finished, last) = launch(&argv, gpu, stubs, "the torch probe")?;
+    let (finished, last) = launch(&argv, gpu, stubs, "the torch probe", q.timeout)?;
     let rep = primary(&finished);
     anyhow::ensure!(
         csv.exists() && rep.is_some(),
@@ -154,15 +157,21 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
 }
 
 /// Runs `argv` on the emulated `gpu` with the stubs in `stubs`, offline, stopped after
-/// [`TIMEOUT`]: how it ended, with what its processes recorded, and the last line of its stderr
+/// `timeout`: how it ended, with what its processes recorded, and the last line of its stderr
 /// (`what` names it in errors). A run stopped at the timeout is an error naming where it was.
-fn launch(argv: &[String], gpu: &Gpu, stubs: &Path, what: &str) -> Result<(Finished, String)> {
+fn launch(
+    argv: &[String],
+    gpu: &Gpu,
+    stubs: &Path,
+    what: &str,
+    timeout: Option<Duration>,
+) -> Result<(Finished, String)> {
     let launch = Launch {
         gpu,
         devices: 1,
         stubs,
         no_weights: false,
-        timeout: Some(TIMEOUT),
+        timeout,
         stdout: ProgramOutput::Discard,
         capture_stderr: true,
         offline: true,
@@ -223,8 +232,13 @@ fn answer(gpu: &Gpu, rep: Report, failed: Option<(Status, String)>) -> Emulated 
 /// Runs a whole program (`argv`, its interpreter first) on the emulated `gpu`: the peaks of
 /// the run as PyTorch's allocator saw them. Out of memory is an answer (`fits` false); any
 /// other failure is an error naming the program's last line.
-pub fn run_program(argv: &[String], gpu: &Gpu, stubs: &Path) -> Result<Emulated> {
-    let (finished, last) = launch(argv, gpu, stubs, &argv[1])?;
+pub fn run_program(
+    argv: &[String],
+    gpu: &Gpu,
+    stubs: &Path,
+    timeout: Option<Duration>,
+) -> Result<Emulated> {
+    let (finished, last) = launch(argv, gpu, stubs, &argv[1], timeout)?;
     let rep = primary(&finished).ok_or_else(|| {
         anyhow::anyhow!(
             "{} failed on the emulated GPU ({}): {last}",

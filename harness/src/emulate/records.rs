@@ -172,11 +172,13 @@ pub enum ProcessStatus {
 }
 
 impl Process {
-    /// Whether anything of it reached the emulated device.
+    /// Whether anything of it reached the emulated device: an allocation, or one refused
+    /// (an out-of-memory first request is a verdict too).
     pub fn observed(&self) -> bool {
         self.driver
             .as_ref()
-            .is_some_and(|d| d.devices.iter().any(|x| x.mallocs > 0))
+            .is_some_and(|d| d.devices.iter().any(|x| x.mallocs + x.failed > 0))
+            || self.status() == ProcessStatus::Oom
             || self
                 .python
                 .as_ref()
@@ -320,7 +322,8 @@ mod tests {
 
     fn record(pid: u64, peak: u64, exited: bool) -> Vec<u8> {
         let mut b = vec![0u8; PROC_SIZE];
-        let put = |b: &mut Vec<u8>, off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        let put =
+            |b: &mut Vec<u8>, off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_le_bytes());
         put(&mut b, 0, MAGIC);
         put(&mut b, 8, pid);
         put(&mut b, 16, 1);
@@ -341,10 +344,18 @@ mod tests {
         assert_eq!(d.devices[1].peak, 1 << 30);
         assert_eq!(d.main_device(), Some(1));
         assert_eq!(d.last_error, "oops!");
-        assert_eq!(Driver::parse(&record(42, 1, true)[..100]), None, "a short record is skipped");
+        assert_eq!(
+            Driver::parse(&record(42, 1, true)[..100]),
+            None,
+            "a short record is skipped"
+        );
         let mut torn = record(42, 1, true);
         torn[0] = 0;
-        assert_eq!(Driver::parse(&torn), None, "a record without its magic is skipped");
+        assert_eq!(
+            Driver::parse(&torn),
+            None,
+            "a record without its magic is skipped"
+        );
     }
 
     #[test]
@@ -360,7 +371,11 @@ mod tests {
         .unwrap();
         let c = Collected::read(dir.path()).unwrap();
         assert_eq!(c.processes.len(), 2);
-        assert_eq!(c.processes[1].peak_driver(), 350, "two copies of the stubs add up");
+        assert_eq!(
+            c.processes[1].peak_driver(),
+            350,
+            "two copies of the stubs add up"
+        );
         assert_eq!(c.peak_process().unwrap().pid, 9);
         assert_eq!(c.processes[0].status(), ProcessStatus::Partial);
         assert_eq!(

@@ -128,7 +128,10 @@ impl Launch<'_> {
                 stop = Some((Ending::Interrupted(received), Instant::now()));
                 stopped_at = Some(std::time::SystemTime::now());
             }
-            if let Some(limit) = self.timeout.filter(|t| stop.is_none() && started.elapsed() > *t) {
+            if let Some(limit) = self
+                .timeout
+                .filter(|t| stop.is_none() && started.elapsed() > *t)
+            {
                 stopped_at = Some(std::time::SystemTime::now());
                 dump_stacks(dir.path());
                 signal_group(pgid, libc::SIGTERM);
@@ -158,8 +161,12 @@ impl Launch<'_> {
             (None, None, Some(s)) => Ending::Signal(s),
             (None, None, None) => Ending::Exited(-1),
         };
-        let collected = Collected::read(dir.path())
-            .with_context(|| format!("reading the emulated run's records in {}", dir.path().display()))?;
+        let collected = Collected::read(dir.path()).with_context(|| {
+            format!(
+                "reading the emulated run's records in {}",
+                dir.path().display()
+            )
+        })?;
         Ok(Finished {
             ending,
             collected,
@@ -178,7 +185,10 @@ fn dump_stacks(dir: &std::path::Path) {
         .flatten()
         .filter_map(|e| {
             let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_prefix("trace-")?.strip_suffix(".txt")?.parse().ok()
+            name.strip_prefix("trace-")?
+                .strip_suffix(".txt")?
+                .parse()
+                .ok()
         })
         .collect();
     for &pid in &pids {
@@ -188,6 +198,20 @@ fn dump_stacks(dir: &std::path::Path) {
     if !pids.is_empty() {
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// A `--timeout`: a duration, or none (`0`).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeout(pub Option<std::time::Duration>);
+
+/// `--timeout`'s value: a humantime duration ("90s", "10m") or 0 for none.
+pub fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    if s.trim() == "0" {
+        return Ok(Timeout(None));
+    }
+    humantime::parse_duration(s)
+        .map(|d| Timeout((!d.is_zero()).then_some(d)))
+        .map_err(|e| format!("`{s}`: {e} (e.g. 90s, 10m, 2h; 0 for none)"))
 }
 
 /// A signal's name: "SIGKILL".

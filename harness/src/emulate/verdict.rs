@@ -116,8 +116,15 @@ pub fn hang_hint(f: &Finished) -> Option<String> {
 pub fn judge(f: &Finished) -> Verdict {
     let c: &Collected = &f.collected;
     let observed: Vec<&Process> = c.observed().collect();
-    if observed.is_empty() {
-        return Verdict::NothingObserved(ending_text(f.ending));
+    match (observed.is_empty(), f.ending) {
+        (true, Ending::Exited(_)) => return Verdict::NothingObserved(ending_text(f.ending)),
+        (true, other) => {
+            return Verdict::Unknown(format!(
+                "the program {} before anything reached the emulated GPU",
+                ending_text(other)
+            ))
+        }
+        _ => {}
     }
     if let Some(p) = observed.iter().find(|p| p.status() == ProcessStatus::Oom) {
         let message = p
@@ -125,7 +132,10 @@ pub fn judge(f: &Finished) -> Verdict {
             .as_ref()
             .map(|r| r.message.lines().next().unwrap_or("").to_string())
             .unwrap_or_default();
-        return Verdict::DoesNotFit { pid: p.pid, message };
+        return Verdict::DoesNotFit {
+            pid: p.pid,
+            message,
+        };
     }
     let mut why = match f.ending {
         Ending::Exited(_) => None,

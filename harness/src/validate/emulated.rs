@@ -49,6 +49,8 @@ pub enum Column {
 pub struct Options {
     pub stack: Option<Stack>,
     pub python: Option<PathBuf>,
+    /// Stop a row's program after this long.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// One of vramlab's peer programs (in `scripts/torch_probe/`) with a row's arguments (after
@@ -332,7 +334,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         dir.to_string_lossy().into_owned(),
     ];
     argv.extend(args.iter().cloned());
-    let run = query::run_program(&argv, &gpu, &stubs);
+    let run = query::run_program(&argv, &gpu, &stubs, o.timeout);
     let _ = std::fs::remove_dir_all(&dir);
     let e = match run {
         Ok(e) => e,

@@ -78,6 +78,7 @@ pub fn emulate_query(
         kv_cache: a.kv_cache,
         gpus: a.gpus,
         offload: a.offload,
+        timeout: a.emulate_timeout.0,
     };
     query::run(&q, &g, &python, &stubs)
 }

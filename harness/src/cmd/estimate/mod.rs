@@ -196,6 +196,16 @@ pub struct Args {
         requires = "emulate"
     )]
     pub emulate_memory: Option<u64>,
+    /// With --emulate: stop the torch probe after this long (e.g. 90s, 10m; 0 for never) and
+    /// fail naming where it was.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = crate::emulate::query::DEFAULT_TIMEOUT,
+        value_parser = crate::emulate::supervise::parse_timeout,
+        help_heading = "Emulated GPU"
+    )]
+    pub emulate_timeout: crate::emulate::supervise::Timeout,
 
     /// Generation models (`--model sd15|sd21|sdxl`): the output image, `WxH` pixels.
     #[arg(long, default_value = "512x512", help_heading = "Generation and video")]

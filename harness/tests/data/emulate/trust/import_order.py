@@ -15,8 +15,8 @@ elif how == "from_import":
     from torch import empty, uint8  # noqa: F401
     torch = sys.modules["torch"]
 elif how == "transformers_first":
-    import transformers  # noqa: F401  (imports torch itself, after probing for it)
     import torch
+    import transformers  # noqa: F401  (imports torch itself, after probing for it)
 else:
     raise SystemExit(f"unknown order {how}")
 x = torch.empty(n, dtype=torch.uint8, device="cuda")

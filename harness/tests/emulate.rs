@@ -6,18 +6,8 @@ use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn data(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/emulate")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn torch_python() -> String {
-    std::env::var("VRAMLAB_TORCH_PYTHON")
-        .expect("VRAMLAB_TORCH_PYTHON: the torch environment's python (scripts/torch-env.sh)")
-}
+mod common;
+use common::{emulate_data as data, torch_python};
 
 struct Run {
     code: i32,

@@ -10,18 +10,8 @@ use std::path::{Path, PathBuf};
 
 const GIB: u64 = 1 << 30;
 
-fn data(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/emulate")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn torch_python() -> String {
-    std::env::var("VRAMLAB_TORCH_PYTHON")
-        .expect("VRAMLAB_TORCH_PYTHON: the torch environment's python (scripts/torch-env.sh)")
-}
+mod common;
+use common::{emulate_data as data, torch_python};
 
 /// The torch environment's `bin/` (torchrun).
 fn torch_bin(name: &str) -> String {

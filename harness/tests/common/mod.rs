@@ -7,6 +7,21 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A program or file of the emulator tests (`harness/tests/data/emulate/NAME`).
+pub fn emulate_data(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/emulate")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The torch environment's python (`$VRAMLAB_TORCH_PYTHON`, from scripts/torch-env.sh).
+pub fn torch_python() -> String {
+    std::env::var("VRAMLAB_TORCH_PYTHON")
+        .expect("VRAMLAB_TORCH_PYTHON: the torch environment's python (scripts/torch-env.sh)")
+}
+
 /// `$VRAMLAB_MODELS`, default `<root>/.cache/models`.
 pub fn models() -> PathBuf {
     std::env::var_os("VRAMLAB_MODELS")

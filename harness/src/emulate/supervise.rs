@@ -137,8 +137,7 @@ impl Launch<'_> {
                 signal_group(pgid, libc::SIGTERM);
                 stop = Some((Ending::TimedOut(limit), Instant::now()));
             }
-            if let Some((_, at)) = stop.filter(|(_, at)| at.elapsed() > GRACE) {
-                let _ = at;
+            if stop.is_some_and(|(_, at)| at.elapsed() > GRACE) {
                 signal_group(pgid, libc::SIGKILL);
             }
             std::thread::sleep(POLL);

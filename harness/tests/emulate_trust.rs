@@ -296,7 +296,7 @@ fn a_killed_program_is_partial_with_what_it_held() {
 #[ignore = "needs the torch environment (scripts/test.sh)"]
 fn a_hang_ends_at_the_timeout_naming_the_loop() {
     let r = emulate(
-        &["--gpu", "l4", "--timeout", "3s"],
+        &["--gpu", "l4", "--timeout", "12s"],
         "trust/ends.py",
         &["hang"],
     );
@@ -304,7 +304,7 @@ fn a_hang_ends_at_the_timeout_naming_the_loop() {
     assert_eq!(r.json["status"], "partial");
     assert_eq!(r.json["ending"]["kind"], "timeout");
     let reason = r.json["reason"].as_str().unwrap();
-    assert!(reason.contains("--timeout 3s"), "{reason}");
+    assert!(reason.contains("--timeout 12s"), "{reason}");
     assert!(reason.contains("reads as zeros"), "{reason}");
     assert!(
         reason.contains("ends.py\", line"),
@@ -390,7 +390,7 @@ fn fifty_programs_back_to_back_lose_and_leave_nothing() {
             ),
             6 => (
                 vec![py.clone(), data("trust/ends.py"), "hang".into()],
-                vec!["--gpu", "l4", "--timeout", "5s"],
+                vec!["--gpu", "l4", "--timeout", "12s"],
                 1,
             ),
             7 => (

@@ -18,19 +18,25 @@ export CARGO_INCREMENTAL=0
 disk_free() { df -h . | awk -v when="$1" 'NR==2 {print "test.sh: disk free at " when ": " $4 " of " $2}' >&2; }
 disk_free start
 trap 'disk_free end' EXIT
-scripts/fetch-test-models.sh
+# Each step's wall time goes to stderr, so a CI log says where its 90 minutes went.
+step() {
+  local t0=$SECONDS
+  "$@"
+  echo "test.sh: $(( SECONDS - t0 )) s: $*" >&2
+}
+step scripts/fetch-test-models.sh
 export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+step cargo fmt --all -- --check
+step cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" step cargo doc --no-deps --workspace
 # The Python lint: ruff over the torch probe (scripts/torch_probe) and the vramlab package, pinned
 # in a cached venv by scripts/lint-env.sh (seconds from cold, instant when warm).
 PYTOOLS=$(scripts/lint-env.sh)
-"$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab
-cargo test --workspace
+step "$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab
+step cargo test --workspace
 # The torch probe's unit tests (no torch): its grid and features against the vramlab binary that
 # `cargo test --workspace` just built.
-VRAMLAB_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" "$PYTOOLS/pytest" -q
+VRAMLAB_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" step "$PYTOOLS/pytest" -q
 # PyTorch on CPU (docs/src/guides/torch-probe.md) and on the emulated GPU
 # (docs/src/guides/emulator.md; stubs built by scripts/emulator-build.sh in seconds): the cached
 # torch venv from PyPI (about 3 minutes and
@@ -46,7 +52,7 @@ VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
 # bert-large rows' own, for the emulator's CUDA 10 layouts: about 1 minute and 2.8 GB from cold.
 VRAMLAB_TORCH110_PYTHON=$(scripts/torch-env.sh --stack torch-1.10)
 export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON
-cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test stacks --test validate --test wheel -- --ignored --test-threads=1
+step cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test stacks --test validate --test wheel -- --ignored --test-threads=1
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
-  scripts/cuda-build-check.sh
+  step scripts/cuda-build-check.sh
 fi

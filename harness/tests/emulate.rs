@@ -492,6 +492,44 @@ fn estimate_emulate_answers_with_pytorchs_allocator_and_a_verdict() {
     assert_eq!(e["status"], "oom", "{e}");
 }
 
+/// With neither `--python` nor `$VRAMLAB_TORCH_PYTHON`, `estimate --emulate` runs the default
+/// stack that `scripts/torch-env.sh` installed in the torch cache (python3 on PATH, which may
+/// have no torch, is the last resort): the same answer as naming that Python.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn estimate_emulate_finds_the_installed_torch_environment_by_itself() {
+    let query = [
+        "estimate",
+        "--runtime",
+        "torch",
+        "--json",
+        "--model",
+        "smollm2-135m",
+        "--context",
+        "256",
+        "--emulate",
+        "l4",
+    ];
+    let named = estimate_json(&query[4..]);
+    let py = torch_python();
+    // .../vramlab-torch/venv/bin/python: the cache is three folders up.
+    let cache = Path::new(&py).ancestors().nth(3).unwrap();
+    let found: Value = serde_json::from_str(&ok_stdout(
+        Command::cargo_bin("vramlab")
+            .unwrap()
+            .args(query)
+            .env_remove("VRAMLAB_TORCH_PYTHON")
+            .env("VRAMLAB_TORCH_CACHE", cache),
+    ))
+    .unwrap();
+    assert_eq!(found["emulated"]["status"], "ok", "{found}");
+    assert_eq!(found["emulated"]["torch"], named["emulated"]["torch"]);
+    assert_eq!(
+        found["emulated"]["max_memory_allocated"],
+        named["emulated"]["max_memory_allocated"]
+    );
+}
+
 /// The query (Mistral-7B, LoRA r16, fp16, checkpointing, batch 8, 4,096 tokens) gets
 /// a verdict on an A100-40GB, and the verdict flips where the run's own figures say: at a
 /// capacity of its peak device bytes plus the context every cudaMalloc of the unconstrained run

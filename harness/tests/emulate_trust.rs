@@ -354,70 +354,85 @@ fn the_qwen3_training_query_on_an_l4_ends_in_a_verdict() {
     assert!(["ok", "oom"].contains(&status), "{e}");
 }
 
-/// A soak: 50 emulated programs back to back, every ending mixed. Each report is the run's own
+/// A soak: 50 emulated programs, in two lanes of 25 back to back that run side by side (so
+/// two runs are always in flight on the same machine), every ending mixed: ok, out of memory,
+/// killed, two timeouts, spawned children, nothing on the device. Each report is the run's own
 /// (every program allocates a size of its own), and the temporary folder is left empty.
 #[test]
 #[ignore = "needs the torch environment (scripts/test.sh)"]
 fn fifty_programs_back_to_back_lose_and_leave_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let tmpdir: PathBuf = tmp.path().to_path_buf();
-    let env = [("TMPDIR", tmpdir.as_path())];
-    let py = torch_python();
-    for i in 0..50u64 {
-        // Whole 2 MiB units: the caching allocator hands out exactly the size asked for (a
-        // large block is not split when less than 1 MiB would remain).
-        let mib = (i + 1) << 21;
-        let (command, args, code): (Vec<String>, Vec<&str>, i32) = match i % 10 {
-            0 | 1 => (
-                vec![
-                    py.clone(),
-                    data("trust/import_order.py"),
-                    "find_spec".into(),
-                    mib.to_string(),
-                ],
-                vec!["--gpu", "l4"],
-                0,
-            ),
-            2 | 3 => (
-                vec![py.clone(), data("alloc.py"), (5 * GIB + mib).to_string()],
-                vec!["--gpu", "l4", "--gpu-memory", "4GiB"],
-                1,
-            ),
-            4 | 5 => (
-                vec![py.clone(), data("trust/ends.py"), "killed".into()],
-                vec!["--gpu", "l4"],
-                1,
-            ),
-            6 => (
-                vec![py.clone(), data("trust/ends.py"), "hang".into()],
-                vec!["--gpu", "l4", "--timeout", "12s"],
-                1,
-            ),
-            7 => (
-                vec![py.clone(), data("trust/children.py"), "spawn".into()],
-                vec!["--gpu", "h100-80gb"],
-                0,
-            ),
-            _ => (
-                vec![py.clone(), data("trust/ends.py"), "nocuda".into()],
-                vec!["--gpu", "l4"],
-                3,
-            ),
-        };
-        let r = emulate_env(&args, &command, &env);
-        assert_eq!(r.code, code, "run {i}: {}", r.stderr);
-        match i % 10 {
-            0 | 1 => assert_eq!(u(&r.json["run"]["max_memory_allocated"]), mib, "run {i}"),
-            2 | 3 => assert_eq!(r.json["fits"], false, "run {i}"),
-            4 | 5 => assert_eq!(r.json["ending"]["signal"], "SIGKILL", "run {i}"),
-            6 => assert_eq!(r.json["ending"]["kind"], "timeout", "run {i}"),
-            7 => assert_eq!(r.processes().len(), 2, "run {i}: {}", r.json),
-            _ => assert_eq!(r.json["status"], "no-cuda-memory", "run {i}"),
+    std::thread::scope(|s| {
+        for lane in 0..2u64 {
+            let tmpdir = &tmpdir;
+            s.spawn(move || (lane..50).step_by(2).for_each(|i| soak_run(i, tmpdir)));
         }
-    }
+    });
     let left: Vec<_> = std::fs::read_dir(&tmpdir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+}
+
+/// Run `i` of the soak: its kind is `i % 10`; a timeout only at runs 6 and 36 (each waits out
+/// its 12 s), the other runs of that kind fit.
+fn soak_run(i: u64, tmpdir: &Path) {
+    let env = [("TMPDIR", tmpdir)];
+    let py = torch_python();
+    // Whole 2 MiB units: the caching allocator hands out exactly the size asked for (a
+    // large block is not split when less than 1 MiB would remain).
+    let mib = (i + 1) << 21;
+    let kind = match i % 10 {
+        6 if i != 6 && i != 36 => 0,
+        k => k,
+    };
+    let (command, args, code): (Vec<String>, Vec<&str>, i32) = match kind {
+        0 | 1 => (
+            vec![
+                py.clone(),
+                data("trust/import_order.py"),
+                "find_spec".into(),
+                mib.to_string(),
+            ],
+            vec!["--gpu", "l4"],
+            0,
+        ),
+        2 | 3 => (
+            vec![py.clone(), data("alloc.py"), (5 * GIB + mib).to_string()],
+            vec!["--gpu", "l4", "--gpu-memory", "4GiB"],
+            1,
+        ),
+        4 | 5 => (
+            vec![py.clone(), data("trust/ends.py"), "killed".into()],
+            vec!["--gpu", "l4"],
+            1,
+        ),
+        6 => (
+            vec![py.clone(), data("trust/ends.py"), "hang".into()],
+            vec!["--gpu", "l4", "--timeout", "12s"],
+            1,
+        ),
+        7 => (
+            vec![py.clone(), data("trust/children.py"), "spawn".into()],
+            vec!["--gpu", "h100-80gb"],
+            0,
+        ),
+        _ => (
+            vec![py.clone(), data("trust/ends.py"), "nocuda".into()],
+            vec!["--gpu", "l4"],
+            3,
+        ),
+    };
+    let r = emulate_env(&args, &command, &env);
+    assert_eq!(r.code, code, "run {i}: {}", r.stderr);
+    match kind {
+        0 | 1 => assert_eq!(u(&r.json["run"]["max_memory_allocated"]), mib, "run {i}"),
+        2 | 3 => assert_eq!(r.json["fits"], false, "run {i}"),
+        4 | 5 => assert_eq!(r.json["ending"]["signal"], "SIGKILL", "run {i}"),
+        6 => assert_eq!(r.json["ending"]["kind"], "timeout", "run {i}"),
+        7 => assert_eq!(r.processes().len(), 2, "run {i}: {}", r.json),
+        _ => assert_eq!(r.json["status"], "no-cuda-memory", "run {i}"),
+    }
 }

@@ -1,5 +1,5 @@
 //! The torch probe on CPU, through `scripts/torch-cpu.sh`, on a tiny synthetic llama
-//! and on the real SmolLM2-135M GGUF, for each torch AdamW implementation:
+//! (each torch AdamW implementation) and on the real SmolLM2-135M GGUF (the for-loop one):
 //! - gradients after backward = parameter bytes (+ ≤ 1 KiB per parameter tensor);
 //! - AdamW state after step 1 = 2 × parameter bytes (+ ≤ 1 KiB per state tensor: torch 2.15
 //!   `torch/optim/adam.py` lines 169-183 create `step`, `exp_avg`, `exp_avg_sq` per parameter);
@@ -231,7 +231,10 @@ fn smollm2_gguf_gradients_state_and_transients_per_implementation() {
         ),
     )
     .unwrap();
-    for implementation in ["foreach", "for-loop", "fused"] {
+    // One implementation on the real model (the tiny llama above runs all three): the for-loop,
+    // whose transient is the model's own largest tensor (the tied embedding), twice.
+    {
+        let implementation = "for-loop";
         let out = dir.path().join(format!("smollm2-{implementation}.csv"));
         let rows = torch_cpu(&scenario, &out, implementation);
         let point = "SmolLM2-135M-Instruct.Q4_1/train/f32/b1/c64/adamw/none/ga1/full";
@@ -486,7 +489,7 @@ fn tiny_sd_on_diffusers_rows_steps_and_decode_output() {
         dir.path(),
         "tiny-sd-torch",
         &model,
-        "resolution = [\"128x128\", \"64x128\"]\nbatch = [1, 2]\ncfg = [true, false]\n\
+        "resolution = [\"64x128\"]\nbatch = [1, 2]\ncfg = [true, false]\n\
          vae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 64\noverlap = 16\n",
     );
     for attention in ["sdpa", "eager"] {
@@ -494,7 +497,7 @@ fn tiny_sd_on_diffusers_rows_steps_and_decode_output() {
         run_generate(&scenario, &out, attention);
         let rows = generate_rows(&out, attention);
         let mut cfg_act = std::collections::HashMap::new();
-        for (w, h) in [(128u64, 128u64), (64, 128)] {
+        for (w, h) in [(64u64, 128u64)] {
             for b in [1u64, 2] {
                 for guidance in ["cfg", "nocfg"] {
                     for dec in ["full", "sliced", "tiled-t64o16"] {
@@ -510,11 +513,10 @@ fn tiny_sd_on_diffusers_rows_steps_and_decode_output() {
         // The same configs, the same file as candle's.
         check_loads(&rows, &cfg.components(), |c| cfg.params(c));
         // CFG doubles the denoiser's batch: CFG at batch 1 is batch 2 without it (± 1 %).
-        for (w, h) in [(128u64, 128u64), (64, 128)] {
-            let (c1, n2) = (cfg_act[&(w, h, 1, "cfg")], cfg_act[&(w, h, 2, "nocfg")]);
-            eprintln!("{attention} {w}x{h}: denoise cfg b1 {c1} B, nocfg b2 {n2} B");
-            assert!(c1.abs_diff(n2) as f64 <= 0.01 * n2 as f64, "{c1} vs {n2}");
-        }
+        let (w, h) = (64u64, 128u64);
+        let (c1, n2) = (cfg_act[&(w, h, 1, "cfg")], cfg_act[&(w, h, 2, "nocfg")]);
+        eprintln!("{attention} {w}x{h}: denoise cfg b1 {c1} B, nocfg b2 {n2} B");
+        assert!(c1.abs_diff(n2) as f64 <= 0.01 * n2 as f64, "{c1} vs {n2}");
     }
 }
 
@@ -597,7 +599,7 @@ fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
         dir.path(),
         "tiny-wan-torch",
         &model,
-        "resolution = [\"32x32\", \"48x32\"]\nframes = [5, 9]\nbatch = [1, 2]\n\
+        "resolution = [\"48x32\"]\nframes = [5, 9]\nbatch = [1, 2]\n\
          cfg = [true, false]\nvae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 16\n\
          overlap = 8\n",
     );
@@ -622,7 +624,7 @@ fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
             }
         }
         assert_eq!(ids, want_ids, "the probe's points are vramlab's");
-        for (w, h) in [(32u64, 32u64), (48, 32)] {
+        for (w, h) in [(48u64, 32u64)] {
             for frames in [5u64, 9] {
                 for b in [1u64, 2] {
                     for guidance in ["cfg", "nocfg"] {

@@ -98,6 +98,7 @@ pub fn run(a: Args) -> Result<()> {
         stack: a.stack,
         python: a.python.clone(),
         timeout: a.emulate_timeout.0,
+        runs: Default::default(),
     });
     let rows = validate::validate(&a.peers, constants.as_ref(), emulate.as_ref())?;
     let summary = validate::summarize(&rows);

@@ -127,6 +127,19 @@ pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf
     })
 }
 
+/// The torch environment when nothing names one: the Python beside this executable (a
+/// pip-installed wheel's own), else the default stack that `scripts/torch-env.sh` installed in
+/// the torch cache, else `python3` on PATH.
+pub fn default_python() -> Result<PathBuf> {
+    if let Some(py) = python_beside_exe() {
+        return Ok(py);
+    }
+    if let Ok(py) = stack_python(crate::vocab::Stack::Default) {
+        return Ok(py);
+    }
+    python_for(&[], None)
+}
+
 /// The interpreter a script's `#!` line names, when it is a Python one that exists.
 fn shebang_python(script: &Path) -> Option<PathBuf> {
     let mut head = [0u8; 256];

@@ -51,7 +51,14 @@ pub struct Options {
     pub python: Option<PathBuf>,
     /// Stop a row's program after this long.
     pub timeout: Option<std::time::Duration>,
+    /// The runs so far, by program, input and card: rows that publish two figures of one run
+    /// (fms-acceleration's allocated and NVML rows) run it once.
+    pub runs: Runs,
 }
+
+/// One emulated run's answer, or its failure's one line, by what it ran.
+pub type Runs = std::cell::RefCell<std::collections::HashMap<String, Ran>>;
+type Ran = std::result::Result<query::Emulated, String>;
 
 /// One of vramlab's peer programs (in `scripts/torch_probe/`) with a row's arguments (after
 /// `--config DIR`).
@@ -255,6 +262,7 @@ fn hf_trainer_args(r: &PeerRow) -> std::result::Result<Vec<String>, String> {
 }
 
 /// What a peer program reads (after `--config` or `--dir`).
+#[derive(Clone, Copy, Debug)]
 enum Input {
     /// A built-in preset's published `config.json`.
     Config(&'static str),
@@ -334,11 +342,19 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         dir.to_string_lossy().into_owned(),
     ];
     argv.extend(args.iter().cloned());
-    let run = query::run_program(&argv, &gpu, &stubs, o.timeout);
+    // The folder is the same for every row, so the key names what it holds.
+    let key = format!("{input:?} {} {}", gpu.key, argv.join(" "));
+    let cached = o.runs.borrow().get(&key).cloned();
+    let run = cached.unwrap_or_else(|| {
+        let run = query::run_program(&argv, &gpu, &stubs, o.timeout)
+            .map_err(|err| crate::error::one_line(&err));
+        o.runs.borrow_mut().insert(key, run.clone());
+        run
+    });
     let _ = std::fs::remove_dir_all(&dir);
     let e = match run {
         Ok(e) => e,
-        Err(err) => return not(crate::error::one_line(&err)),
+        Err(why) => return not(why),
     };
     // NVML used counts the CUDA context of the row's own driver and CUDA where its source
     // measured it (a CUDA 11 context without lazy module loading is three times the

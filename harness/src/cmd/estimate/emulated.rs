@@ -59,7 +59,10 @@ pub fn emulate_query(
                 .python
                 .clone()
                 .or_else(|| std::env::var_os("VRAMLAB_TORCH_PYTHON").map(PathBuf::from));
-            crate::emulate::python_for(&[], explicit.as_deref())?
+            match explicit {
+                Some(p) => crate::emulate::python_for(&[], Some(&p))?,
+                None => crate::emulate::default_python()?,
+            }
         }
     };
     let stubs = crate::emulate::stubs_for(&python)?;

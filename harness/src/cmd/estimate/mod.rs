@@ -172,7 +172,8 @@ pub struct Args {
     #[arg(long, value_name = "GPU", help_heading = "Emulated GPU")]
     pub emulate: Option<String>,
     /// With --emulate: the Python of the torch environment (default: --stack's, else
-    /// $VRAMLAB_TORCH_PYTHON, else python3 on PATH).
+    /// $VRAMLAB_TORCH_PYTHON, else the Python beside vramlab (a pip-installed wheel's), else the
+    /// default stack that scripts/torch-env.sh installed, else python3 on PATH).
     #[arg(
         long,
         value_name = "PYTHON",

@@ -492,6 +492,16 @@ fn estimate_emulate_answers_with_pytorchs_allocator_and_a_verdict() {
     assert_eq!(e["status"], "oom", "{e}");
 }
 
+/// `vramlab estimate --runtime torch --json --model smollm2-135m`, before the query's flags.
+const ESTIMATE_SMOLLM2: [&str; 6] = [
+    "estimate",
+    "--runtime",
+    "torch",
+    "--json",
+    "--model",
+    "smollm2-135m",
+];
+
 /// With neither `--python` nor `$VRAMLAB_TORCH_PYTHON`, `estimate --emulate` runs the default
 /// stack that `scripts/torch-env.sh` installed in the torch cache (python3 on PATH, which may
 /// have no torch, is the last resort): the same answer as naming that Python.
@@ -499,17 +509,10 @@ fn estimate_emulate_answers_with_pytorchs_allocator_and_a_verdict() {
 #[ignore = "needs the torch environment (scripts/test.sh)"]
 fn estimate_emulate_finds_the_installed_torch_environment_by_itself() {
     let query = [
-        "estimate",
-        "--runtime",
-        "torch",
-        "--json",
-        "--model",
-        "smollm2-135m",
-        "--context",
-        "256",
-        "--emulate",
-        "l4",
-    ];
+        &ESTIMATE_SMOLLM2[..],
+        &["--context", "256", "--emulate", "l4"],
+    ]
+    .concat();
     let named = estimate_json(&query[4..]);
     let py = torch_python();
     // .../vramlab-torch/venv/bin/python: the cache is three folders up.
@@ -517,7 +520,7 @@ fn estimate_emulate_finds_the_installed_torch_environment_by_itself() {
     let found: Value = serde_json::from_str(&ok_stdout(
         Command::cargo_bin("vramlab")
             .unwrap()
-            .args(query)
+            .args(&query)
             .env_remove("VRAMLAB_TORCH_PYTHON")
             .env("VRAMLAB_TORCH_CACHE", cache),
     ))
@@ -602,14 +605,7 @@ fn estimate_emulate_runs_under_a_named_stack() {
     let stdout = ok_stdout(
         Command::cargo_bin("vramlab")
             .unwrap()
-            .args([
-                "estimate",
-                "--runtime",
-                "torch",
-                "--json",
-                "--model",
-                "smollm2-135m",
-            ])
+            .args(ESTIMATE_SMOLLM2)
             .args(["--mode", "train", "--precision", "bf16", "--context", "256"])
             .args(["--emulate", "a100-40gb", "--stack", "torch-2.2"])
             .env("VRAMLAB_TORCH_CACHE", &cache),

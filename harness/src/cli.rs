@@ -83,6 +83,13 @@ pub enum Command {
     /// `torch.cuda.max_memory_allocated`, `max_memory_reserved`, and the NVML-equivalent "used"
     /// (reserved plus the CUDA context and modules), in GB and GiB; `--json` gives integer bytes.
     Emulate(crate::cmd::emulate::Args),
+    /// List the GPU catalogue: every GPU's `totalGlobalMem` in bytes, its class, the names it
+    /// answers to, and its sources.
+    ///
+    /// One table serves `estimate --gpu`, `estimate --emulate` and `emulate --gpu`, so the
+    /// analytic and the emulated verdicts judge the same bytes. `--markdown` prints the table
+    /// of docs/src/reference/gpu-catalogue.md; `--json` gives integer bytes.
+    Gpus(crate::cmd::gpus::Args),
 }
 
 /// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).

@@ -13,6 +13,7 @@ pub mod estimate;
 pub mod export;
 pub mod features;
 pub mod fit;
+pub mod gpu;
 pub mod merge;
 pub mod meter;
 pub mod model;

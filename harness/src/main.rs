@@ -23,6 +23,7 @@ fn main() {
         Command::Validate(a) => cmd::validate::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Emulate(a) => cmd::emulate::run(a),
+        Command::Gpus(a) => cmd::gpus::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

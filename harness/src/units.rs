@@ -37,6 +37,19 @@ pub fn signed_pct(pct: f64) -> String {
     format!("{pct:+.2}%")
 }
 
+/// Bytes with thousands separators: "85,045,477,376".
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Human size with a binary unit, for short messages: "1.50 MiB".
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -1,6 +1,7 @@
 //! The generated parts of the docs are current, and the scenario index is whole.
 //!
-//! - Every block of a result page (docs/src/results/*.md) and of README.md between
+//! - Every block of a result or reference page (docs/src/results/*.md, docs/src/reference/*.md)
+//!   and of README.md between
 //!   `<!-- generated: vramlab ARGS -->` and `<!-- end generated -->` is what `vramlab ARGS`
 //!   prints now, run from the repository root (`vramlab report RESULTS.csv --markdown ...`).
 //!   A marker ending in `exit=N` expects that exit status (`vramlab compare` exits 1 on the
@@ -98,6 +99,7 @@ fn generated_result_tables_are_current() {
     let mut blocks = 0;
     let mut failures = Vec::new();
     let mut pages = files(&dir, ".md");
+    pages.extend(files(&root.join("docs/src/reference"), ".md"));
     pages.push(root.join("README.md"));
     for page in pages {
         let text = std::fs::read_to_string(&page).expect("read the page");

@@ -572,7 +572,7 @@ fn estimate_emulate_verdict_flips_at_the_capacity_its_own_figures_give() {
     assert!(verdict["fits"].is_boolean(), "{verdict}");
     let roomy = on("a100-80gb", None);
     assert_eq!(roomy["fits"], true, "{roomy}");
-    let context = vramlab::emulate::catalogue::CONTEXT_BYTES;
+    let context = vramlab::gpu::CONTEXT_BYTES;
     let just = on("a100-80gb", Some(u(&roomy["nvml_used"])));
     assert_eq!(just["fits"], true, "{just}");
     assert_eq!(just["max_memory_allocated"], roomy["max_memory_allocated"]);
@@ -664,7 +664,7 @@ fn the_torch_1_10_stack_runs_on_cuda_10_layouts() {
     );
     assert_eq!(e["total"], gpu["total_bytes"]);
     assert_eq!(e["cc"], gpu["compute_capability"]);
-    let cat = vramlab::emulate::catalogue::resolve(Some("v100-16gb"), None).unwrap();
+    let cat = vramlab::gpu::resolve(Some("v100-16gb"), None).unwrap();
     assert_eq!(u(&e["sms"]), u64::from(cat.sms));
     // x and x @ x: 1024 x 1024 float32 each, whole 2 MiB-rounded blocks.
     assert_eq!(u(&e["allocated"]), 2 * 1024 * 1024 * 4);

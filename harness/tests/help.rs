@@ -37,6 +37,7 @@ const SUBCOMMANDS: &[&str] = &[
     "validate",
     "report",
     "emulate",
+    "gpus",
 ];
 
 #[test]
@@ -118,6 +119,7 @@ subcommand_help! {
     plot_help => "plot",
     validate_help => "validate",
     report_help => "report",
+    gpus_help => "gpus",
     emulate_help => "emulate",
 }
 

@@ -1,13 +1,13 @@
 //! `vramlab emulate --gpu GPU -- COMMAND ARGS...`: runs a PyTorch program on an emulated GPU
 //! and prints PyTorch's own allocated and reserved peaks and the NVML-equivalent, per marked
 //! phase or per optimizer step (docs/src/guides/emulator.md).
-use crate::emulate::catalogue::{self, Gpu, CONTEXT_BYTES, CONTEXT_SOURCE};
 use crate::emulate::records::Process;
 use crate::emulate::report::{self, Describe, Report, Span};
 use crate::emulate::supervise::{signal_name, Ending, Finished};
 use crate::emulate::verdict::{self, Verdict};
 use crate::emulate::{python_for, stubs_for, which, Launch, ProgramOutput};
 use crate::error::{InputError, NoVerdict};
+use crate::gpu::{self, Gpu, CONTEXT_BYTES, CONTEXT_SOURCE};
 use crate::units::{gb, gib};
 use crate::vocab::{Mode, Precision};
 use anyhow::Result;
@@ -29,8 +29,8 @@ data reads as zeros, cuDNN is off (convolutions take PyTorch's native path). The
 emulated everywhere and never pass for a measurement on a GPU."
 )]
 pub struct Args {
-    /// The GPU to present, from the catalogue: h200, h100-80gb, h100-pcie, a100-80gb,
-    /// a100-40gb, l40s, l4, rtx-4090, rtx-3090, v100-16gb, v100-32gb.
+    /// The GPU to present: any NVIDIA GPU `vramlab gpus` lists, by any of its names (h100-80gb,
+    /// h100, a100-40gb, l4, rtx-4090 or rtx4090, b200, …).
     #[arg(long, value_name = "GPU")]
     pub gpu: Option<String>,
     /// Total device memory (e.g. 24GiB, 40GB, bytes): overrides the GPU's, or describes an
@@ -86,7 +86,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let gpu = catalogue::resolve(a.gpu.as_deref(), a.gpu_memory).map_err(InputError::arg)?;
+    let gpu = gpu::resolve(a.gpu.as_deref(), a.gpu_memory).map_err(InputError::arg)?;
     check_command(&a.command)?;
     if let Some(p) = &a.json_out {
         check_writable(p)?;

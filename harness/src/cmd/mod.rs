@@ -5,6 +5,7 @@ pub mod emulate;
 pub mod estimate;
 pub mod fit;
 pub mod generate;
+pub mod gpus;
 pub mod merge;
 pub mod plot;
 pub mod report;

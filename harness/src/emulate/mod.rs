@@ -7,7 +7,6 @@
 //! per PyTorch environment by `scripts/emulator-build.sh` (from the CUDA headers of the wheels
 //! that torch depends on; nothing is committed); an installed wheel carries them, one set per
 //! CUDA major (`vramlab/_stubs/cu12`, `cu13`; `scripts/build-wheel.sh`).
-pub mod catalogue;
 pub mod query;
 pub mod records;
 pub mod report;
@@ -15,8 +14,8 @@ pub mod supervise;
 pub mod verdict;
 
 use crate::error::InputError;
+use crate::gpu::Gpu;
 use anyhow::{Context, Result};
-use catalogue::Gpu;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,10 +1,10 @@
 //! An estimate's query run for real on an emulated GPU (`vramlab estimate --emulate GPU`): the
 //! torch probe runs that one configuration (three training steps, or a prefill and decode) with
 //! the model built from its config on the device, and PyTorch's own allocator answers.
-use super::catalogue::Gpu;
 use super::report::{Outcome, Report};
 use super::supervise::{Ending, Finished};
 use super::{scripts_dir, Launch, ProgramOutput};
+use crate::gpu::Gpu;
 use crate::record::Status;
 use crate::vocab::{Attention, KvKind, Mode, Optimizer, OptimizerImpl, Precision, Trainable};
 use anyhow::{Context, Result};

@@ -1,7 +1,7 @@
 //! The report the Python boot writes at the end of an emulated run (`vramlab/_emulate.py`), and
 //! the rows vramlab makes of it.
-use super::catalogue::{Gpu, CONTEXT_BYTES};
 use crate::error::bad_file;
+use crate::gpu::{Gpu, CONTEXT_BYTES};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::vocab::{Backend, MeterKind};
 use anyhow::Result;

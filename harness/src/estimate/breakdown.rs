@@ -32,6 +32,10 @@ pub struct Breakdown {
     /// ([`fit::reserve`](crate::fit::reserve)); candle:
     /// [`ALLOCATOR_ROUNDING`](super::ALLOCATOR_ROUNDING), unmeasured.
     pub allocator_reserve: u64,
+    /// The low end of the reserve's range: the fit's median ratio where `allocator_reserve`
+    /// takes its largest (in no row or sum; [`Breakdown::total_low`] uses it).
+    #[serde(skip)]
+    pub allocator_reserve_low: u64,
     /// FSDP's CPU offload (`--offload`): the rank's shards of weights, gradients and optimizer
     /// state, held in host memory instead; in no GPU figure (0 without offload).
     pub host_offloaded: u64,
@@ -47,6 +51,12 @@ impl Breakdown {
     /// total fits). The GPU verdicts use this figure.
     pub fn total(&self) -> Result<u64, Overflow> {
         self.sum_without(&[], "total")
+    }
+    /// [`Breakdown::total`] with the reserve at the low end of its range: a GPU whose budget lies
+    /// between the two is a borderline verdict.
+    pub fn total_low(&self) -> Result<u64, Overflow> {
+        Ok(self.total()? - self.allocator_reserve
+            + self.allocator_reserve_low.min(self.allocator_reserve))
     }
     /// The allocator's reserved pool at the peak: the tensors plus its reserve, without the
     /// CUDA context (PyTorch's `max_memory_reserved`).

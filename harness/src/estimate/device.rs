@@ -4,11 +4,10 @@ use super::{Backend, Breakdown, Overflow, Query, Runtime, Stack};
 use crate::checked::Checked;
 use crate::fit::{self, Constants};
 
-/// CUDA context with the runtime's kernels loaded, outside any allocator: 512 MiB, the order of
-/// the "non-torch memory" vLLM logs at start-up on CUDA ≥ 11.7 with lazy module loading
-/// (vllm/worker/worker.py, `non_torch_allocations`); the 1343 MiB HF measured on CUDA 11.2
-/// (transformers docs, model_memory_anatomy.md) predates lazy loading.
-pub const CUDA_CONTEXT: u64 = 512 << 20;
+/// CUDA context with the runtime's kernels loaded, outside any allocator: the catalogue's
+/// [`crate::gpu::CONTEXT_BYTES`], the figure the emulated GPU holds back too, so the analytic
+/// and the emulated "used" count the same context.
+pub const CUDA_CONTEXT: u64 = crate::gpu::CONTEXT_BYTES;
 /// cuBLAS workspace per handle: PyTorch's documented default `CUBLAS_WORKSPACE_CONFIG`
 /// `:4096:2:16:8` (2 × 4096 KiB + 8 × 16 KiB; PyTorch docs, "Reproducibility" / CUDA
 /// semantics, cuBLAS workspaces).
@@ -92,14 +91,16 @@ pub fn with_reserve_of(
     constants: Option<&Constants>,
     class: fit::reserve::ReserveClass,
 ) -> Result<Breakdown, Overflow> {
-    let (reserve, how) = match (q.backend, q.runtime) {
+    let (reserve, low, how) = match (q.backend, q.runtime) {
         (Backend::Cpu, _) => {
             return Ok(Breakdown {
                 allocator_reserve: 0,
+                allocator_reserve_low: 0,
                 ..e
             })
         }
         (Backend::Cuda, Runtime::Candle) => (
+            ALLOCATOR_ROUNDING,
             ALLOCATOR_ROUNDING,
             "candle's pool on CUDA is not measured yet: one 20 MiB segment assumed".to_string(),
         ),
@@ -108,15 +109,22 @@ pub fn with_reserve_of(
                 Some(k) => ("--constants", k),
                 None => reference_reserve(q.stack),
             };
-            let (ratio, how) =
+            let r =
                 fit::reserve::reserve_ratio(&k.reserve, class).expect("a reserve file has classes");
-            let bytes = Checked::from_f64((e.allocated()? as f64 * ratio).ceil())
-                .bytes("allocator reserve")?;
-            (bytes, format!("fitted on {} ({path}): {how}", k.device))
+            let allocated = e.allocated()? as f64;
+            let bytes = |ratio: f64| {
+                Checked::from_f64((allocated * ratio).ceil()).bytes("allocator reserve")
+            };
+            (
+                bytes(r.max)?,
+                bytes(r.median)?,
+                format!("fitted on {} ({path}): {}", k.device, r.how),
+            )
         }
     };
     Ok(Breakdown {
         allocator_reserve: reserve,
+        allocator_reserve_low: low,
         reserve_source: how,
         ..e
     })

@@ -27,7 +27,7 @@
 //! VAE factor, widths, the first attention level), so every generation family gives the same
 //! terms from its own config.
 use crate::checked::{Checked, Overflow};
-use crate::estimate::{budget, largest, Backend, CATALOG};
+use crate::estimate::{budget, largest, Backend};
 use crate::fit::generate::{activation, find, find_transfer, GenConstants, GenGroupKey};
 use crate::fit::{Constants, Runtime};
 pub use crate::terms::generation::*;
@@ -212,10 +212,10 @@ pub fn gpu_fits(
     let f = a.factor as u64;
     let t = a.temporal_factor as u64;
     let video = t > 1;
-    CATALOG
+    crate::gpu::classes()
         .iter()
         .map(|c| {
-            let b = budget(c.gb * 1_000_000_000, headroom);
+            let b = budget(c.bytes, headroom);
             let largest_batch = largest(MAX_GEN_BATCH, |n| fits(&GenQuery { batch: n, ..*q }, b));
             // A tiled decode's tile shrinks with images smaller than it (what the decode does).
             let at = |k: u64| {
@@ -231,7 +231,7 @@ pub fn gpu_fits(
             let k = largest(MAX_SIDE / f, |k| fits(&at(k), b));
             GenGpuFit {
                 gb: c.gb,
-                examples: c.examples,
+                examples: c.examples.as_str(),
                 budget_bytes: b,
                 fits: fits(q, b),
                 largest_batch,

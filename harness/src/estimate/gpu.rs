@@ -1,91 +1,11 @@
-//! The GPU catalogue and what an estimate says about one GPU: whether it fits, the largest
-//! batch and context that do, the KV capacity, and the smallest FSDP degree for training.
+//! What an estimate says about one GPU of the catalogue (`crate::gpu`): whether it fits, the
+//! largest batch and context that do, the KV capacity, and the smallest FSDP degree for
+//! training.
 use super::{estimate, Mode, Overflow, Query, Sharding};
 use crate::fit::Constants;
+use crate::gpu::budget;
 use crate::model::Config;
 use serde::Serialize;
-
-/// A GPU memory class of the catalog, with example products and the `--gpu` names it answers to.
-pub struct GpuClass {
-    pub gb: u64,
-    pub examples: &'static str,
-    pub names: &'static [&'static str],
-}
-
-pub const CATALOG: &[GpuClass] = &[
-    GpuClass {
-        gb: 24,
-        examples: "RTX 4090, RTX 3090, L4, A10",
-        names: &["rtx4090", "rtx3090", "l4", "a10"],
-    },
-    GpuClass {
-        gb: 32,
-        examples: "RTX 5090, V100-32GB",
-        names: &["rtx5090", "v100-32"],
-    },
-    GpuClass {
-        gb: 40,
-        examples: "A100-40GB",
-        names: &["a100-40"],
-    },
-    GpuClass {
-        gb: 48,
-        examples: "L40S, RTX 6000 Ada, A6000",
-        names: &["l40s", "l40", "rtx6000-ada", "a6000"],
-    },
-    GpuClass {
-        gb: 80,
-        examples: "H100-80GB, A100-80GB, H800",
-        names: &["h100-80", "h100", "a100-80", "h800"],
-    },
-    GpuClass {
-        gb: 94,
-        examples: "H100 NVL",
-        names: &["h100-nvl"],
-    },
-    GpuClass {
-        gb: 141,
-        examples: "H200",
-        names: &["h200"],
-    },
-    GpuClass {
-        gb: 180,
-        examples: "B200",
-        names: &["b200"],
-    },
-    GpuClass {
-        gb: 192,
-        examples: "MI300X",
-        names: &["mi300x"],
-    },
-];
-
-/// A `--gpu` name ("h100-80", "l4", …) or a size ("80gb", "80").
-pub fn gpu_by_name(name: &str) -> Option<(String, u64)> {
-    let n = name.to_ascii_lowercase();
-    if let Some(c) = CATALOG.iter().find(|c| c.names.contains(&n.as_str())) {
-        return Some((n, c.gb * 1_000_000_000));
-    }
-    let digits = n.trim_end_matches("gb");
-    digits
-        .parse::<u64>()
-        .ok()
-        .filter(|&g| g > 0)
-        // A size past 2^64 B is no GPU.
-        .and_then(|g| Some((format!("{g} GB"), g.checked_mul(1_000_000_000)?)))
-}
-
-/// Usable bytes of a GPU after the headroom fraction.
-pub fn budget(gpu_bytes: u64, headroom: f64) -> u64 {
-    (gpu_bytes as f64 * (1.0 - headroom)) as u64
-}
-
-/// The smallest catalog class whose budget holds `total`.
-pub fn smallest_gpu(total: u64, headroom: f64) -> Option<&'static GpuClass> {
-    CATALOG
-        .iter()
-        .find(|c| total <= budget(c.gb * 1_000_000_000, headroom))
-}
 
 /// The largest value in 1..=hi for which `fits` holds (monotone), or 0.
 pub fn largest(hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
@@ -107,13 +27,27 @@ pub fn largest(hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
     lo
 }
 
+/// The verdict on one GPU: `borderline` where the budget lies within the range of the
+/// allocator reserve's fit (the NVML figure at its median ratio fits, at its largest does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Fits,
+    Borderline,
+    DoesNotFit,
+}
+
 /// What the estimate says about one GPU.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GpuFit {
     pub gpu: String,
     pub gpu_bytes: u64,
     pub budget_bytes: u64,
+    /// The NVML figure with the reserve at the low end of its range (the verdict's other end).
+    pub total_low_bytes: u64,
+    /// At the NVML figure (the reserve at its largest ratio): the conservative answer.
     pub fits: bool,
+    pub verdict: Verdict,
     pub largest_batch: u64,
     pub largest_context: u64,
     /// vLLM-style: tokens the KV budget holds (inference only).
@@ -158,6 +92,12 @@ pub fn gpu_fit(
         (None, None)
     };
     let ok = fits(q);
+    let low = estimate(cfg, q, c)?.total_low()?;
+    let verdict = match (ok, low <= cap) {
+        (true, _) => Verdict::Fits,
+        (false, true) => Verdict::Borderline,
+        (false, false) => Verdict::DoesNotFit,
+    };
     let min_fsdp_gpus = (q.mode == Mode::Train && !ok)
         .then(|| {
             let sharded = |n: u64| Query {
@@ -174,7 +114,9 @@ pub fn gpu_fit(
         gpu: gpu.to_string(),
         gpu_bytes,
         budget_bytes: cap,
+        total_low_bytes: low,
         fits: ok,
+        verdict,
         largest_batch: largest(MAX_BATCH, |b| fits(&Query { batch: b, ..*q })),
         largest_context: largest(MAX_CONTEXT, |s| fits(&Query { context: s, ..*q })),
         kv_capacity_tokens: kv_tokens,
@@ -196,14 +138,7 @@ mod tests {
     use crate::estimate::test_support::{estimate, gpu_fit, preset, q};
 
     #[test]
-    fn catalog_and_search() {
-        assert_eq!(smallest_gpu(20_000_000_000, 0.1).unwrap().gb, 24);
-        assert_eq!(smallest_gpu(22_000_000_000, 0.1).unwrap().gb, 32);
-        assert!(smallest_gpu(190_000_000_000, 0.1).is_none());
-        assert_eq!(gpu_by_name("H100-80").unwrap().1, 80_000_000_000);
-        assert_eq!(gpu_by_name("48gb").unwrap().1, 48_000_000_000);
-        assert!(gpu_by_name("toaster").is_none());
-        assert!(gpu_by_name("18446744074gb").is_none());
+    fn search() {
         assert_eq!(largest(1000, |x| x * x <= 2000), 44);
         assert_eq!(largest(1000, |_| false), 0);
         assert_eq!(largest(1000, |_| true), 1000);

@@ -10,7 +10,7 @@
 //! One file per job: [`query`] (what is asked), [`breakdown`] (the rows of the answer),
 //! [`infer`] and [`train`] (the analytic estimates), [`device`] (the device rows and the
 //! allocator's reserve), [`fitted`] (fitted constants over the analytic rows: [`estimate`]),
-//! [`gpu`] (the catalogue and the GPU verdicts), [`formats`] (`--best-format`); [`model`]
+//! [`gpu`] (the GPU verdicts on the catalogue of `crate::gpu`), [`formats`] (`--best-format`); [`model`]
 //! resolves `--model` and [`generate`] is the generation estimate.
 pub mod breakdown;
 pub mod device;
@@ -27,6 +27,7 @@ pub mod train;
 
 pub use crate::checked::Overflow;
 pub use crate::fit::Runtime;
+pub use crate::gpu::budget;
 pub use breakdown::Breakdown;
 pub use device::{
     reference_reserve, with_reserve, with_reserve_of, ALLOCATOR_ROUNDING, CUBLAS_WORKSPACE,
@@ -34,10 +35,7 @@ pub use device::{
 };
 pub use fitted::{estimate, fitted_group, group_key, query_terms};
 pub use formats::{format_fits, FormatFit, BEST_FORMATS};
-pub use gpu::{
-    budget, fits_in, gpu_by_name, gpu_fit, largest, smallest_gpu, GpuClass, GpuFit, CATALOG,
-    MAX_BATCH, MAX_CONTEXT, MAX_GPUS,
-};
+pub use gpu::{fits_in, gpu_fit, largest, GpuFit, Verdict, MAX_BATCH, MAX_CONTEXT, MAX_GPUS};
 pub use infer::infer_features;
 pub use model::{resolve, Resolved};
 pub use query::{

@@ -174,34 +174,49 @@ pub fn fit(records: &[Record]) -> Vec<ReserveFit> {
         .collect()
 }
 
-/// The ratio reserve ÷ allocated for a run of `class`: the class's largest, or, for a class
-/// the fit did not see, the largest of any class (the envelope of what was measured, named in
-/// the returned note). None without fits.
-pub fn reserve_ratio(fits: &[ReserveFit], class: ReserveClass) -> Option<(f64, String)> {
+/// The ratios reserve ÷ allocated that a class's fit gives: the largest (what `estimate`
+/// applies: under-predicting the reserve runs users out of memory), the median (the low end of
+/// the range the fit saw, which makes a verdict "borderline"), and where they come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratio {
+    pub max: f64,
+    pub median: f64,
+    pub how: String,
+}
+
+/// The reserve ratios for a run of `class`: the class's, or, for a class the fit did not see,
+/// those of the class with the largest ratio (the envelope of what was measured, named in the
+/// note). None without fits.
+pub fn reserve_ratio(fits: &[ReserveFit], class: ReserveClass) -> Option<Ratio> {
     match fits.iter().find(|f| f.class == class) {
-        Some(f) => Some((
-            f.ratio_max,
-            format!(
-                "the largest reserve/allocated ratio of {} ({:.1}% over {} points of {} models)",
+        Some(f) => Some(Ratio {
+            max: f.ratio_max,
+            median: f.ratio_median,
+            how: format!(
+                "the largest reserve/allocated ratio of {} ({:.1}% over {} points of {} models; \
+                 median {:.1}%)",
                 class.label(),
                 100.0 * f.ratio_max,
                 f.points,
-                f.models.len()
+                f.models.len(),
+                100.0 * f.ratio_median
             ),
-        )),
+        }),
         None => {
             let f = fits
                 .iter()
                 .max_by(|a, b| a.ratio_max.total_cmp(&b.ratio_max))?;
-            Some((
-                f.ratio_max,
-                format!(
-                    "no {} points: the largest ratio of any class ({}, {:.1}%)",
+            Some(Ratio {
+                max: f.ratio_max,
+                median: f.ratio_median,
+                how: format!(
+                    "no {} points: the largest ratio of any class ({}, {:.1}%; median {:.1}%)",
                     class.label(),
                     f.class.label(),
-                    100.0 * f.ratio_max
+                    100.0 * f.ratio_max,
+                    100.0 * f.ratio_median
                 ),
-            ))
+            })
         }
     }
 }
@@ -245,8 +260,9 @@ mod tests {
         assert_eq!(train.heldout_min, Some((1100.0 - 1300.0) / 1300.0));
         assert_eq!(train.heldout_max, Some((2600.0 - 2200.0) / 2200.0));
         let infer = ReserveClass::new(Mode::Infer, Checkpointing::Layer, Trainable::Full);
-        assert_eq!(reserve_ratio(&f, infer).unwrap().0, 0.05);
+        assert_eq!(reserve_ratio(&f, infer).unwrap().max, 0.05);
         let unseen = ReserveClass::new(Mode::Train, Checkpointing::Layer, Trainable::Full);
-        assert_eq!(reserve_ratio(&f, unseen).unwrap().0, 0.3);
+        let r = reserve_ratio(&f, unseen).unwrap();
+        assert_eq!((r.max, r.median), (0.3, 0.3));
     }
 }

@@ -29,7 +29,7 @@ pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
         ))
         .into()),
         (Runtime::Candle, None) => Ok(()),
-        (Runtime::Torch, Some(gpu)) => crate::emulate::catalogue::resolve(Some(gpu), None)
+        (Runtime::Torch, Some(gpu)) => crate::gpu::resolve(Some(gpu), None)
             .map(|_| ())
             .map_err(|e| InputError::arg(format!("device `{device}`: {e}")).into()),
         (Runtime::Torch, None) if matches!(crate::device::parse(device), Ok(Some(_))) => Ok(()),

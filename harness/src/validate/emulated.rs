@@ -7,8 +7,9 @@
 //! SFT on the HF Trainer, FSDP through accelerate on more than one GPU); every other row says why
 //! it has no emulated figure.
 use super::{number_after, precision, trainable, Metric, PeerRow};
-use crate::emulate::{catalogue, query};
+use crate::emulate::query;
 use crate::estimate::{Precision, Trainable};
+use crate::gpu as catalogue;
 use crate::model::diffusion::GenSource;
 use crate::vocab::GenModel;
 use crate::vocab::Stack;

@@ -16,7 +16,8 @@ pub fn emulate_query(
     precision: Precision,
     quantized: bool,
 ) -> Result<Emulated> {
-    use crate::emulate::{catalogue, query};
+    use crate::emulate::query;
+    use crate::gpu as catalogue;
     let mut g = catalogue::resolve(Some(gpu), a.emulate_memory).map_err(InputError::arg)?;
     if let Some(m) = a.emulate_memory {
         // The verdict names the capacity it was run at, not the catalogued card's.

@@ -2,13 +2,12 @@
 //! weights, `--best-format`, the constants, and the [`LlmReport`] of the estimate.
 use super::emulated::emulate_query;
 use super::overflow::{constants_flag, overflow_error, Size};
-use super::report::{BestFormat, LlmReport, ModelJson, QuantWeights, Row};
+use super::report::{BestFormat, EmulatedFit, LlmReport, ModelJson, QuantWeights, Row};
 use super::Args;
 use crate::checked::Checked;
 use crate::error::InputError;
 use crate::estimate::{
-    self, gpu_by_name, smallest_gpu, Compute, Mode, Overflow, Precision, Query, Resolved, Sharding,
-    Trainable, CATALOG,
+    self, Compute, Mode, Overflow, Precision, Query, Resolved, Sharding, Trainable,
 };
 use crate::fit::Constants;
 use crate::model::Config;
@@ -90,14 +89,11 @@ fn gpu(a: &Args) -> Result<Option<(String, u64)>> {
     let Some(name) = &a.gpu else {
         return Ok(None);
     };
-    let gpu = gpu_by_name(name).ok_or_else(|| {
-        let names: Vec<&str> = CATALOG
-            .iter()
-            .flat_map(|c| c.names.iter().copied())
-            .collect();
+    let gpu = crate::gpu::name_or_size(name).ok_or_else(|| {
         InputError::arg(format!(
-            "unknown --gpu `{name}` (known: {}, or a size like 48gb)",
-            names.join(", ")
+            "unknown --gpu `{name}` (known: {}; `vramlab gpus` lists every name; or a size like \
+             48gb)",
+            crate::gpu::names().join(", ")
         ))
     })?;
     Ok(Some(gpu))
@@ -269,9 +265,17 @@ pub fn report(a: &Args) -> Result<LlmReport> {
     let total = e.total().map_err(bad)?;
     let emulated = match &a.emulate {
         None => None,
-        Some(g) => Some(emulate_query(a, g, &m, precision, quant.is_some())?),
+        Some(g) => {
+            let run = emulate_query(a, g, &m, precision, quant.is_some())?;
+            let budget = crate::gpu::budget(run.gpu_total_bytes, a.headroom);
+            Some(EmulatedFit {
+                fits_with_headroom: run.fits && run.nvml_used <= budget,
+                budget_bytes: budget,
+                run,
+            })
+        }
     };
-    let small = smallest_gpu(total, a.headroom);
+    let small = crate::gpu::smallest_class(total, a.headroom);
     let fit = gpu
         .map(|(name, bytes)| {
             estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
@@ -308,7 +312,12 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         verdict_figure: "nvml_bytes",
         reserve_source: e.reserve_source.clone(),
         smallest_gpu_gb: small.map(|c| c.gb),
-        smallest_gpu_examples: small.map(|c| c.examples),
+        smallest_gpu_examples: small.map(|c| c.examples.as_str()),
+        settle_with: fit
+            .as_ref()
+            .filter(|f| f.verdict == estimate::Verdict::Borderline)
+            .zip(a.gpu.as_deref())
+            .map(|(_, g)| settle_command(g)),
         gpu: fit,
         weights: quant,
         best_format: best,
@@ -317,6 +326,51 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         max_position_embeddings: m.max_position_embeddings as u64,
         model_states_bytes,
         unsharded_bytes,
-        largest_gpu_gb: CATALOG.last().map(|c| c.gb).unwrap_or(0),
+        largest_gpu_gb: crate::gpu::classes().last().map(|c| c.gb).unwrap_or(0),
     })
+}
+
+/// The command line of this run with `--emulate` on the `--gpu` card: what settles a borderline
+/// verdict. A size rather than a catalogued name runs an H100-80GB of that memory.
+fn settle_command(gpu: &str) -> String {
+    let mut words: Vec<String> = vec!["vramlab".into()];
+    let mut args = std::env::args().skip(1);
+    while let Some(w) = args.next() {
+        if w == "--emulate" || w == "--emulate-memory" {
+            args.next();
+        } else if !w.starts_with("--emulate=") && !w.starts_with("--emulate-memory=") {
+            words.push(w);
+        }
+    }
+    match crate::gpu::by_name(gpu) {
+        Some(g) => words.extend(["--emulate".into(), g.key]),
+        None => {
+            let bytes = crate::gpu::name_or_size(gpu)
+                .map(|(_, b)| b)
+                .unwrap_or_default();
+            words.extend([
+                "--emulate".into(),
+                "h100-80gb".into(),
+                "--emulate-memory".into(),
+                bytes.to_string(),
+            ]);
+        }
+    }
+    words
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `w` as one shell word: as is when it needs no quoting, else in single quotes.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
 }

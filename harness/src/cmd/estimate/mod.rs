@@ -147,10 +147,14 @@ pub struct Args {
     #[arg(long, help_heading = "Runtime and device")]
     pub allow_transfer: bool,
 
-    /// A GPU to fit (h100-80, a100-40, l4, h200, mi300x, … or a size such as 48gb).
+    /// A GPU to fit: any name `vramlab gpus` lists (h100-80gb or h100-80, a100-40gb, l4,
+    /// rtx-4090 or rtx4090, h200, b200, mi300x, …), judged at its exact `totalGlobalMem`; or a
+    /// size such as 48gb. Where the figure is within the allocator reserve's fitted range of
+    /// the budget, the verdict is "borderline", with the `--emulate` command that settles it.
     #[arg(long, help_heading = "GPU fit")]
     pub gpu: Option<String>,
-    /// Fraction of GPU memory kept free.
+    /// Fraction of GPU memory kept free: both the analytic and the `--emulate` verdicts judge
+    /// NVML used against the card's bytes less this.
     #[arg(long, default_value_t = 0.1, help_heading = "GPU fit")]
     pub headroom: f64,
     /// With --gpu: the format with the most bits per weight that fits the GPU at this batch
@@ -161,11 +165,11 @@ pub struct Args {
     #[arg(long, requires = "gpu", help_heading = "GPU fit")]
     pub best_format: bool,
 
-    /// Also run this exact query under PyTorch on an emulated GPU (h200, h100-80gb, h100-pcie,
-    /// a100-80gb, a100-40gb, l40s, l4, rtx-4090, rtx-3090, v100-16gb, v100-32gb): PyTorch's
-    /// own allocator gives max_memory_allocated, max_memory_reserved and the NVML-equivalent
-    /// "used", printed beside the analytic total, with "fits on GPU: yes/no" from a run at
-    /// that GPU's capacity. Seconds; needs the torch environment (--python). With --gpus N
+    /// Also run this exact query under PyTorch on an emulated GPU (any NVIDIA GPU `vramlab
+    /// gpus` lists, by any of its names): PyTorch's own allocator gives max_memory_allocated,
+    /// max_memory_reserved and the NVML-equivalent "used", printed beside the analytic total,
+    /// with "fits on GPU": the run at that GPU's full capacity must not run out, and its NVML
+    /// used must be within --headroom of the card's bytes, as the analytic verdict. Seconds; needs the torch environment (--python). With --gpus N
     /// (--sharding fsdp or zero3, full or frozen-embeddings training): rank 0 of FSDP full
     /// shard, in one process through torch's fake process group. A LoRA query's adapters go
     /// through peft (get_peft_model with its defaults, as labs run it).

@@ -66,13 +66,18 @@ pub struct LlmReport {
     pub smallest_gpu_gb: Option<u64>,
     pub smallest_gpu_examples: Option<&'static str>,
     pub gpu: Option<GpuFit>,
+    /// A borderline verdict on `--gpu`: the `vramlab estimate … --emulate` command that settles
+    /// it under PyTorch's own allocator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settle_with: Option<String>,
     /// A quantized precision's weights: bytes, bits per weight, and the kept types.
     pub weights: Option<QuantWeights>,
     /// `--best-format`: every format's fit, most bits first, and the one chosen.
     pub best_format: Option<BestFormat>,
     pub notes: Vec<String>,
-    /// `--emulate GPU`: PyTorch's figures on the emulated GPU, integer bytes.
-    pub emulated: Option<Emulated>,
+    /// `--emulate GPU`: PyTorch's figures on the emulated GPU, integer bytes, judged at the
+    /// query's headroom.
+    pub emulated: Option<EmulatedFit>,
     /// `--offload`: each rank's shards of weights, gradients and optimizer state in host
     /// memory (in no GPU figure).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,6 +94,18 @@ pub struct LlmReport {
     /// The largest class of the catalog, GB.
     #[serde(skip)]
     pub largest_gpu_gb: u64,
+}
+
+/// `--emulate GPU`'s run, and its verdict at the same headroom of the same card bytes as the
+/// analytic one.
+#[derive(Serialize)]
+pub struct EmulatedFit {
+    #[serde(flatten)]
+    pub run: Emulated,
+    /// The emulated card's total less the headroom (`crate::gpu::budget`).
+    pub budget_bytes: u64,
+    /// The run's NVML-equivalent "used" within `budget_bytes` (and the run did not run out).
+    pub fits_with_headroom: bool,
 }
 
 /// `--best-format`'s answer.

@@ -1,8 +1,7 @@
 //! The text rendering of a [`Report`]: the tables and lines `vramlab estimate` prints without
 //! `--json`.
-use super::report::{BestFormat, GenReport, LlmReport, Report};
-use crate::emulate::query::Emulated;
-use crate::estimate::{Backend, Mode, MAX_GPUS};
+use super::report::{BestFormat, EmulatedFit, GenReport, LlmReport, Report};
+use crate::estimate::{Backend, Mode, Verdict, MAX_GPUS};
 use crate::units::{gb, gb_gib, gib, signed_pct};
 use crate::vocab::VaeDecode;
 use std::fmt::Write;
@@ -116,14 +115,26 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
         )?,
     }
     if let Some(f) = &r.gpu {
+        let verdict = match f.verdict {
+            Verdict::Fits => "fits".to_string(),
+            Verdict::DoesNotFit => "does NOT fit".to_string(),
+            Verdict::Borderline => format!(
+                "borderline: NVML used is {} GB to {} GB over the allocator reserve's fitted \
+                 range (its median to its largest ratio)",
+                gb(f.total_low_bytes),
+                gb(r.total_bytes)
+            ),
+        };
         writeln!(
             s,
-            "{}: {} usable of {}: {}",
+            "{}: {} usable of {}: {verdict}",
             f.gpu,
             gb_gib(f.budget_bytes),
             gb_gib(f.gpu_bytes),
-            if f.fits { "fits" } else { "does NOT fit" }
         )?;
+        if let Some(cmd) = &r.settle_with {
+            writeln!(s, "settle it under PyTorch's own allocator: {cmd}")?;
+        }
         if q.mode == Mode::Train && !f.fits {
             match (f.min_fsdp_gpus, r.unsharded_bytes) {
                 (Some(n), _) => writeln!(
@@ -188,7 +199,8 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
 }
 
 /// `--emulate GPU`: PyTorch's three figures beside the estimate's, and the verdict.
-fn emulated(s: &mut String, em: &Emulated, r: &LlmReport) -> std::fmt::Result {
+fn emulated(s: &mut String, fit: &EmulatedFit, r: &LlmReport) -> std::fmt::Result {
+    let em = &fit.run;
     writeln!(s)?;
     writeln!(
         s,
@@ -218,10 +230,23 @@ fn emulated(s: &mut String, em: &Emulated, r: &LlmReport) -> std::fmt::Result {
             gb_gib(analytic)
         )?;
     }
-    let verdict = if em.fits {
-        "yes".to_string()
-    } else {
+    let verdict = if !em.fits {
         format!("no ({}: {})", em.status, em.message)
+    } else if fit.fits_with_headroom {
+        format!(
+            "yes: NVML used {} GB, within the {} GB usable with {:.0}% headroom",
+            gb(em.nvml_used),
+            gb(fit.budget_bytes),
+            100.0 * r.headroom
+        )
+    } else {
+        format!(
+            "no with {:.0}% headroom: NVML used {} GB is past the {} GB usable (the run \
+             itself completed at the card's full capacity)",
+            100.0 * r.headroom,
+            gb(em.nvml_used),
+            gb(fit.budget_bytes)
+        )
     };
     writeln!(s, "fits on {}: {verdict}", em.gpu)
 }

@@ -533,6 +533,48 @@ fn estimate_emulate_finds_the_installed_torch_environment_by_itself() {
     );
 }
 
+/// The analytic and the emulated verdicts judge one card's bytes at one headroom, and never
+/// contradict each other: Llama-3.1-8B inference (bf16, batch 1, 4,096 tokens) on an RTX 4090,
+/// which PyTorch's own allocator fits, is never "does not fit" analytically (issue 40's first
+/// query). `--gpu rtx4090` and `--emulate rtx4090` are the same card.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn analytic_and_emulated_verdicts_judge_the_same_card_and_never_flip() {
+    let j = estimate_json(&[
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "rtx4090",
+        "--emulate",
+        "rtx4090",
+    ]);
+    let (g, e) = (&j["gpu"], &j["emulated"]);
+    assert_eq!(e["status"], "ok", "{e}");
+    assert_eq!(g["gpu_bytes"], e["gpu_total_bytes"]);
+    assert_eq!(g["budget_bytes"], e["budget_bytes"]);
+    // The emulated NVML figure is the allocator's reserved plus the same context the
+    // estimate's CUDA context row holds.
+    assert_eq!(
+        u(&e["nvml_used"]) - u(&e["max_memory_reserved"]),
+        vramlab::gpu::CONTEXT_BYTES
+    );
+    let context_row = j["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "CUDA context")
+        .unwrap()["bytes"]
+        .clone();
+    assert_eq!(u(&context_row), vramlab::gpu::CONTEXT_BYTES);
+    // Allocated is the exact part: within 2 %.
+    let (a, ea) = (u(&j["allocated_bytes"]), u(&e["max_memory_allocated"]));
+    assert!((a as f64 / ea as f64 - 1.0).abs() < 0.02, "{a} vs {ea}");
+    // The emulated run fits with headroom; the analytic verdict may be borderline, not "no".
+    assert_eq!(e["fits_with_headroom"], true, "{e}");
+    assert_ne!(g["verdict"], "does-not-fit", "{g}");
+    assert!(u(&g["total_low_bytes"]) <= u(&e["budget_bytes"]));
+}
+
 /// The issue's query (Mistral-7B, LoRA r16, fp16, checkpointing, batch 8, 4,096 tokens) gets
 /// a verdict on an A100-40GB, and the verdict flips where the run's own figures say: at a
 /// capacity of its peak device bytes plus the context every cudaMalloc of the unconstrained run
@@ -1072,6 +1114,89 @@ fn mixed_precision_with_checkpointing_keeps_f32_masters_and_gradients_and_peaks_
         peak("layer"),
         peak("none")
     );
+}
+
+/// A torch scenario's `attention` axis runs per point: one model per attention kernel, the
+/// kernel in each row's `attention` column and point id, and eager's prefill holding the
+/// materialized scores (at least b · heads · s² 16-bit values for its s-token prompt) beyond
+/// what sdpa's does.
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn the_probe_runs_each_points_attention_kernel() {
+    use vramlab::record::Phase;
+    let dir = tempfile::tempdir().unwrap();
+    let (heads, b, s) = (4u64, 2u64, 512u64);
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1024,
+        "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": heads, "num_key_value_heads": 2, "max_position_embeddings": 1024,
+        "tie_word_embeddings": false, "rms_norm_eps": 1e-5, "hidden_act": "silu"
+    });
+    let rows = probe_emulated(
+        dir.path(),
+        &config,
+        &format!(
+            "name = \"attention-axis\"\nruntime = \"torch\"\n[model]\n\
+             source = \"synthetic:{{config}}\"\n[sweep]\nmode = [\"infer\"]\n\
+             precision = [\"bf16\"]\nbatch = [{b}]\ncontext = [{}]\n\
+             attention = [\"sdpa\", \"eager\"]\ndecode_steps = 2\n",
+            s + 2
+        ),
+    );
+    let prefill = |attention: vramlab::vocab::Attention| {
+        rows.iter()
+            .find(|r| r.attention == attention && r.phase == Some(Phase::Prefill))
+            .unwrap_or_else(|| panic!("no {attention:?} prefill row: {rows:?}"))
+    };
+    let (sdpa, eager) = (
+        prefill(vramlab::vocab::Attention::Sdpa),
+        prefill(vramlab::vocab::Attention::Eager),
+    );
+    assert!(sdpa.point_id.ends_with("/sdpa"), "{}", sdpa.point_id);
+    assert!(!eager.point_id.ends_with("/sdpa"), "{}", eager.point_id);
+    let scores = b * heads * s * s * 2;
+    let (a, e) = (sdpa.peak_allocated.unwrap(), eager.peak_allocated.unwrap());
+    assert!(
+        e >= a + scores,
+        "eager {e} B, sdpa {a} B, the scores {scores} B"
+    );
+}
+
+/// A group whose largest inference shape is past the card warms up at the next smaller shape:
+/// the large point is an `oom` row, the small one is measured, and the probe itself goes on
+/// (the warm-up at the largest shape used to kill the worker, leaving `error` rows).
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn a_point_past_the_card_is_an_oom_row_and_its_group_goes_on() {
+    use vramlab::record::Status;
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1024,
+        "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+        "tie_word_embeddings": false, "rms_norm_eps": 1e-5, "hidden_act": "silu"
+    });
+    // Eager scores at batch 16 × 16,384 tokens: 16 · 4 heads · 16,384² · 4 B = 68.7 GB in f32,
+    // beside their 16-bit copy: past an A100-80GB.
+    let rows = probe_emulated(
+        dir.path(),
+        &config,
+        "name = \"past-the-card\"\n[model]\nsource = \"synthetic:{config}\"\n[sweep]\n\
+         mode = [\"infer\"]\nprecision = [\"bf16\"]\nbatch = [1, 16]\ncontext = [256, 16384]\n\
+         decode_steps = 2\n",
+    );
+    let status = |b: u64, c: u64| {
+        let id = format!("/b{b}/c{c}/");
+        let mine: Vec<_> = rows.iter().filter(|r| r.point_id.contains(&id)).collect();
+        assert!(!mine.is_empty(), "no rows for {id}: {rows:?}");
+        assert!(
+            mine.iter().all(|r| r.status != Some(Status::Error)),
+            "{id}: {mine:?}"
+        );
+        mine.iter().any(|r| r.status == Some(Status::Oom))
+    };
+    assert!(status(16, 16384), "batch 16 × 16,384 runs out of memory");
+    assert!(!status(1, 256), "batch 1 × 256 is measured");
 }
 
 /// An encoder's inference (`mode = "encode"`, what `estimate --mode encode --emulate` asks)

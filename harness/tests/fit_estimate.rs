@@ -3,6 +3,7 @@
 mod common;
 use assert_cmd::Command;
 use common::{estimate_json, estimate_row as row, root};
+use predicates::prelude::PredicateBooleanExt;
 use predicates::str::contains;
 use std::path::{Path, PathBuf};
 use vramlab::export::{csv::CsvExporter, Exporter};
@@ -56,7 +57,8 @@ fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
     // head, final norm: all but the 32 layers) and its gradient, two layers (the one computed
     // and the prefetched next) and one layer's gradient; the allocator's reserve at the ratio
     // this query's own rows give (reserve ÷ allocated; its derivation from the emulated sweep is
-    // tests/reserve.rs's); the 512 MiB CUDA context; 10% headroom on 80 GB. The activations,
+    // tests/reserve.rs's); the catalogue's CUDA context; 10% headroom on the H100-80GB's
+    // catalogued bytes (`vramlab gpus`, the GPU's `gpu_bytes` here). The activations,
     // the same at every degree, are the query's own row (the layer formula's tests are
     // estimate/train.rs's).
     let rho = row(&j, "allocator reserve") as f64 / j["allocated_bytes"].as_u64().unwrap() as f64;
@@ -67,9 +69,15 @@ fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
     let per_gpu = |n: u64| {
         let allocated =
             [2, 2, 12].iter().map(|b| (b * p).div_ceil(n)).sum::<u64>() + fixed + gathered;
-        allocated + (allocated as f64 * rho).ceil() as u64 + (512 << 20)
+        allocated + (allocated as f64 * rho).ceil() as u64 + vramlab::gpu::CONTEXT_BYTES
     };
-    let want = (2..64).find(|&n| per_gpu(n) <= 72_000_000_000).unwrap();
+    let h100 = j["gpu"]["gpu_bytes"].as_u64().unwrap();
+    assert_eq!(
+        h100,
+        vramlab::gpu::by_name("h100-80gb").unwrap().total_bytes
+    );
+    let budget = (h100 as f64 * 0.9) as u64;
+    let want = (2..64).find(|&n| per_gpu(n) <= budget).unwrap();
     assert_eq!(j["gpu"]["min_fsdp_gpus"].as_u64().unwrap(), want);
 
     vramlab()
@@ -79,7 +87,7 @@ fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
         .success()
         .stdout(contains("does NOT fit"))
         .stdout(contains(format!(
-            "smallest FSDP (ZeRO-3) degree that fits h100-80: {want} GPUs"
+            "smallest FSDP (ZeRO-3) degree that fits h100-80gb: {want} GPUs"
         )))
         .stdout(contains("gradients"))
         .stdout(contains("GiB"));
@@ -98,7 +106,7 @@ fn llama31_8b_kv_per_token_and_13b_weights() {
     assert_eq!(row(&j, "KV cache"), 2 * 32 * 8 * 128 * 2);
     assert_eq!(row(&j, "KV cache"), 131_072);
     assert_eq!(row(&j, "weights"), 2 * LLAMA31_8B_PARAMS);
-    // KV line: the tokens an 80 GB budget holds after everything but the KV cache.
+    // KV line: the tokens an H100-80GB's budget holds after everything but the KV cache.
     let j = estimate_json(&[
         "--model",
         "llama-3.1-8b",
@@ -108,9 +116,10 @@ fn llama31_8b_kv_per_token_and_13b_weights() {
         "h100-80",
     ]);
     let rest: u64 = j["total_bytes"].as_u64().unwrap() - row(&j, "KV cache");
+    let budget = (j["gpu"]["gpu_bytes"].as_u64().unwrap() as f64 * 0.9) as u64;
     assert_eq!(
         j["gpu"]["kv_capacity_tokens"].as_u64().unwrap(),
-        (72_000_000_000 - rest) / 131_072
+        (budget - rest) / 131_072
     );
 }
 
@@ -679,4 +688,85 @@ fn a_large_representable_query_totals_its_rows() {
     assert!(total > 1_000_000_000_000_000, "{total}");
     assert!(j["smallest_gpu_gb"].is_null());
     assert!(row(&j, "KV cache") > 500_000_000_000_000);
+}
+
+/// One catalogue: every name people type for a GPU gives the bytes `vramlab gpus --json`
+/// lists, and the analytic verdict between the reserve's median and largest ratio is
+/// "borderline", naming the `--emulate` command that settles it.
+#[test]
+fn every_gpu_name_judges_the_catalogued_bytes_and_borderline_says_how_to_settle() {
+    let out = vramlab().args(["gpus", "--json"]).assert().success();
+    let cat: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let entry = |key: &str| {
+        cat["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["key"] == key)
+            .unwrap_or_else(|| panic!("{key} is catalogued"))
+            .clone()
+    };
+    let rtx = entry("rtx-4090");
+    for name in ["rtx-4090", "rtx4090", "RTX 4090", "NVIDIA GeForce RTX 4090"] {
+        let j = estimate_json(&["--model", "llama-3.1-8b", "--gpu", name]);
+        assert_eq!(j["gpu"]["gpu_bytes"], rtx["total_bytes"], "{name}");
+        assert_eq!(j["gpu"]["gpu"], "rtx-4090", "{name}");
+    }
+    // Each catalogued GPU's budget is its bytes less the headroom, whatever its class.
+    for g in cat["gpus"].as_array().unwrap() {
+        let key = g["key"].as_str().unwrap();
+        let j = estimate_json(&[
+            "--model",
+            "smollm2-135m",
+            "--gpu",
+            key,
+            "--headroom",
+            "0.25",
+        ]);
+        let total = g["total_bytes"].as_u64().unwrap();
+        assert_eq!(j["gpu"]["gpu_bytes"].as_u64(), Some(total), "{key}");
+        assert_eq!(
+            j["gpu"]["budget_bytes"].as_u64(),
+            Some((total as f64 * 0.75) as u64),
+            "{key}"
+        );
+        assert_eq!(j["gpu"]["verdict"], "fits", "{key}");
+    }
+    // The verdict's range: the figure with the reserve at its largest ratio, and at its median.
+    let j = estimate_json(&["--model", "llama-3.1-8b", "--gpu", "rtx4090"]);
+    let (budget, total, low) = (
+        j["gpu"]["budget_bytes"].as_u64().unwrap(),
+        j["total_bytes"].as_u64().unwrap(),
+        j["gpu"]["total_low_bytes"].as_u64().unwrap(),
+    );
+    let reserve = row(&j, "allocator reserve");
+    assert!(
+        low < total && total - low < reserve,
+        "{low} {total} {reserve}"
+    );
+    let want = match (total <= budget, low <= budget) {
+        (true, _) => "fits",
+        (false, true) => "borderline",
+        (false, false) => "does-not-fit",
+    };
+    assert_eq!(j["gpu"]["verdict"], want);
+    assert_eq!(j["gpu"]["fits"], total <= budget);
+    if want == "borderline" {
+        let cmd = j["settle_with"].as_str().unwrap();
+        assert!(cmd.ends_with("--emulate rtx-4090"), "{cmd}");
+        assert!(cmd.contains("--model llama-3.1-8b --gpu rtx4090"), "{cmd}");
+        vramlab()
+            .args(["estimate", "--model", "llama-3.1-8b", "--gpu", "rtx4090"])
+            .assert()
+            .success()
+            .stdout(contains("borderline").and(contains("--emulate rtx-4090")));
+    } else {
+        assert!(j.get("settle_with").is_none());
+    }
+    // A GPU the catalogue does not hold is one line naming `vramlab gpus`.
+    vramlab()
+        .args(["estimate", "--model", "gpt2", "--gpu", "l40"])
+        .assert()
+        .code(2)
+        .stderr(contains("unknown --gpu `l40`").and(contains("vramlab gpus")));
 }

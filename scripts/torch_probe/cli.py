@@ -91,9 +91,11 @@ SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "de
               "trainable", "train_steps", "lr", "kernels", "attention",
               "resolution", "frames", "cfg", "vae_decode", "tile", "overlap", "vae_precision",
               "denoise_steps"}
-# Our fused kernels and flash attention are candle ops; the probe's attention is --attention.
+# Our fused kernels and flash attention are candle ops. A language model's attention is its
+# point's `attention` axis (eager or sdpa, transformers' attn_implementation) where its [sweep]
+# table has one, else --attention.
 RUNNABLE = {"mode": {"infer", "encode", "train", "generate"}, "precision": set(PRECISION_BYTES),
-            "kernels": {"reference"}, "attention": {"eager"},
+            "kernels": {"reference"}, "attention": {"eager", "sdpa"},
             "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
 
 
@@ -293,19 +295,24 @@ def run(args) -> int:
                 point_done(p)
             i += n
             continue
-        src, prec = points[i]["source"], points[i]["precision"]
+        # One model per source, precision and attention (transformers fixes the attention
+        # implementation when it builds the model).
+        def key(p):
+            return (p["source"], p["precision"], p.get("attention") or args.attention)
+        src, prec, attn = key(points[i])
         n = 0
-        while i + n < len(points) and points[i + n]["source"] == src and points[i + n]["precision"] == prec:
+        while i + n < len(points) and key(points[i + n]) == (src, prec, attn):
             n += 1
         group, i = points[i:i + n], i + n
         kind, path = parse_source(src)
-        base = dict(common, weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind])
+        base = dict(common, attention=attn,
+                    weight_source={"hf": "safetensors", "gguf": "gguf", "synthetic": "synthetic"}[kind])
         dtype = dtypes[prec]
         model = None
         try:
             meter.trim()
             started = meter.start()
-            config, model = build_model(torch, transformers, kind, path, dtype, args.attention, device,
+            config, model = build_model(torch, transformers, kind, path, dtype, attn, device,
                                         gpus=args.gpus, compute=compute_dtype(torch, prec),
                                         offload=args.offload)
             model.eval()

@@ -157,6 +157,7 @@ def expand_one(spec: dict, s: dict) -> list[dict]:
                                     else max(context - decode_steps, 0),
                                     decode_steps=decode_steps, decode_every=decode_every,
                                     kv_cache=kv, kv_window=window, repeat=repeat,
+                                    attention=attention if "attention" in s else None,
                                     train=train or default_train))
     return points
 

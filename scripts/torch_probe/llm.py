@@ -186,6 +186,33 @@ def optimizer_label(p: dict, impl: str) -> str:
     return f"{p['train']['optimizer']}-{impl}" if p["mode"] == "train" else "none"
 
 
+def infer_warm_up(torch, transformers, model, b: int, s: int, device, lkw):
+    """A prefill of b × s tokens and one decode step, unmeasured."""
+    with torch.no_grad():
+        ids = torch.zeros((b, s), dtype=torch.long, device=device)
+        cache = transformers.DynamicCache()
+        out = model(ids, use_cache=True, **cache_kw(model, cache), **mask_kw(torch, b, s, device),
+                    **lkw)
+        model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache),
+              **mask_kw(torch, b, s + 1, device), **lkw)
+        del ids, cache, out
+
+
+def within_memory(torch, device, run, *args, **kwargs) -> bool:
+    """Runs `run(*args, **kwargs)`; False if the device ran out of memory (what it held is
+    freed), True else."""
+    try:
+        run(*args, **kwargs)
+        return True
+    except torch.cuda.OutOfMemoryError:
+        if device.type == "cpu":
+            raise
+        import gc
+        gc.collect()
+        torch.cuda.empty_cache()
+        return False
+
+
 def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "hooks"):
     """One-off costs (oneDNN/BLAS buffers, cuBLAS handles, lazily built kernels) land outside
     every measured phase: a prefill and decode at the group's largest inference shape, an
@@ -198,22 +225,23 @@ def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "ho
         encode_point(torch, model, max(encode, key=lambda p: (p["batch"], p["context"])), device,
                      NullMeter())
     if infer:
-        b = max(p["batch"] for p in infer)
-        s = max(max(p["prompt_len"] for p in infer), 1)
-        with torch.no_grad():
-            ids = torch.zeros((b, s), dtype=torch.long, device=device)
-            cache = transformers.DynamicCache()
-            out = model(ids, use_cache=True, **cache_kw(model, cache), **mask_kw(torch, b, s, device),
-                        **lkw)
-            model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache),
-                  **mask_kw(torch, b, s + 1, device), **lkw)
-            del ids, cache, out
+        # Largest shape first; one past the device's memory is skipped (its point records
+        # `oom` when measured), and the next smaller one warms up instead.
+        shapes = sorted({(p["batch"], max(p["prompt_len"], 1)) for p in infer}, reverse=True)
+        for b, s in shapes:
+            if within_memory(torch, device, infer_warm_up, torch, transformers, model, b, s, device,
+                             lkw):
+                break
     if train and device.type != "cpu":
         # On a GPU, a full-model forward and backward can exceed memory that the point itself
-        # (LoRA, checkpointing) fits in: rehearse the largest point as it will run.
-        big = max(train, key=lambda p: (p["batch"] // p["train"]["grad_accum"], p["context"]))
-        train_point(torch, model, big, device, NullMeter(), "foreach", rehearse=True,
-                    lora_impl=lora_impl)
+        # (LoRA, checkpointing) fits in: rehearse the largest point as it will run, or the
+        # largest that fits the device.
+        for big in sorted(train, key=lambda p: (p["batch"] // p["train"]["grad_accum"], p["context"]),
+                          reverse=True):
+            if within_memory(torch, device, train_point, torch, model, big, device, NullMeter(),
+                             "foreach", rehearse=True, lora_impl=lora_impl):
+                break
+            model.zero_grad(set_to_none=True)
     elif train:
         b = max(p["batch"] // p["train"]["grad_accum"] for p in train)
         s = max(p["context"] for p in train)

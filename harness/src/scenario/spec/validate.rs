@@ -62,7 +62,7 @@ impl Spec {
                     continue;
                 }
             }
-            validate_sweep(s, &sources).map_err(|(k, e)| (Some((i, k)), e))?;
+            validate_sweep(s, &sources, self.runtime).map_err(|(k, e)| (Some((i, k)), e))?;
             if let (Some(p), Some(src)) = (
                 s.precision.iter().find(|p| p.is_quantized()),
                 sources.iter().find(|s| !s.starts_with("gguf:")),
@@ -88,6 +88,7 @@ pub(super) const MAX_STEPS: i64 = 1 << 20;
 fn validate_sweep(
     s: &SweepSpec,
     sources: &[String],
+    runtime: crate::vocab::Runtime,
 ) -> std::result::Result<(), (&'static str, String)> {
     {
         let nonempty = |key: &'static str, n: usize| {
@@ -128,10 +129,10 @@ fn validate_sweep(
         nonempty("kv_window", s.kv_window.len())?;
         nonempty("kernels", s.kernels.len())?;
         nonempty("attention", s.attention.len())?;
-        if s.attention.contains(&Attention::Sdpa) {
+        if s.attention.contains(&Attention::Sdpa) && runtime != crate::vocab::Runtime::Torch {
             return Err((
                 "attention",
-                "[sweep] attention `sdpa` is PyTorch's kernel (the torch probe's `--attention sdpa`); vramlab's models run `eager` or `flash`".into(),
+                "[sweep] attention `sdpa` is PyTorch's kernel (a `runtime = \"torch\"` scenario runs it); vramlab's models run `eager` or `flash`".into(),
             ));
         }
         nonempty("compute", s.compute.len())?;

@@ -354,14 +354,13 @@ fn gpu(e: &Entry) -> Gpu {
     }
 }
 
-/// `sharedMemPerBlockOptin` by architecture (XLA's device specs; the CUDA programming guide's
-/// compute-capability table).
+/// `sharedMemPerBlockOptin` by architecture: the multiprocessor's shared memory less the 1 KiB
+/// the runtime reserves per block from compute capability 8.0 on (the CUDA programming guide's
+/// compute-capability table; XLA's device specs read the same).
 fn smem_optin(cc: (u32, u32)) -> u64 {
     match cc {
-        (9, _) | (10, _) => 232_448,
-        (8, 0) => 166_912,
-        (8, _) | (12, _) => 101_376,
-        _ => 98_304,
+        (7, _) => smem_per_sm(cc),
+        _ => smem_per_sm(cc) - 1024,
     }
 }
 

@@ -667,6 +667,20 @@ mod tests {
     }
 
     #[test]
+    fn shared_memory_opt_in_is_the_published_figure() {
+        // cudaDeviceProp::sharedMemPerBlockOptin as deviceQuery prints it per architecture.
+        for (cc, optin) in [
+            ((7, 0), 98_304),
+            ((8, 0), 166_912),
+            ((8, 6), 101_376),
+            ((8, 9), 101_376),
+            ((9, 0), 232_448),
+        ] {
+            assert_eq!(smem_optin(cc), optin, "{cc:?}");
+        }
+    }
+
+    #[test]
     fn an_amd_gpu_is_estimated_never_emulated() {
         assert_eq!(by_name("mi300x").unwrap().vendor, Vendor::Amd);
         assert!(resolve(Some("mi300x"), None)

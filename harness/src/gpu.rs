@@ -407,7 +407,8 @@ fn compact(name: &str) -> String {
 }
 
 /// A catalogued GPU by any of its names: the key, an alias, the product label or the name CUDA
-/// reports, compared without case, spaces, dashes or a vendor word; a memory size may drop its `gb` ("h100-80", "a100-40").
+/// reports, compared without case, spaces, dashes or a vendor word; a memory size may drop its
+/// `gb` ("h100-80", "a100-40").
 pub fn by_name(name: &str) -> Option<Gpu> {
     let want = compact(name);
     if want.is_empty() {

@@ -800,3 +800,24 @@ fn offload_without_fsdp_over_several_gpus() {
         );
     }
 }
+
+/// `vramlab validate --against-emulator FILE`: a queries file is checked whole, before any
+/// query runs (so no torch environment is needed to get these).
+#[test]
+fn queries_files() {
+    for (name, needle) in [
+        ("queries-no-gpu.toml", "query 1: no --gpu"),
+        (
+            "queries-bad-arg.toml",
+            "query 1: invalid value 'four' for '--batch <BATCH>'",
+        ),
+        ("queries-unknown-key.toml", "unknown field `models`"),
+    ] {
+        let file = format!("{DIR}/{name}");
+        fails(
+            &os(&["validate", "--against-emulator", &file]),
+            &file,
+            needle,
+        );
+    }
+}

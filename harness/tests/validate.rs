@@ -159,9 +159,15 @@ fn a_loaded_model_is_its_weights_and_the_context() {
     assert_eq!(params, 335_141_888);
     let r = report(&[]);
     // f32 weights, the 1343 MiB context HF measured under CUDA 11.2, and the allocator's
-    // reserve of a loaded model (the largest ratio of the emulated sweep's `load` rows).
+    // reserve of a loaded model (the built-in fit's `load` class on the weights).
     let weights = 4 * params;
-    let reserve = (weights as f64 * common::reserve_ratio(None)).ceil() as u64;
+    let reserve = common::reserve_of(
+        &common::reserve_coefficients(
+            common::RESERVE_CONSTANTS,
+            (true, "infer", "eager", "none", false, false),
+        ),
+        &[("const", 1.0), ("weight", weights as f64)],
+    );
     assert_eq!(
         estimate(&r, "hf-bertlarge-load-fp32-v100"),
         weights + (1343 << 20) + reserve

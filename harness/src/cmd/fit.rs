@@ -77,7 +77,7 @@ pub fn run(a: Args) -> Result<()> {
     let sources = a.csv.iter().map(|p| p.display().to_string()).collect();
     let mut report = fit_all(&records, sources, a.conservative, a.folds);
     report.constants.generation = fit_generation(&a, &records, &tiles, sha, &report.constants)?;
-    print_reserve(&report.constants.reserve);
+    print_reserve(&records);
     if report.constants.group.is_empty() && report.constants.generation.is_empty() {
         return Err(bad_file(
             &a.csv[0],
@@ -175,30 +175,47 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// The reserve table: per class, the points, models and ratios, and the leave-one-model-out
-/// error of the envelope `estimate` applies.
-fn print_reserve(fits: &[crate::fit::reserve::ReserveFit]) {
+/// The reserve table: per class, the points, models, coefficients and the error of the
+/// predicted peak reserved (held out by model where the class has two models or more), then
+/// the median over every point.
+fn print_reserve(records: &[crate::record::Record]) {
+    let fits = crate::fit::reserve::fit_with_errors(records);
     if fits.is_empty() {
         return;
     }
-    println!("== caching-allocator reserve (peak reserved - peak allocated) / peak allocated");
     println!(
-        "{:<40} {:>6} {:>6} {:>8} {:>8} {:>22}",
-        "class", "points", "models", "median", "max", "held-out by model"
+        "== caching-allocator reserve: reserved - allocated = sum of coefficient x term, per class"
     );
-    let pct = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{:+.1}%", 100.0 * x));
-    for f in fits {
+    println!(
+        "{:<44} {:>6} {:>6} {:>18} {:>8} {:>8} {:>8}  coefficients",
+        "class", "points", "models", "error on reserved", "min", "median", "max"
+    );
+    let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
+    for (f, _) in &fits {
+        let coefficients: Vec<String> = f
+            .coefficients
+            .iter()
+            .filter(|(_, c)| **c != 0.0)
+            .map(|(t, c)| format!("{t} {c:.4}"))
+            .collect();
         println!(
-            "{:<40} {:>6} {:>6} {:>7.1}% {:>7.1}% {:>22}",
+            "{:<44} {:>6} {:>6} {:>18} {:>8} {:>7.1}% {:>8}  {}",
             f.class.label(),
             f.points,
             f.models.len(),
-            100.0 * f.ratio_median,
-            100.0 * f.ratio_max,
-            format!("{} .. {}", pct(f.heldout_min), pct(f.heldout_max))
+            f.error_by,
+            pct(f.error_min),
+            100.0 * f.error_median,
+            pct(f.error_max),
+            coefficients.join(", ")
         );
     }
-    println!("(estimate applies each class's max; held-out: allocated x (1 + the other models' max) against the measured reserved)");
+    let all: Vec<f64> = fits.iter().flat_map(|(_, e)| e.iter().copied()).collect();
+    println!(
+        "median |error| over all {} points: {:.2}% (error = (predicted - measured) / measured peak reserved; estimate applies each class's model, and judges a GPU at the ends of its error range)",
+        all.len(),
+        100.0 * crate::fit::reserve::median_abs(&all)
+    );
 }
 
 /// The generation groups: fitted on the points not held out, printed with their

@@ -1,5 +1,6 @@
 //! `vramlab validate`: the estimator against published measurements, row by row, with the
-//! median and worst absolute error. `--json` prints the same content.
+//! median and worst absolute error; or, with `--against-emulator`, against the emulated GPU
+//! over a grid of queries (`cmd/estimate/agreement.rs`). `--json` prints the same content.
 use crate::estimate::Runtime;
 use crate::fit::Constants;
 use crate::units::{gb, signed_pct};
@@ -12,13 +13,22 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Exit codes: 0 the table was printed, whatever the errors it shows; 1 a \
-failure; 2 bad input: an unusable peers file (malformed, or an unknown metric) or constants \
-file (one line naming it)."
+failure, or with --against-emulator a verdict that flipped (the table is printed first); 2 bad \
+input: an unusable peers or queries file (malformed, or an unknown metric) or constants file \
+(one line naming it)."
 )]
 pub struct Args {
     /// A peers file: a JSON array of published measurements (see results/peers/published.json
-    /// and its sources, results/peers/SOURCES.md).
+    /// and its sources, results/peers/SOURCES.md). With --against-emulator: a queries file.
     pub peers: PathBuf,
+    /// Run each query of a queries file (TOML: `[[query]]` tables of `vramlab estimate`
+    /// arguments with a `--gpu`, and optional `model`, `batch` and `context` lists expanded as a
+    /// grid; scenarios/agreement/) both ways: the instant estimate, and `--emulate` on the
+    /// same card. Prints the allocated and NVML-used figures, their errors (analytic −
+    /// emulated) / emulated, the analytic range, both verdicts, the median and worst errors and
+    /// the verdicts that flipped. Tens of seconds per query; needs the torch environment.
+    #[arg(long, conflicts_with_all = ["emulate", "constants"])]
+    pub against_emulator: bool,
     /// Fitted constants from `vramlab fit` (default: the analytic estimator). Used for the
     /// rows whose architecture they cover; the rows are torch on CUDA, so constants of another
     /// runtime or backend need --allow-transfer.
@@ -72,6 +82,9 @@ struct Report<'a> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if a.against_emulator {
+        return crate::cmd::estimate::agreement::run(&a.peers, a.json);
+    }
     let constants = match &a.constants {
         None => None,
         Some(p) => {

@@ -28,14 +28,16 @@ pub struct Breakdown {
     pub cuda_context: u64,
     pub cublas_workspace: u64,
     /// The allocator's reserve: what its pool holds beyond the tensors (reserved −
-    /// allocated). Torch: a fitted ratio of the allocated bytes
+    /// allocated). Torch: the fitted reserve model of the run's class
     /// ([`fit::reserve`](crate::fit::reserve)); candle:
     /// [`ALLOCATOR_ROUNDING`](super::ALLOCATOR_ROUNDING), unmeasured.
     pub allocator_reserve: u64,
-    /// The low end of the reserve's range: the fit's median ratio where `allocator_reserve`
-    /// takes its largest (in no row or sum; [`Breakdown::total_low`] uses it).
+    /// The ends of the reserve's range, from the fit's error on reserved (held out by model):
+    /// in no row or sum; [`Breakdown::total_low`] and [`Breakdown::total_high`] use them.
     #[serde(skip)]
     pub allocator_reserve_low: u64,
+    #[serde(skip)]
+    pub allocator_reserve_high: u64,
     /// FSDP's CPU offload (`--offload`): the rank's shards of weights, gradients and optimizer
     /// state, held in host memory instead; in no GPU figure (0 without offload).
     pub host_offloaded: u64,
@@ -48,15 +50,23 @@ pub struct Breakdown {
 impl Breakdown {
     /// NVML's "used" on a GPU (the driver's view, what runs out): the sum of the rows; an
     /// [`Overflow`] past 2^64 B ([`estimate`](super::estimate()) returns only breakdowns whose
-    /// total fits). The GPU verdicts use this figure.
+    /// total fits). The GPU verdicts judge its range ([`Breakdown::total_low`],
+    /// [`Breakdown::total_high`]).
     pub fn total(&self) -> Result<u64, Overflow> {
         self.sum_without(&[], "total")
     }
     /// [`Breakdown::total`] with the reserve at the low end of its range: a GPU whose budget lies
-    /// between the two is a borderline verdict.
+    /// between this and [`Breakdown::total_high`] is a borderline verdict.
     pub fn total_low(&self) -> Result<u64, Overflow> {
         Ok(self.total()? - self.allocator_reserve
             + self.allocator_reserve_low.min(self.allocator_reserve))
+    }
+    /// [`Breakdown::total`] with the reserve at the high end of its range (the fit's worst
+    /// under-prediction): what a conservative verdict judges.
+    pub fn total_high(&self) -> Result<u64, Overflow> {
+        (Checked::from(self.total()? - self.allocator_reserve)
+            + self.allocator_reserve_high.max(self.allocator_reserve))
+        .bytes("total")
     }
     /// The allocator's reserved pool at the peak: the tensors plus its reserve, without the
     /// CUDA context (PyTorch's `max_memory_reserved`).

@@ -1,8 +1,11 @@
 //! The device rows of an estimate: the CUDA context, the cuBLAS workspace and the allocator's
-//! reserve (candle's assumed rounding, torch's fitted ratio or the built-in reference fit).
-use super::{Backend, Breakdown, Overflow, Query, Runtime, Stack};
+//! reserve (candle's assumed rounding, torch's fitted reserve model or the built-in reference fit).
+use super::{Backend, Breakdown, Mode, Overflow, Query, Runtime, Stack};
 use crate::checked::Checked;
-use crate::fit::{self, Constants};
+use crate::fit::{self, reserve::ReserveClass, Constants};
+use crate::model::Config;
+use crate::record::Phase;
+use crate::terms::{Term, Terms};
 
 /// CUDA context with the runtime's kernels loaded, outside any allocator: the catalogue's
 /// [`crate::gpu::CONTEXT_BYTES`], the figure the emulated GPU holds back too, so the analytic
@@ -74,32 +77,47 @@ pub(super) fn device_terms(q: &Query) -> Breakdown {
 
 /// `e` with the allocator's reserve over its allocated bytes (CUDA only): torch's from the
 /// constants' own reserve fits where they carry them (a torch fit on CUDA), else the built-in
-/// reference of the query's stack ([`REFERENCE_RESERVE`]); candle's [`ALLOCATOR_ROUNDING`].
+/// reference of the query's stack ([`REFERENCE_RESERVE`]), evaluated on the query's terms in
+/// its whole-run phase ([`super::query_terms`]); candle's [`ALLOCATOR_ROUNDING`].
 pub fn with_reserve(
     e: Breakdown,
+    cfg: &Config,
     q: &Query,
     constants: Option<&Constants>,
 ) -> Result<Breakdown, Overflow> {
-    let class = fit::reserve::ReserveClass::new(q.mode, q.checkpointing, q.trainable);
-    with_reserve_of(e, q, constants, class)
+    let class = ReserveClass::new(
+        q.mode,
+        q.attention,
+        q.checkpointing,
+        q.trainable,
+        q.precision,
+    );
+    let phase = match q.mode {
+        Mode::Train => Phase::StepTotal,
+        _ => Phase::Total,
+    };
+    let mut t = super::query_terms(cfg, q, phase)?;
+    // A sharded rank's pool holds its own shard of the weights, not the model's: the weight
+    // term is the rank's weights row (on one GPU the two are the same bytes).
+    if q.gpus > 1 {
+        t[Term::Weight.index()] = e.weights as f64;
+    }
+    with_reserve_of(e, q, constants, class, &t)
 }
 
-/// [`with_reserve`] for the runs of `class` (a loaded model: [`fit::reserve::ReserveClass::LOAD`]).
+/// [`with_reserve`] for the runs of `class` with terms `t` (a loaded model:
+/// [`ReserveClass::LOAD`], whose reserve reads only the weights).
 pub fn with_reserve_of(
     e: Breakdown,
     q: &Query,
     constants: Option<&Constants>,
-    class: fit::reserve::ReserveClass,
+    class: ReserveClass,
+    t: &Terms,
 ) -> Result<Breakdown, Overflow> {
-    let (reserve, low, how) = match (q.backend, q.runtime) {
-        (Backend::Cpu, _) => {
-            return Ok(Breakdown {
-                allocator_reserve: 0,
-                allocator_reserve_low: 0,
-                ..e
-            })
-        }
+    let (reserve, low, high, how) = match (q.backend, q.runtime) {
+        (Backend::Cpu, _) => (0, 0, 0, String::new()),
         (Backend::Cuda, Runtime::Candle) => (
+            ALLOCATOR_ROUNDING,
             ALLOCATOR_ROUNDING,
             ALLOCATOR_ROUNDING,
             "candle's pool on CUDA is not measured yet: one 20 MiB segment assumed".to_string(),
@@ -109,15 +127,14 @@ pub fn with_reserve_of(
                 Some(k) => ("--constants", k),
                 None => reference_reserve(q.stack),
             };
-            let r =
-                fit::reserve::reserve_ratio(&k.reserve, class).expect("a reserve file has classes");
             let allocated = e.allocated()? as f64;
-            let bytes = |ratio: f64| {
-                Checked::from_f64((allocated * ratio).ceil()).bytes("allocator reserve")
-            };
+            let r = fit::reserve::reserve_for(&k.reserve, class, t, allocated)
+                .expect("a reserve file has classes");
+            let bytes = |b: f64| Checked::from_f64(b.ceil()).bytes("allocator reserve");
             (
-                bytes(r.max)?,
-                bytes(r.median)?,
+                bytes(r.central)?,
+                bytes(r.low)?,
+                bytes(r.high)?,
                 format!("fitted on {} ({path}): {}", k.device, r.how),
             )
         }
@@ -125,6 +142,7 @@ pub fn with_reserve_of(
     Ok(Breakdown {
         allocator_reserve: reserve,
         allocator_reserve_low: low,
+        allocator_reserve_high: high,
         reserve_source: how,
         ..e
     })

@@ -122,8 +122,8 @@ pub fn estimate(
     q: &Query,
     constants: Option<&Constants>,
 ) -> Result<Breakdown, Overflow> {
-    let e = with_reserve(fitted(c, q, constants)?, q, constants)?;
-    e.total()?;
+    let e = with_reserve(fitted(c, q, constants)?, c, q, constants)?;
+    e.total_high()?;
     Ok(e)
 }
 

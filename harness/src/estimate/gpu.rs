@@ -27,8 +27,8 @@ pub fn largest(hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
     lo
 }
 
-/// The verdict on one GPU: `borderline` where the budget lies within the range of the
-/// allocator reserve's fit (the NVML figure at its median ratio fits, at its largest does not).
+/// The verdict on one GPU: `borderline` where the budget lies within the range the allocator
+/// reserve's fitted error gives the NVML figure (at its low end it fits, at its high end not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
@@ -43,9 +43,11 @@ pub struct GpuFit {
     pub gpu: String,
     pub gpu_bytes: u64,
     pub budget_bytes: u64,
-    /// The NVML figure with the reserve at the low end of its range (the verdict's other end).
+    /// The NVML figure with the reserve at the low end of its range.
     pub total_low_bytes: u64,
-    /// At the NVML figure (the reserve at its largest ratio): the conservative answer.
+    /// The NVML figure with the reserve at the high end of its range: what `fits` judges.
+    pub total_high_bytes: u64,
+    /// At the high end of the NVML figure's range: the conservative answer.
     pub fits: bool,
     pub verdict: Verdict,
     pub largest_batch: u64,
@@ -85,14 +87,15 @@ pub fn gpu_fit(
             .kv_bytes_per_token(q.act_bytes() as usize)
             .get()
             .unwrap_or(u64::MAX);
-        let tokens = cap.saturating_sub(e.total()? - e.kv) / per_token.max(1);
+        let tokens = cap.saturating_sub(e.total_high()? - e.kv) / per_token.max(1);
         let per_sequence = cfg.kv_tokens_held(q.context as usize, q.kv_window);
         (Some(tokens), Some(tokens as f64 / per_sequence as f64))
     } else {
         (None, None)
     };
     let ok = fits(q);
-    let low = estimate(cfg, q, c)?.total_low()?;
+    let e = estimate(cfg, q, c)?;
+    let (low, high) = (e.total_low()?, e.total_high()?);
     let verdict = match (ok, low <= cap) {
         (true, _) => Verdict::Fits,
         (false, true) => Verdict::Borderline,
@@ -115,6 +118,7 @@ pub fn gpu_fit(
         gpu_bytes,
         budget_bytes: cap,
         total_low_bytes: low,
+        total_high_bytes: high,
         fits: ok,
         verdict,
         largest_batch: largest(MAX_BATCH, |b| fits(&Query { batch: b, ..*q })),
@@ -125,10 +129,11 @@ pub fn gpu_fit(
     })
 }
 
-/// Whether the estimate of `q` fits `cap` bytes; one that overflows does not.
+/// Whether the estimate of `q` fits `cap` bytes at the high end of its range
+/// ([`super::Breakdown::total_high`]); one that overflows does not.
 pub fn fits_in(cfg: &Config, q: &Query, c: Option<&Constants>, cap: u64) -> bool {
     estimate(cfg, q, c)
-        .and_then(|e| e.total())
+        .and_then(|e| e.total_high())
         .is_ok_and(|t| t <= cap)
 }
 
@@ -150,7 +155,7 @@ mod tests {
         let g = gpu_fit(&m, &q(), "h100-80", 80_000_000_000);
         let total = |b: u64| {
             estimate(&m, &Query { batch: b, ..q() }, None)
-                .total()
+                .total_high()
                 .unwrap()
         };
         assert!(total(g.largest_batch) <= g.budget_bytes);

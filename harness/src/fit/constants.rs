@@ -26,8 +26,9 @@ pub struct GroupFit {
 }
 
 /// The constants schema this build reads and writes (2: exact terms never fitted, held
-/// terms, provenance).
-pub const CONSTANTS_SCHEMA: u32 = 2;
+/// terms, provenance; 3: each `[[reserve]]` table a per-class model with its held-out error,
+/// not a ratio).
+pub const CONSTANTS_SCHEMA: u32 = 3;
 
 pub use crate::vocab::Runtime;
 

@@ -519,6 +519,7 @@ fn estimate_row(
                     &q,
                     k,
                     crate::fit::reserve::ReserveClass::LOAD,
+                    &estimate::query_terms(cfg, &q, crate::record::Phase::Load).map_err(over)?,
                 )
                 .map_err(over)?,
                 (_, Some(_), Some(_)) => estimate::estimate(cfg, &q, k).map_err(over)?,

@@ -535,57 +535,64 @@ pub fn tiny_train_spec(steps: usize) -> vramlab::workload::training::TrainSpec {
     }
 }
 
-/// The committed emulated sweep the built-in allocator reserve is fitted on.
-pub const RESERVE_CSV: &str = "results/emulated/a100-80gb-emu-reserve-llm.csv";
+/// The committed emulated sweeps the built-in allocator reserve (default stack) is fitted on.
+pub const RESERVE_CSVS: [&str; 2] = [
+    "results/emulated/a100-80gb-emu-corpus-llm.csv",
+    "results/emulated/a100-80gb-emu-reserve-llm.csv",
+];
+/// The built-in reserve fit of the default stack.
+pub const RESERVE_CONSTANTS: &str = "results/emulated/a100-80gb-emu-reserve-llm.constants.toml";
 
-/// A reserve class as the CSV spells it: (mode, checkpointing, LoRA).
-pub type ReserveKey = (&'static str, &'static str, bool);
+/// A reserve class as a constants file spells it: `load`, `mode`, `attention`,
+/// `checkpointing`, `lora`, `mixed`.
+pub type ReserveKey = (bool, &'static str, &'static str, &'static str, bool, bool);
 
-/// The largest (peak reserved − peak allocated) / peak allocated of a class in
-/// [`RESERVE_CSV`], derived from its rows: `None` is the `load` phase of every point, a class
-/// the whole-run rows (`total`, `step_total`) of its points.
-pub fn reserve_ratio(class: Option<ReserveKey>) -> f64 {
-    reserve_ratio_in(RESERVE_CSV, class)
+/// The `[[reserve]]` table of `class` in the constants file `constants`.
+pub fn reserve_table(constants: &str, class: ReserveKey) -> toml::Value {
+    let text = std::fs::read_to_string(root().join(constants)).unwrap();
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    let (load, mode, attention, ck, lora, mixed) = class;
+    v["reserve"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| {
+            let c = &t["class"];
+            c["load"].as_bool() == Some(load)
+                && c["mode"].as_str() == Some(mode)
+                && c["attention"].as_str() == Some(attention)
+                && c["checkpointing"].as_str() == Some(ck)
+                && c["lora"].as_bool() == Some(lora)
+                && c["mixed"].as_bool() == Some(mixed)
+        })
+        .unwrap_or_else(|| panic!("{constants}: no reserve class {class:?}"))
+        .clone()
 }
 
-/// [`reserve_ratio`] of the emulated sweep in `csv` (another stack's).
-pub fn reserve_ratio_in(csv: &str, class: Option<ReserveKey>) -> f64 {
-    let mut rdr = csv::Reader::from_path(root().join(csv)).unwrap();
-    let h = rdr.headers().unwrap().clone();
-    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
-    let (mode, phase, ck, tr, a, r, st) = (
-        col("mode"),
-        col("phase"),
-        col("checkpointing"),
-        col("trainable"),
-        col("peak_allocated"),
-        col("peak_reserved"),
-        col("status"),
-    );
-    let mut max = f64::NAN;
-    for rec in rdr.records() {
-        let rec = rec.unwrap();
-        if &rec[st] != "ok" {
-            continue;
-        }
-        let train = &rec[mode] == "train";
-        let whole = if train { "step_total" } else { "total" };
-        let of_class = match class {
-            None => &rec[phase] == "load",
-            Some((m, c, lora)) => {
-                &rec[phase] == whole
-                    && &rec[mode] == m
-                    && (!train || &rec[ck] == c)
-                    && (train && rec[tr].starts_with("lora")) == lora
-            }
-        };
-        if of_class {
-            let (a, r): (u64, u64) = (rec[a].parse().unwrap(), rec[r].parse().unwrap());
-            max = max.max((r - a) as f64 / a as f64);
-        }
-    }
-    assert!(!max.is_nan(), "no rows of {class:?} in {csv}");
-    max
+/// The coefficients by term name of `class`'s reserve model in `constants`.
+pub fn reserve_coefficients(
+    constants: &str,
+    class: ReserveKey,
+) -> std::collections::BTreeMap<String, f64> {
+    reserve_table(constants, class)["coefficients"]
+        .as_table()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_float().unwrap()))
+        .collect()
+}
+
+/// A reserve model evaluated the way the documentation states it: Σ coefficient × term over
+/// the terms in the constants format's order (const, weight, kv, act, logits, attn), rounded
+/// up to a byte.
+pub fn reserve_of(c: &std::collections::BTreeMap<String, f64>, terms: &[(&str, f64)]) -> u64 {
+    let at = |name: &str| terms.iter().find(|t| t.0 == name).map_or(0.0, |t| t.1);
+    ["const", "weight", "kv", "act", "logits", "attn"]
+        .iter()
+        .map(|t| c.get(*t).copied().unwrap_or(0.0) * at(t))
+        .sum::<f64>()
+        .max(0.0)
+        .ceil() as u64
 }
 
 /// `vramlab estimate ARGS --json`, which must succeed, parsed.

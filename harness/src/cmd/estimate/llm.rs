@@ -275,7 +275,8 @@ pub fn report(a: &Args) -> Result<LlmReport> {
             })
         }
     };
-    let small = crate::gpu::smallest_class(total, a.headroom);
+    let high = e.total_high().map_err(bad)?;
+    let small = crate::gpu::smallest_class(high, a.headroom);
     let fit = gpu
         .map(|(name, bytes)| {
             estimate::gpu_fit(&m, &q, constants.as_ref(), &name, bytes, a.headroom)
@@ -309,7 +310,9 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         allocated_bytes: e.allocated().map_err(bad)?,
         reserved_bytes: e.reserved().map_err(bad)?,
         nvml_bytes: total,
-        verdict_figure: "nvml_bytes",
+        nvml_low_bytes: e.total_low().map_err(bad)?,
+        nvml_high_bytes: high,
+        verdict_figure: "nvml_high_bytes",
         reserve_source: e.reserve_source.clone(),
         smallest_gpu_gb: small.map(|c| c.gb),
         smallest_gpu_examples: small.map(|c| c.examples.as_str()),

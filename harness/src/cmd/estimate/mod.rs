@@ -2,6 +2,7 @@
 //! chosen GPU, and a vLLM-style KV capacity line. `--json` prints the same content. This file
 //! holds the flags and the dispatch: `llm.rs` or `generation.rs` builds a [`Report`], which
 //! `text.rs` or `json.rs` renders.
+pub mod agreement;
 mod emulated;
 mod generation;
 mod json;

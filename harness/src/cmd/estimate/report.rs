@@ -59,7 +59,12 @@ pub struct LlmReport {
     pub reserved_bytes: u64,
     /// NVML's "used" (= `total_bytes`).
     pub nvml_bytes: u64,
-    /// Which figure `smallest_gpu_gb` and `gpu` judge by: always `nvml_bytes`.
+    /// NVML's "used" with the allocator reserve at the ends of its fitted range (its error on
+    /// reserved, held out by model); equal to `nvml_bytes` where the reserve has no range.
+    pub nvml_low_bytes: u64,
+    pub nvml_high_bytes: u64,
+    /// Which figure `smallest_gpu_gb` and `gpu` judge by: always `nvml_high_bytes` (a verdict
+    /// between `nvml_low_bytes` and it is borderline).
     pub verdict_figure: &'static str,
     /// Where the allocator reserve comes from (empty on the CPU).
     pub reserve_source: String,

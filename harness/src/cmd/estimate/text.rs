@@ -79,11 +79,20 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
     if q.backend == Backend::Cuda {
         writeln!(
             s,
-            "allocated {}; reserved {}; NVML used {} (reserved + CUDA context): the GPU verdicts below use NVML used",
+            "allocated {}; reserved {}; NVML used {} (reserved + CUDA context)",
             gb_gib(r.allocated_bytes),
             gb_gib(r.reserved_bytes),
             gb_gib(total)
         )?;
+        if r.nvml_high_bytes != r.nvml_low_bytes {
+            writeln!(
+                s,
+                "NVML used over the allocator reserve's fitted range: {} GB to {} GB; the GPU \
+                 verdicts below judge its high end",
+                gb(r.nvml_low_bytes),
+                gb(r.nvml_high_bytes)
+            )?;
+        }
         writeln!(s, "allocator reserve: {}", r.reserve_source)?;
     }
     if let Some(states) = r.model_states_bytes {
@@ -120,9 +129,9 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
             Verdict::DoesNotFit => "does NOT fit".to_string(),
             Verdict::Borderline => format!(
                 "borderline: NVML used is {} GB to {} GB over the allocator reserve's fitted \
-                 range (its median to its largest ratio)",
+                 range (its error held out by model)",
                 gb(f.total_low_bytes),
-                gb(r.total_bytes)
+                gb(f.total_high_bytes)
             ),
         };
         writeln!(

@@ -155,24 +155,28 @@ fn smollm2_preset_weights_match_the_gguf_loader() {
 fn mistral_kv_window_caps_the_cache() {
     // Mistral-7B-v0.1: sliding_window 4096; 2 (K,V) · 32 layers · 8 kv heads · 128 · 2 B.
     let per_token = 2 * 32 * 8 * 128 * 2;
-    let kv = |window: &str| {
-        let j = estimate_json(&[
+    let kv = |flags: &[&str]| {
+        let mut args = vec![
             "--model",
             "mistral-7b-v0.1",
             "--context",
             "8192",
             "--batch",
             "2",
-            "--kv-window",
-            window,
-        ]);
+        ];
+        args.extend_from_slice(flags);
+        let j = estimate_json(&args);
         assert_eq!(j["model"]["architecture"], "mistral");
         assert_eq!(j["model"]["config"]["sliding_window"], 4096);
         assert_eq!(j["model"]["params"].as_u64().unwrap(), 7_241_732_096);
         row(&j, "KV cache")
     };
-    assert_eq!(kv("model"), 4096 * per_token * 2);
-    assert_eq!(kv("full"), 8192 * per_token * 2);
+    assert_eq!(kv(&["--kv-window", "model"]), 4096 * per_token * 2);
+    assert_eq!(kv(&["--kv-window", "full"]), 8192 * per_token * 2);
+    // The default follows the runtime: transformers' caches keep every token of this config
+    // (torch, the default runtime); candle's estimate caps at the window.
+    assert_eq!(kv(&[]), 8192 * per_token * 2);
+    assert_eq!(kv(&["--runtime", "candle"]), 4096 * per_token * 2);
     vramlab()
         .args([
             "estimate",

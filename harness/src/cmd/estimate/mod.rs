@@ -128,16 +128,13 @@ pub struct Args {
         help_heading = "Runtime and device"
     )]
     pub kv_cache: KvKind,
-    /// Inference with a sliding-window model (Mistral): `model` caps the KV cache at the
-    /// window (min(context, window) tokens per sequence, what vLLM and HF allocate); `full`
-    /// holds every token. Models without a window ignore it.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "model",
-        help_heading = "Runtime and device"
-    )]
-    pub kv_window: KvWindow,
+    /// Inference with a sliding-window model (Mistral, Phi-3): `model` caps the KV cache at
+    /// the window (min(context, window) tokens per sequence, what vLLM allocates); `full` holds
+    /// every token. Default: `full` under --runtime torch (transformers' StaticCache and
+    /// DynamicCache keep every token for these configs: the emulated GPU measures it), `model`
+    /// under candle. Models without a window ignore it.
+    #[arg(long, value_enum, help_heading = "Runtime and device")]
+    pub kv_window: Option<KvWindow>,
     /// Fitted constants from `vramlab fit` (default: built-in analytic constants). They supply
     /// only the uncertain rows (runtime constant, activations, logits); weights, KV cache,
     /// gradients and optimizer state are always exact. Used only when their runtime and

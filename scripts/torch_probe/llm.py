@@ -328,7 +328,8 @@ def encode_point(torch, model, p, device, meter):
 
 
 LORA_ALPHA = 8.0  # PEFT's default, as in harness/src/model/nn/layers.rs
-LORA_TARGETS = {"gpt2": ("c_attn",), "bert": ("query", "value")}  # others: q_proj, v_proj
+LORA_TARGETS = {"gpt2": ("c_attn",), "bert": ("query", "value"),
+                "phi3": ("qkv_proj",)}  # others: q_proj, v_proj
 
 
 def lora_modules(model):

@@ -639,9 +639,10 @@ fn the_instant_estimate_agrees_with_the_emulated_gpu_on_the_issues_queries() {
 /// `vramlab validate --against-emulator` on the small grid CI runs (scenarios/agreement/ci.toml:
 /// Mistral-7B, outside the reserve's calibration corpus, inference at 2,048 and 8,192 tokens on
 /// an RTX 4090 and LoRA training on an L4): no verdict flips (exit 0), each emulated NVML used
-/// lies inside the analytic range and within 5% of the analytic figure, allocated within 5%
-/// (the issue's target is 3%: the 8,192-token query is 3.6% under, the sliding-window
-/// attention's transient), and every error is the JSON's own figures' ratio.
+/// lies inside the analytic range and within 5% of the analytic figure, allocated within 3%
+/// (the 8,192-token query holds every token of its cache past the 4,096-token window, as
+/// transformers does: `--kv-window` defaults to full under torch), and every error is the
+/// JSON's own figures' ratio.
 #[test]
 #[ignore = "needs the torch environment (scripts/test.sh)"]
 fn the_instant_estimate_agrees_with_the_emulated_gpu_on_a_grid() {
@@ -660,7 +661,7 @@ fn the_instant_estimate_agrees_with_the_emulated_gpu_on_a_grid() {
     let rows = j["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3);
     for r in rows {
-        for (figure, bound) in [("allocated", 0.05), ("nvml_used", 0.05)] {
+        for (figure, bound) in [("allocated", 0.03), ("nvml_used", 0.05)] {
             let f = &r[figure];
             let want = u(&f["analytic_bytes"]) as f64 / u(&f["emulated_bytes"]) as f64 - 1.0;
             let got = f["error"].as_f64().unwrap();

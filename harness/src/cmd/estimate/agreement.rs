@@ -340,7 +340,10 @@ fn render(path: &Path, rows: &[Agreement], failed: &[Failed], s: &Summary) -> St
             gb(r.nvml_used.emulated_bytes),
             signed_pct(100.0 * r.nvml_used.error),
             format!("{}..{}", gb(r.nvml_low_bytes), gb(r.nvml_high_bytes)),
-            format!("{:?}", r.analytic_verdict).to_lowercase(),
+            serde_json::to_value(r.analytic_verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
             if r.emulated_fits { "fits" } else { "no" },
             r.query,
             if r.verdicts_agree { "" } else { "  <- FLIPPED" }

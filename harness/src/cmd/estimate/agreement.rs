@@ -234,16 +234,9 @@ fn agreement(query: String, r: &LlmReport) -> Result<Agreement, String> {
     })
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    (n > 0).then(|| {
-        if n % 2 == 1 {
-            xs[n / 2]
-        } else {
-            (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-        }
-    })
+/// The median of the absolute values, none for no values.
+fn median(xs: Vec<f64>) -> Option<f64> {
+    (!xs.is_empty()).then(|| crate::fit::reserve::median_abs(&xs))
 }
 
 fn summarize(rows: &[Agreement], failed: usize) -> Summary {

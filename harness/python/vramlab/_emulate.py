@@ -5,6 +5,8 @@ Installed by the boot's sitecustomize in every Python process the emulated comma
   take PyTorch's native CUDA path, whose buffers go through the caching allocator; SDPA chooses
   among its other backends), and an
   optimizer-step hook closes one `step_total` span per optimizer step;
+- when transformers' masking utilities are imported: its packed-sequence check, a device read,
+  takes every batch as unpacked (`_after_masking_utils`);
 - with `--no-weights`, when transformers is imported: `from_pretrained` builds the model from its
   config on the `meta` device and materializes it on the emulated GPU, reading no weights;
 - at exit: the spans, the run's peaks and the outcome (ok, out of memory, error) are written as
@@ -165,6 +167,26 @@ def _after_modeling_utils(mu) -> None:
     mu.PreTrainedModel._vramlab_original_from_pretrained = classmethod(original)
 
 
+def _after_masking_utils(mu) -> None:
+    """transformers (4.53 on) checks whether a batch packs several sequences by reading its
+    position ids on the device (`find_packed_sequence_indices`). Device data reads as zeros
+    here, so the check would find packing in every batch without a mask and build a 4-D mask,
+    which takes SDPA off flash and repeats K and V for grouped-query attention: memory that a
+    GPU running the same batch never allocates. Emulated, a batch is unpacked, as the position
+    ids transformers makes itself (an arange) always are; a note says so."""
+    if not hasattr(mu, "find_packed_sequence_indices"):
+        return
+
+    def find_packed_sequence_indices(position_ids):
+        note = ("transformers' packed-sequence check reads position ids on the device: "
+                "taken as unpacked (one sequence per row)")
+        if note not in _NOTES:
+            _NOTES.append(note)
+        return None
+
+    mu.find_packed_sequence_indices = find_packed_sequence_indices
+
+
 def _excepthook(kind, value, tb):
     name = kind.__name__
     message = str(value).strip()
@@ -260,6 +282,7 @@ def install() -> None:
         _after_torch(sys.modules["torch"])
     else:
         _HOOKS["torch"] = _after_torch
+    _HOOKS["transformers.masking_utils"] = _after_masking_utils
     if os.environ.get("VRAMLAB_EMU_NO_WEIGHTS") == "1":
         _HOOKS["transformers.modeling_utils"] = _after_modeling_utils
     sys.meta_path.insert(0, _AfterImport())

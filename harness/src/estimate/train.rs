@@ -7,7 +7,7 @@ use crate::checked::Checked;
 use crate::features::{self as feat, Features, TrainShape};
 use crate::model::Config;
 use crate::record::Phase;
-use crate::vocab::Checkpointing;
+use crate::vocab::{Checkpointing, Trainable};
 
 /// How much of a layer's activations the backward recomputes instead of keeping
 /// (Korthikanti et al. §4–5).
@@ -185,13 +185,29 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     let aw = q.act_bytes();
     let scores = q.attention == Attention::Eager;
     let layers = c.num_layers;
-    let amp = q.runtime == Runtime::Torch && q.precision.is_mixed();
-    let per_layer = layer_activations(c, b, s, aw, scores, Recompute::None, 1, false)
-        + if amp {
-            autocast_extra(c, b, s, scores)
-        } else {
-            Checked::ZERO
-        };
+    // Mixed precision runs under autocast with checkpointed layers (torch's own recomputation
+    // re-enters it); without checkpointing the torch probe runs the model on 16-bit casts of its
+    // f32 masters (`weight copies`), whose activations are the 16-bit ones.
+    let amp = q.runtime == Runtime::Torch
+        && q.precision.is_mixed()
+        && q.checkpointing == Checkpointing::Layer;
+    let hf = if q.runtime == Runtime::Torch && !scores && !amp {
+        torch_saved(c, q)
+    } else {
+        None
+    };
+    let per_layer = match hf {
+        Some((layer, _)) => Checked::from(layer) * b * s,
+        None => {
+            layer_activations(c, b, s, aw, scores, Recompute::None, 1, false)
+                + if amp {
+                    autocast_extra(c, b, s, scores)
+                } else {
+                    Checked::ZERO
+                }
+        }
+    };
+    let outside = hf.map_or(Checked::ZERO, |(_, outside)| Checked::from(outside) * b * s);
     // Under autocast the residual stream, and so each checkpointed layer input, is f32.
     let input = layer_activations(c, b, s, aw, scores, Recompute::Full, 1, false)
         * if amp { 2u64 } else { 1 };
@@ -206,7 +222,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         input * layers + per_layer
     } else {
         per_layer * layers
-    };
+    } + outside;
     let activations = activations.bytes("activations")?;
     let logits = lm_head_bytes(c, q, recompute)?;
     let gathered = fsdp_gathered(c, q, &counts)?;
@@ -221,17 +237,66 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         };
         step_transient(c, q, updated)?
     };
+    // On one GPU under torch a training step has two moments. At the loss's backward the
+    // activations and the loss's tensors are held, and no gradient yet: the previous step's
+    // `zero_grad(set_to_none=True)` freed them. At the optimizer step the gradients and the
+    // step's transient are held, and the activations and the 16-bit weight copies (autocast's,
+    // or the casts a mixed-precision forward runs on) are freed. The peak is the larger, and
+    // the rows are its own. Elsewhere (candle, several GPUs) every row is held at once, and the
+    // transient beyond the activations.
+    let held = (Checked::from(activations) + logits + gathered).bytes("activations")?;
+    let (transient, grads) = (
+        transient.bytes("optimizer step transient")?,
+        states.gradients,
+    );
+    let moments = q.runtime == Runtime::Torch && q.gpus <= 1 && !q.offload;
+    let step_moment = (Checked::from(grads) + transient).bytes("gradients")?;
+    let copies = states.weight_copies;
+    let (states, activations, logits, step_transient) = if !moments {
+        (states, activations, logits, transient.saturating_sub(held))
+    } else if held + copies >= step_moment {
+        let states = Breakdown {
+            gradients: 0,
+            ..states
+        };
+        (states, activations, logits, 0)
+    } else {
+        let states = Breakdown {
+            weight_copies: 0,
+            ..states
+        };
+        (states, 0, 0, transient)
+    };
     Ok(Breakdown {
         activations,
         logits,
         gathered,
-        step_transient: transient
-            .saturating_sub(Checked::from(activations) + logits + gathered)
-            .bytes("optimizer step transient")?,
+        step_transient,
         source: "analytic".into(),
         ..device_terms(q)
     }
     .with_states(&states))
+}
+
+/// What a transformers model keeps for the backward per token under PyTorch, where vramlab has
+/// its layer's accounting (`Architecture::torch_saved_per_token`): (one decoder layer's bytes,
+/// the bytes outside the layers). Outside: the token ids and the labels (int64 each) and the final
+/// RMSNorm (its f32 input and root, and where the head trains its 16-bit cast and output, which
+/// `lm_head` saves). The loss's own tensors are the `logits` row.
+fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
+    let lora = match q.trainable {
+        Trainable::Lora(r) => Some(u64::from(r)),
+        Trainable::Full | Trainable::FrozenEmbeddings => None,
+    };
+    let e = q.act_bytes();
+    let layer = c.architecture.torch_saved_per_token(c, e, lora)?;
+    let h = c.hidden_size as u64;
+    let head = if lora.is_none() {
+        e * h + if e < 4 { e * h } else { 0 }
+    } else {
+        0
+    };
+    Some((layer, 16 + 4 * h + 4 + head))
 }
 
 /// What FSDP full shard (ZeRO-3 or FSDP over `gpus` > 1) holds unsharded on each rank at the
@@ -493,10 +558,13 @@ mod tests {
             feat::adapter_params(&m, Trainable::Lora(1)),
             Ok(32 * ((4096 + 4096) + (4096 + 1024)))
         );
+        // candle holds every row at once: the states as they are (on torch the loss's moment
+        // has no gradients yet).
         let lora = Query {
             mode: Mode::Train,
             precision: Precision::Bf16,
             trainable: Trainable::Lora(16),
+            runtime: Runtime::Candle,
             ..q()
         };
         let e = estimate(&m, &lora, None);
@@ -547,6 +615,7 @@ mod tests {
                     weight_bytes: Some(base),
                     trainable: Trainable::Lora(16),
                     optimizer: Optimizer::Adamw,
+                    runtime: Runtime::Candle,
                     ..q()
                 },
                 None,
@@ -651,10 +720,12 @@ mod tests {
     #[test]
     fn korthikanti_activations() {
         let m = preset("llama-3.1-8b");
+        // candle (torch counts transformers' own layer: the next test).
         let t = Query {
             mode: Mode::Train,
             batch: 2,
             context: 1024,
+            runtime: Runtime::Candle,
             ..q()
         };
         // 16-bit, flash: L · 34 · s · b · h
@@ -678,16 +749,54 @@ mod tests {
         );
     }
 
+    /// transformers' llama layer, in closed form per token (e = 2, flash, no mask): two norms
+    /// 2·(4h + 4 + 2h) and their outputs 2·2h, attention 2·(2q + 2kv) + 4a, MLP 4·2I; with
+    /// LoRA the casts, the post-attention norm's output and the product go, and two adapters
+    /// add 2·r·2. Qwen3 adds its q and k norms: 6q + 4a + 6kv + 4·kv_heads.
+    #[test]
+    fn transformers_layer_activations() {
+        let m = preset("llama-3.1-8b");
+        let (h, qd, kv, a, i) = (4096u64, 4096u64, 1024u64, 32u64, 14_336u64);
+        let per = |lora| crate::model::arch::llama_saved_per_token(&m, 2, lora);
+        assert_eq!(per(None), 20 * h + 8 + 4 * kv + 4 * a + 8 * i);
+        assert_eq!(
+            per(Some(16)),
+            8 * h + 8 + 2 * h + 4 * qd + 4 * kv + 4 * a + 6 * i + 4 * 16
+        );
+        let t = Query {
+            mode: Mode::Train,
+            batch: 8,
+            context: 1024,
+            optimizer_impl: OptimizerImpl::Fused,
+            ..q()
+        };
+        let tokens = 8 * 1024;
+        // Outside the layers: ids and labels, the final norm with its cast and output.
+        let outside = 16 + 4 * h + 4 + 2 * h + 2 * h;
+        assert_eq!(
+            estimate(&m, &t, None).activations,
+            (32 * per(None) + outside) * tokens
+        );
+        let qwen3 = preset("qwen3-0.6b");
+        let (h, qd, kv, a, i, kvh) = (1024u64, 2048u64, 1024u64, 16u64, 3072u64, 8u64);
+        assert_eq!(
+            crate::model::arch::llama_saved_per_token(&qwen3, 2, None),
+            16 * h + 8 + 4 * qd + 4 * kv + 4 * a + 8 * i + 6 * qd + 4 * a + 6 * kv + 4 * kvh
+        );
+    }
+
     #[test]
     fn the_lm_head_row_is_the_losss_backward_on_torch_and_the_logits_on_candle() {
-        // Llama-3.1-8B, 16-bit, flash, batch 2 × 1024 tokens: N = b·s·V logits.
+        // Llama-3.1-8B, 16-bit, flash, batch 16 × 1024 tokens: N = b·s·V logits. Fused AdamW
+        // (no transient): the loss's backward is the peak, checkpointed too.
         let m = preset("llama-3.1-8b");
-        let (b, s, h, layers) = (2u64, 1024u64, 4096u64, 32u64);
+        let (b, s, h, layers) = (16u64, 1024u64, 4096u64, 32u64);
         let n = b * s * 128_256;
         let t = Query {
             mode: Mode::Train,
             batch: b,
             context: s,
+            optimizer_impl: OptimizerImpl::Fused,
             ..q()
         };
         let on = |runtime, checkpointing| {
@@ -706,12 +815,15 @@ mod tests {
         // torch: three f32 tensors per logit at the loss's backward, beside every activation.
         assert_eq!(on(Runtime::Torch, Checkpointing::None).logits, n * 12);
         // Checkpointed: the layer inputs are live at both moments, and the peak is the larger
-        // of the loss's backward and one recomputed layer (L · 2sbh + max(12 N, 34 sbh)).
+        // of the loss's backward and one recomputed layer (transformers' count), beside the
+        // ids, labels and final norm.
         let ck = on(Runtime::Torch, Checkpointing::Layer);
         let sbh = s * b * h;
+        let layer = crate::model::arch::llama_saved_per_token(&m, 2, None) * b * s;
+        let outside = (16 + 8 * h + 4) * b * s;
         assert_eq!(
             ck.activations + ck.logits,
-            layers * 2 * sbh + (12 * n).max(34 * sbh)
+            layers * 2 * sbh + outside + (12 * n).max(layer)
         );
     }
 
@@ -736,32 +848,31 @@ mod tests {
                 None,
             )
         };
+        // On torch the step's moment is the peak here: f32 weights, gradients and moments
+        // (4 + 4 + 8 B per parameter) and the transient; the activations and the 16-bit
+        // weight copies are freed by then.
+        let params = m.param_count();
         let fused = at(Runtime::Torch, OptimizerImpl::Fused);
-        let backward = fused.activations + fused.logits;
         assert_eq!(fused.step_transient, 0);
+        assert_eq!(
+            (fused.activations, fused.logits, fused.weight_copies),
+            (0, 0, 0)
+        );
+        let tensors = |e: &Breakdown| e.allocated().unwrap() - e.cublas_workspace;
+        assert_eq!(tensors(&fused), 16 * params);
         // foreach: `_foreach_sqrt(v)` over every f32 parameter at once.
         let foreach = at(Runtime::Torch, OptimizerImpl::Foreach);
-        let params = m.param_count();
-        assert_eq!(
-            foreach.step_transient,
-            (params * 4).saturating_sub(backward)
-        );
-        let states =
-            |e: &Breakdown| e.allocated().unwrap() - e.activations - e.logits - e.step_transient;
-        assert_eq!(states(&foreach), states(&fused));
-        assert_eq!(
-            foreach.allocated().unwrap() - states(&foreach),
-            backward.max(params * 4)
-        );
+        assert_eq!(foreach.step_transient, 4 * params);
+        assert_eq!(tensors(&foreach), 20 * params);
         // candle-nn: ≈ 14 × the largest tensor (the 128256 × 4096 embedding, f32), over
         // candle's own backward (no autocast: all activations in the compute dtype).
         let candle = at(Runtime::Candle, OptimizerImpl::Foreach);
-        assert!(candle.activations < fused.activations);
         assert_eq!(
             candle.step_transient,
             (14 * 128_256 * 4096 * 4u64).saturating_sub(candle.activations + candle.logits)
         );
-        // At a long context the backward dominates and the step adds nothing.
+        // At a long context the loss's backward dominates: no gradient yet, no transient, the
+        // 16-bit copies held beside the activations.
         let long = estimate(
             &m,
             &Query {
@@ -770,6 +881,11 @@ mod tests {
             },
             None,
         );
-        assert_eq!(long.step_transient, 0);
+        assert_eq!((long.step_transient, long.gradients), (0, 0));
+        assert_eq!(long.weight_copies, 2 * params);
+        assert_eq!(
+            tensors(&long),
+            (4 + 2 + 8) * params + long.activations + long.logits
+        );
     }
 }

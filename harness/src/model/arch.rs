@@ -91,6 +91,15 @@ pub trait Architecture: Sync + Send {
             _ => None,
         }
     }
+    /// Bytes per token that one decoder layer of transformers' implementation keeps for the
+    /// backward under PyTorch, with activations of `e` bytes, SDPA without a mask (flash or
+    /// memory-efficient, no repeated K and V) and `lora` the rank of adapters on the query and
+    /// value projections (`None`: every weight trained). `None` where vramlab has no such
+    /// accounting for the architecture (the estimate falls back to Korthikanti's). Default: the
+    /// llama family's layer ([`llama_saved_per_token`]).
+    fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<u64> {
+        Some(llama_saved_per_token(c, e, lora))
+    }
     /// Embedding tables (what `trainable = "frozen-embeddings"` freezes): token, position and
     /// token-type embeddings. A tied LM head is the token embedding, so it freezes with it.
     fn is_embedding(&self, name: &str) -> bool {
@@ -271,4 +280,55 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
         out.push(("lm_head.weight".to_string(), vec![c.vocab_size, d]));
     }
     out
+}
+
+/// Bytes per token that one llama-family decoder layer of transformers (Llama, Mistral, Qwen2,
+/// Qwen3, Phi-3) keeps for the backward under PyTorch: the tensors autograd saves, read from the
+/// layer's code and checked tensor by tensor against `torch.autograd.graph.saved_tensors_hooks`
+/// on the emulated GPU (docs/src/concepts/fit-and-estimate.md, "Training activations under
+/// PyTorch"). `e` is the activation width in bytes, `lora` the adapters' rank.
+/// - Each RMSNorm upcasts its input to f32 (4·h, saved by `pow` and the product), saves its
+///   f32 reciprocal root (4 B) and, where its weight trains, the 16-bit cast of the normalized
+///   input (e·h; none at f32, where the cast is the input itself); its output (e·h) is saved by
+///   the projections that follow where they train.
+/// - Attention (SDPA without a mask, flash or memory-efficient): the rotated q and k, v, the
+///   output (which is `o_proj`'s input) and the f32 log-sum-exp per head. Rotary embedding saves
+///   only its cos and sin, shared by the layers. A fused `qkv_proj` keeps its whole output,
+///   whose view v is. Qwen3's per-head q/k norms save an RMSNorm's tensors over q and k.
+/// - The gated MLP: the gate's output (for SiLU), SiLU's output and the up projection's (for
+///   the product) and the product (`down_proj`'s input): 4·e·I, or 3·e·I with `down_proj` frozen.
+/// - LoRA on the query and value projections (the fused `qkv_proj`): each adapter saves x·Aᵀ
+///   (r·e); with the base frozen, a projection saves its input only through its adapter.
+pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
+    let u = |v: usize| v as u64;
+    let (h, i, heads, kv_heads) = (
+        u(c.hidden_size),
+        u(c.intermediate_size),
+        u(c.num_heads),
+        u(c.num_kv_heads),
+    );
+    let (q, kv) = (heads * u(c.head_dim), kv_heads * u(c.head_dim));
+    let trained = lora.is_none();
+    // RMSNorm over `n` features, `rows` rows per token: f32 input, f32 rsqrt per row, and the
+    // 16-bit cast where its weight trains.
+    let cast = |n: u64| if e < 4 && trained { e * n } else { 0 };
+    let norm = |n: u64, rows: u64| 4 * n + 4 * rows + cast(n);
+    let norms = 2 * norm(h, 1)
+        // The input norm's output, saved by q/k/v (or, frozen, by the adapters'
+        // first matmul); the post-attention norm's, saved by gate and up where they train.
+        + e * h
+        + if trained { e * h } else { 0 };
+    let qk_norm = if c.qk_norm {
+        norm(q, heads) + norm(kv, kv_heads)
+    } else {
+        0
+    };
+    let v = if c.fused_qkv { q + 2 * kv } else { kv };
+    let attention = e * (q + kv + v + q) + 4 * heads;
+    let mlp = if trained { 4 * e * i } else { 3 * e * i };
+    let adapters = lora.map_or(0, |r| {
+        let modules = if c.fused_qkv { 1 } else { 2 };
+        modules * r * e
+    });
+    norms + qk_norm + attention + mlp + adapters
 }

@@ -40,6 +40,10 @@ struct BertJson {
 pub struct BertArch;
 
 impl Architecture for BertArch {
+    /// No transformers-layer accounting yet: the estimate uses Korthikanti's.
+    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<u64> {
+        None
+    }
     fn name(&self) -> &'static str {
         "bert"
     }

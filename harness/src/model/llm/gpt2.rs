@@ -132,6 +132,10 @@ pub fn gpt2_hf_json(c: &Config, class: &str) -> Value {
 }
 
 impl Architecture for Gpt2Arch {
+    /// No transformers-layer accounting yet: the estimate uses Korthikanti's.
+    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<u64> {
+        None
+    }
     fn name(&self) -> &'static str {
         "gpt2"
     }

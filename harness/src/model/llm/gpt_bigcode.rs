@@ -44,6 +44,10 @@ const TANH_GELU: [&str; 2] = ["gelu_pytorch_tanh", "gelu_new"];
 pub struct GptBigCodeArch;
 
 impl Architecture for GptBigCodeArch {
+    /// No transformers-layer accounting yet: the estimate uses Korthikanti's.
+    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<u64> {
+        None
+    }
     fn name(&self) -> &'static str {
         "gpt_bigcode"
     }

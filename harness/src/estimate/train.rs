@@ -185,13 +185,14 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     let aw = q.act_bytes();
     let scores = q.attention == Attention::Eager;
     let layers = c.num_layers;
-    // Mixed precision runs under autocast with checkpointed layers (torch's own recomputation
-    // re-enters it); without checkpointing the torch probe runs the model on 16-bit casts of its
-    // f32 masters (`weight copies`), whose activations are the 16-bit ones.
-    let amp = q.runtime == Runtime::Torch
-        && q.precision.is_mixed()
-        && q.checkpointing == Checkpointing::Layer;
-    let hf = if q.runtime == Runtime::Torch && !scores && !amp {
+    // Mixed precision on torch: the torch probe runs checkpointed layers under autocast (torch's
+    // own recomputation re-enters it), and otherwise the model on 16-bit casts of its f32
+    // masters (`weight copies`), whose activations are the 16-bit ones: transformers' layer
+    // count. Korthikanti's count takes autocast's extra in both cases (the HF Trainer's
+    // `bf16=True` / `fp16=True`, as the published BERT rows ran).
+    let amp = q.runtime == Runtime::Torch && q.precision.is_mixed();
+    let autocast = amp && q.checkpointing == Checkpointing::Layer;
+    let hf = if q.runtime == Runtime::Torch && !scores && !autocast {
         torch_saved(c, q)
     } else {
         None
@@ -237,35 +238,41 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         };
         step_transient(c, q, updated)?
     };
-    // On one GPU under torch a training step has two moments. At the loss's backward the
+    // Under torch a training step has two moments. At the loss's backward the
     // activations and the loss's tensors are held, and no gradient yet: the previous step's
     // `zero_grad(set_to_none=True)` freed them. At the optimizer step the gradients and the
     // step's transient are held, and the activations and the 16-bit weight copies (autocast's,
     // or the casts a mixed-precision forward runs on) are freed. The peak is the larger, and
-    // the rows are its own. Elsewhere (candle, several GPUs) every row is held at once, and the
-    // transient beyond the activations.
+    // the rows are its own. Elsewhere (candle, several GPUs, layers vramlab does not count)
+    // every row is held at once, and the transient beyond the activations.
     let held = (Checked::from(activations) + logits + gathered).bytes("activations")?;
     let (transient, grads) = (
         transient.bytes("optimizer step transient")?,
         states.gradients,
     );
-    let moments = q.runtime == Runtime::Torch && q.gpus <= 1 && !q.offload;
+    // Where vramlab counts transformers' own layer (its backward starts at the loss, whose
+    // tensors dwarf a layer's), on one GPU. Across GPUs every row stays held: DDP keeps its
+    // gradient buckets, and FSDP's allocator holds far more than its tensors (the fms
+    // Mistral-7B rows of `vramlab validate`: 18.7 GB over 36.8 GB allocated), which the reserve
+    // does not model yet, so the sum stands in for it on the safe side.
+    let moments = hf.is_some() && !q.offload && q.gpus <= 1;
     let step_moment = (Checked::from(grads) + transient).bytes("gradients")?;
     let copies = states.weight_copies;
-    let (states, activations, logits, step_transient) = if !moments {
-        (states, activations, logits, transient.saturating_sub(held))
+    let (states, activations, logits, gathered, step_transient) = if !moments {
+        let step = transient.saturating_sub(held);
+        (states, activations, logits, gathered, step)
     } else if held + copies >= step_moment {
         let states = Breakdown {
             gradients: 0,
             ..states
         };
-        (states, activations, logits, 0)
+        (states, activations, logits, gathered, 0)
     } else {
         let states = Breakdown {
             weight_copies: 0,
             ..states
         };
-        (states, 0, 0, transient)
+        (states, 0, 0, 0, transient)
     };
     Ok(Breakdown {
         activations,

@@ -210,11 +210,20 @@ fn print_reserve(records: &[crate::record::Record]) {
             coefficients.join(", ")
         );
     }
-    let all: Vec<f64> = fits.iter().flat_map(|(_, e)| e.iter().copied()).collect();
+    let errors = |runs_only: bool| -> Vec<f64> {
+        fits.iter()
+            .filter(|(f, _)| !(runs_only && f.class.load))
+            .flat_map(|(_, e)| e.iter().copied())
+            .collect()
+    };
+    let (all, runs) = (errors(false), errors(true));
+    let median = |e: &[f64]| 100.0 * crate::fit::reserve::median_abs(e);
     println!(
-        "median |error| over all {} points: {:.2}% (error = (predicted - measured) / measured peak reserved; estimate applies each class's model, and judges a GPU at the ends of its error range)",
+        "median |error| over all {} points: {:.2}%; over the {} run points (every class but load): {:.2}% (error = (predicted - measured) / measured peak reserved; estimate applies each class's model, and judges a GPU at the ends of its error range)",
         all.len(),
-        100.0 * crate::fit::reserve::median_abs(&all)
+        median(&all),
+        runs.len(),
+        median(&runs)
     );
 }
 

@@ -33,11 +33,24 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     let bs = Checked::from(q.batch) * q.context;
     // The largest per-layer transient of the prefill: the MLP intermediates (gate, up and
     // their product) plus f32 norm copies, or the materialized attention scores with their
-    // f32 softmax copies.
+    // f32 softmax copies, beside what the attention holds then: K and V repeated to every head
+    // (grouped-query attention), the additive mask (one per sequence), the query, the
+    // residual stream and the normalized input.
     let mlp = bs * (Checked::new(3) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
     let scores = match q.attention {
         Attention::Flash | Attention::Sdpa => Checked::ZERO,
-        Attention::Eager | Attention::Sliced => bs * c.num_heads * q.context * (w + 8),
+        Attention::Eager | Attention::Sliced => {
+            let kv_len = Checked::from(q.batch) * q.context;
+            let repeated = if c.num_kv_heads < c.num_heads {
+                kv_len * 2u64 * c.num_heads * c.head_dim * w
+            } else {
+                Checked::ZERO
+            };
+            bs * c.num_heads * q.context * (w + 8)
+                + repeated
+                + bs * q.context * w
+                + bs * (Checked::from(c.num_heads * c.head_dim) + c.hidden_size * 2) * w
+        }
     };
     Ok(Breakdown {
         weights: f.weight_bytes,

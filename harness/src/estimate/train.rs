@@ -1,6 +1,8 @@
 //! The analytic training estimate: model states under data parallelism and the ZeRO stages,
-//! activations by Korthikanti et al. (with autocast's extra), logits, the optimizer step's
-//! transient, and the features of a training point.
+//! activations as transformers' own layer keeps them under torch (the llama family) or by
+//! Korthikanti et al. (with autocast's extra), logits, the optimizer step's transient, the
+//! training step's two moments (the loss's backward and the optimizer step), and the features
+//! of a training point.
 use super::device::device_terms;
 use super::{Attention, Breakdown, Optimizer, Overflow, Query, Runtime, Sharding};
 use crate::checked::Checked;

@@ -288,24 +288,18 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
 }
 
 /// What a transformers model keeps for the backward per token under PyTorch, where vramlab has
-/// its layer's accounting (`Architecture::torch_saved_per_token`): (one decoder layer's bytes,
-/// the bytes outside the layers). Outside: the token ids and the labels (int64 each) and the final
-/// RMSNorm (its f32 input and root, and where the head trains its 16-bit cast and output, which
-/// `lm_head` saves). The loss's own tensors are the `logits` row.
+/// its layers' accounting (`Architecture::torch_saved_per_token`): (one decoder layer's bytes,
+/// the bytes outside the layers, with the token ids and the labels, int64 each). The loss's own
+/// tensors are the `logits` row.
 fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
     let lora = match q.trainable {
         Trainable::Lora(r) => Some(u64::from(r)),
         Trainable::Full | Trainable::FrozenEmbeddings => None,
     };
-    let e = q.act_bytes();
-    let layer = c.architecture.torch_saved_per_token(c, e, lora)?;
-    let h = c.hidden_size as u64;
-    let head = if lora.is_none() {
-        e * h + if e < 4 { e * h } else { 0 }
-    } else {
-        0
-    };
-    Some((layer, 16 + 4 * h + 4 + head))
+    let (layer, outside) = c
+        .architecture
+        .torch_saved_per_token(c, q.act_bytes(), lora)?;
+    Some((layer, 16 + outside))
 }
 
 /// What FSDP full shard (ZeRO-3 or FSDP over `gpus` > 1) holds unsharded on each rank at the
@@ -792,6 +786,31 @@ mod tests {
             crate::model::arch::llama_saved_per_token(&qwen3, 2, None),
             16 * h + 8 + 4 * qd + 4 * kv + 4 * a + 8 * i + 6 * qd + 4 * a + 6 * kv + 4 * kvh
         );
+    }
+
+    /// transformers' GPT-2-shaped layer per token (e = 2, SDPA, dropout 0.1): two LayerNorms
+    /// 2·(2h + 8) and the projections' inputs after them 2·2h, the fused `c_attn` output
+    /// 2·(q + 2kv), the log-sum-exp 4a, the attention output 2q, two dropout masks 2h, and the
+    /// MLP: StarCoder's one-op GELU keeps its input and `c_proj`'s (2·2I), GPT-2's `gelu_new`
+    /// four tensors and `c_proj`'s (5·2I).
+    #[test]
+    fn transformers_gpt2_layer_activations() {
+        let per = |name: &str| {
+            let m = preset(name);
+            m.architecture.torch_saved_per_token(&m, 2, None).unwrap()
+        };
+        let (h, q, kv, a, i) = (2048u64, 2048u64, 128u64, 16u64, 8192u64);
+        let layer = 2 * (2 * h + 8) + 4 * h + 2 * (q + 2 * kv) + 4 * a + 2 * q + 2 * h;
+        assert_eq!(
+            per("starcoderbase-1b"),
+            (layer + 4 * i, h + (2 * h + 8) + 2 * h)
+        );
+        let (h, q, kv, a, i) = (768u64, 768u64, 768u64, 12u64, 3072u64);
+        let layer = 2 * (2 * h + 8) + 4 * h + 2 * (q + 2 * kv) + 4 * a + 2 * q + 2 * h;
+        assert_eq!(per("gpt2"), (layer + 10 * i, h + (2 * h + 8) + 2 * h));
+        // LoRA: not counted here (Korthikanti's count).
+        let m = preset("gpt2");
+        assert_eq!(m.architecture.torch_saved_per_token(&m, 2, Some(16)), None);
     }
 
     #[test]

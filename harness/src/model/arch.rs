@@ -91,14 +91,22 @@ pub trait Architecture: Sync + Send {
             _ => None,
         }
     }
-    /// Bytes per token that one decoder layer of transformers' implementation keeps for the
-    /// backward under PyTorch, with activations of `e` bytes, SDPA without a mask (flash or
-    /// memory-efficient, no repeated K and V) and `lora` the rank of adapters on the query and
-    /// value projections (`None`: every weight trained). `None` where vramlab has no such
-    /// accounting for the architecture (the estimate falls back to Korthikanti's). Default: the
-    /// llama family's layer ([`llama_saved_per_token`]).
-    fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<u64> {
-        Some(llama_saved_per_token(c, e, lora))
+    /// Bytes per token that transformers' implementation keeps for the backward under PyTorch:
+    /// (one decoder layer's, the model's outside its layers, beside the token ids and labels),
+    /// with activations of `e` bytes, SDPA without a mask (flash or memory-efficient, no
+    /// repeated K and V) and `lora` the rank of adapters on the query and value projections
+    /// (`None`: every weight trained). `None` where vramlab has no such accounting for the
+    /// architecture (the estimate falls back to Korthikanti's). Default: the llama family's
+    /// ([`llama_saved_per_token`], and outside the final RMSNorm: its f32 input and root, and
+    /// where the head trains its 16-bit cast and its output, which `lm_head` saves).
+    fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<(u64, u64)> {
+        let h = c.hidden_size as u64;
+        let head = if lora.is_none() {
+            e * h + if e < 4 { e * h } else { 0 }
+        } else {
+            0
+        };
+        Some((llama_saved_per_token(c, e, lora), 4 * h + 4 + head))
     }
     /// Embedding tables (what `trainable = "frozen-embeddings"` freezes): token, position and
     /// token-type embeddings. A tied LM head is the token embedding, so it freezes with it.

@@ -42,6 +42,25 @@ pub struct Config {
     /// Learned position embeddings (GPT-2, BERT, StarCoder) instead of RoPE: no `rope_theta`,
     /// and the heads split `hidden_size` exactly.
     pub learned_positions: bool,
+    /// The MLP's activation as transformers computes it, which decides what its backward saves.
+    pub hidden_act: HiddenAct,
+    /// Dropout on the embeddings and after attention and the MLP in training (GPT-2's and
+    /// StarCoder's `embd_pdrop` and `resid_pdrop`, 0.1 unless the config says otherwise): each
+    /// keeps a 1-byte mask per element for the backward.
+    pub dropout: bool,
+}
+
+/// The MLP activation of a config, as transformers runs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HiddenAct {
+    /// SiLU in a gated MLP (the llama family): one op, saving its input.
+    #[default]
+    Silu,
+    /// One-op GELU (`gelu`, `gelu_pytorch_tanh`): saves its input.
+    Gelu,
+    /// GPT-2's `gelu_new`, written in Python ops: its backward keeps four tensors of the MLP's
+    /// width (its input and three intermediates).
+    GeluNew,
 }
 
 impl Config {
@@ -70,6 +89,8 @@ impl Config {
             fused_gate_up: false,
             sliding_window: None,
             learned_positions: false,
+            hidden_act: HiddenAct::Silu,
+            dropout: false,
         }
     }
 

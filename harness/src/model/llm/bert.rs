@@ -41,7 +41,7 @@ pub struct BertArch;
 
 impl Architecture for BertArch {
     /// No transformers-layer accounting yet: the estimate uses Korthikanti's.
-    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<u64> {
+    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<(u64, u64)> {
         None
     }
     fn name(&self) -> &'static str {

@@ -15,6 +15,7 @@
 use crate::model::arch::{
     checked, no_ops, parse_json, Architecture, Decoder, InferenceModel, Tensors,
 };
+use crate::model::config::HiddenAct;
 use crate::model::nn::{attention, embedding, lm_loss, split_heads, Causal, Linear, Named, Norm};
 use crate::model::{Config, KvCache, Trainable};
 use crate::vocab::Ops;
@@ -48,6 +49,9 @@ struct Gpt2Json {
     n_head: usize,
     n_positions: usize,
     layer_norm_epsilon: Option<f64>,
+    activation_function: Option<String>,
+    resid_pdrop: Option<f64>,
+    embd_pdrop: Option<f64>,
 }
 
 /// GPT-2 (`model_type = "gpt2"`).
@@ -97,6 +101,18 @@ pub fn gpt2_config(
     kv_heads: Option<usize>,
 ) -> Result<Config> {
     let j: Gpt2Json = parse_json(path, v)?;
+    // transformers' defaults where the config is silent: GPT-2's `gelu_new`, StarCoder's
+    // `gelu_pytorch_tanh`; dropout 0.1 for both.
+    let act = j.activation_function.as_deref().unwrap_or(match kv_heads {
+        Some(_) => "gelu_pytorch_tanh",
+        None => "gelu_new",
+    });
+    let hidden_act = match act {
+        "gelu" | "gelu_pytorch_tanh" => HiddenAct::Gelu,
+        // gelu_new and the other Python-written variants keep their intermediates.
+        _ => HiddenAct::GeluNew,
+    };
+    let dropout = j.resid_pdrop.unwrap_or(0.1) > 0.0 || j.embd_pdrop.unwrap_or(0.1) > 0.0;
     let d = j.n_embd;
     let heads = j.n_head;
     checked(
@@ -115,9 +131,43 @@ pub fn gpt2_config(
             qkv_bias: true,
             o_bias: true,
             learned_positions: true,
+            hidden_act,
+            dropout,
             ..Config::new(arch, model_type)
         },
     )
+}
+
+/// What one GPT-2-shaped layer of transformers (GPT-2, StarCoder's GPT-BigCode) keeps for the
+/// backward per token under PyTorch, and what the model keeps outside its layers, with every
+/// weight trained (`None` under LoRA: Korthikanti's count), checked against
+/// `saved_tensors_hooks` on the emulated GPU like the llama family's
+/// ([`llama_saved_per_token`](crate::model::arch::llama_saved_per_token)):
+/// - each LayerNorm saves its input (e·h) and its f32 mean and reciprocal deviation (8 B), and
+///   the projection after it its output (e·h);
+/// - attention (SDPA): the fused `c_attn` output, whose views q, k and v are (e·(q + 2kv)),
+///   the output, which `c_proj` saves too (e·q), and the f32 log-sum-exp per head;
+/// - the MLP: the activation's input (one-op GELU) or four tensors (`gelu_new`), and
+///   `c_proj`'s input, each e·I;
+/// - dropout: a 1-byte mask after attention and after the MLP (h each), and on the embeddings.
+///
+/// Outside the layers: the embeddings' dropout mask and the final LayerNorm with the output
+/// the tied head saves.
+pub fn gpt2_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> Option<(u64, u64)> {
+    if lora.is_some() {
+        return None;
+    }
+    let u = |v: usize| v as u64;
+    let (h, i, heads) = (u(c.hidden_size), u(c.intermediate_size), u(c.num_heads));
+    let (q, kv) = (heads * u(c.head_dim), u(c.num_kv_heads * c.head_dim));
+    let mask = if c.dropout { h } else { 0 };
+    let mlp = match c.hidden_act {
+        HiddenAct::GeluNew => 5 * e * i,
+        HiddenAct::Gelu | HiddenAct::Silu => 2 * e * i,
+    };
+    let norm = e * h + 8;
+    let layer = 2 * norm + 2 * e * h + e * (q + 2 * kv) + 4 * heads + e * q + 2 * mask + mlp;
+    Some((layer, mask + norm + e * h))
 }
 
 /// GPT-2's keys of a config, as `config.json` writes them.
@@ -132,9 +182,8 @@ pub fn gpt2_hf_json(c: &Config, class: &str) -> Value {
 }
 
 impl Architecture for Gpt2Arch {
-    /// No transformers-layer accounting yet: the estimate uses Korthikanti's.
-    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<u64> {
-        None
+    fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<(u64, u64)> {
+        gpt2_saved_per_token(c, e, lora)
     }
     fn name(&self) -> &'static str {
         "gpt2"

@@ -44,9 +44,8 @@ const TANH_GELU: [&str; 2] = ["gelu_pytorch_tanh", "gelu_new"];
 pub struct GptBigCodeArch;
 
 impl Architecture for GptBigCodeArch {
-    /// No transformers-layer accounting yet: the estimate uses Korthikanti's.
-    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<u64> {
-        None
+    fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<(u64, u64)> {
+        super::gpt2::gpt2_saved_per_token(c, e, lora)
     }
     fn name(&self) -> &'static str {
         "gpt_bigcode"

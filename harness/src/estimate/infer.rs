@@ -40,9 +40,9 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     let scores = match q.attention {
         Attention::Flash | Attention::Sdpa => Checked::ZERO,
         Attention::Eager | Attention::Sliced => {
-            let kv_len = Checked::from(q.batch) * q.context;
+            // K and V over the batch's `bs` cached tokens, expanded to every head.
             let repeated = if c.num_kv_heads < c.num_heads {
-                kv_len * 2u64 * c.num_heads * c.head_dim * w
+                bs * 2u64 * c.num_heads * c.head_dim * w
             } else {
                 Checked::ZERO
             };

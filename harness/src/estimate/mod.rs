@@ -4,9 +4,9 @@
 //! Training follows the ZeRO paper's accounting: per parameter, weights + gradients +
 //! optimizer state (mixed precision with AdamW: 4 + 4 + 8 = 16 B here, since our f32 master
 //! weights take the gradients, ARCHITECTURE.md §8), divided over `gpus` by the sharding stage.
-//! Under torch the llama family's activations are what transformers' own layer saves for the
-//! backward (`Architecture::torch_saved_per_token`); elsewhere activations per GPU follow
-//! Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16 bits,
+//! Under torch the activations of the llama family, GPT-2 and StarCoder are what transformers'
+//! own layer saves for the backward (`Architecture::torch_saved_per_token`); elsewhere
+//! activations per GPU follow Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer at 16 bits,
 //! without the 5·a·s/h score term under flash attention.
 //!
 //! One file per job: [`query`] (what is asked), [`breakdown`] (the rows of the answer),

@@ -1,5 +1,6 @@
 //! The analytic training estimate: model states under data parallelism and the ZeRO stages,
-//! activations as transformers' own layer keeps them under torch (the llama family) or by
+//! activations as transformers' own layer keeps them under torch (the llama family, GPT-2 and
+//! StarCoder) or by
 //! Korthikanti et al. (with autocast's extra), logits, the optimizer step's transient, the
 //! training step's two moments (the loss's backward and the optimizer step), and the features
 //! of a training point.
@@ -240,23 +241,24 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         };
         step_transient(c, q, updated)?
     };
-    // Under torch a training step has two moments. At the loss's backward the
-    // activations and the loss's tensors are held, and no gradient yet: the previous step's
+    // Under torch a training step has two moments. At the loss's backward the activations and
+    // the loss's tensors are held, and no gradient yet: the previous step's
     // `zero_grad(set_to_none=True)` freed them. At the optimizer step the gradients and the
     // step's transient are held, and the activations and the 16-bit weight copies (autocast's,
     // or the casts a mixed-precision forward runs on) are freed. The peak is the larger, and
-    // the rows are its own. Elsewhere (candle, several GPUs, layers vramlab does not count)
-    // every row is held at once, and the transient beyond the activations.
+    // the rows are its own.
     let held = (Checked::from(activations) + logits + gathered).bytes("activations")?;
     let (transient, grads) = (
         transient.bytes("optimizer step transient")?,
         states.gradients,
     );
-    // Where vramlab counts transformers' own layer (its backward starts at the loss, whose
-    // tensors dwarf a layer's), on one GPU. Across GPUs every row stays held: DDP keeps its
-    // gradient buckets, and FSDP's allocator holds far more than its tensors (the fms
-    // Mistral-7B rows of `vramlab validate`: 18.7 GB over 36.8 GB allocated), which the reserve
-    // does not model yet, so the sum stands in for it on the safe side.
+    // That holds where vramlab counts transformers' own layer (its backward starts at the loss,
+    // whose tensors dwarf a layer's), on one GPU. Elsewhere every row is held at once, and the
+    // transient beyond the activations: candle; layers counted by Korthikanti's formula; and
+    // several GPUs, where DDP keeps its gradient buckets and FSDP's allocator holds far more
+    // than its tensors (the fms Mistral-7B rows of `vramlab validate`: 18.7 GB over 36.8 GB
+    // allocated), which the reserve does not model yet, so the sum stands in for it on the safe
+    // side.
     let moments = hf.is_some() && !q.offload && q.gpus <= 1;
     let step_moment = (Checked::from(grads) + transient).bytes("gradients")?;
     let copies = states.weight_copies;

@@ -100,13 +100,10 @@ pub trait Architecture: Sync + Send {
     /// ([`llama_saved_per_token`], and outside the final RMSNorm: its f32 input and root, and
     /// where the head trains its 16-bit cast and its output, which `lm_head` saves).
     fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<(u64, u64)> {
-        let h = c.hidden_size as u64;
-        let head = if lora.is_none() {
-            e * h + if e < 4 { e * h } else { 0 }
-        } else {
-            0
-        };
-        Some((llama_saved_per_token(c, e, lora), 4 * h + 4 + head))
+        let (h, trained) = (c.hidden_size as u64, lora.is_none());
+        let head = if trained { e * h } else { 0 };
+        let outside = rms_norm_saved(h, 1, e, trained) + head;
+        Some((llama_saved_per_token(c, e, lora), outside))
     }
     /// Embedding tables (what `trainable = "frozen-embeddings"` freezes): token, position and
     /// token-type embeddings. A tied LM head is the token embedding, so it freezes with it.
@@ -317,10 +314,7 @@ pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
     );
     let (q, kv) = (heads * u(c.head_dim), kv_heads * u(c.head_dim));
     let trained = lora.is_none();
-    // RMSNorm over `n` features, `rows` rows per token: f32 input, f32 rsqrt per row, and the
-    // 16-bit cast where its weight trains.
-    let cast = |n: u64| if e < 4 && trained { e * n } else { 0 };
-    let norm = |n: u64, rows: u64| 4 * n + 4 * rows + cast(n);
+    let norm = |n: u64, rows: u64| rms_norm_saved(n, rows, e, trained);
     let norms = 2 * norm(h, 1)
         // The input norm's output, saved by q/k/v (or, frozen, by the adapters'
         // first matmul); the post-attention norm's, saved by gate and up where they train.
@@ -339,4 +333,12 @@ pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
         modules * r * e
     });
     norms + qk_norm + attention + mlp + adapters
+}
+
+/// What transformers' RMSNorm over `n` features (`rows` rows per token) saves for the backward
+/// per token: its f32 input, its f32 reciprocal root per row and, where its weight trains, the
+/// 16-bit cast of the normalized input (none at f32, where the cast is the input itself).
+fn rms_norm_saved(n: u64, rows: u64, e: u64, trained: bool) -> u64 {
+    let cast = if e < 4 && trained { e * n } else { 0 };
+    4 * n + 4 * rows + cast
 }

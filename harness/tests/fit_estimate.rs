@@ -180,9 +180,9 @@ fn mistral_kv_window_caps_the_cache() {
     };
     assert_eq!(kv(&["--kv-window", "model"]), 4096 * per_token * 2);
     assert_eq!(kv(&["--kv-window", "full"]), 8192 * per_token * 2);
-    // The default follows the runtime: transformers' caches keep every token of this config
-    // (torch, the default runtime); candle's estimate caps at the window.
-    assert_eq!(kv(&[]), 8192 * per_token * 2);
+    // The default caps at the window under either runtime: transformers' StaticCache and
+    // generate()'s DynamicCache keep 4096 tokens of this config, as candle's cache does.
+    assert_eq!(kv(&[]), 4096 * per_token * 2);
     assert_eq!(kv(&["--runtime", "candle"]), 4096 * per_token * 2);
     vramlab()
         .args([

@@ -8,11 +8,20 @@ from .common import InputError, emulated, materialize
 from .meters import NullMeter, span
 
 
+def dynamic_cache(transformers, config):
+    """A DynamicCache as `generate()` builds it: from the model's config where the release
+    takes one (transformers 5: a sliding-window model's layers keep their window), else bare."""
+    try:
+        return transformers.DynamicCache(config=config)
+    except TypeError:
+        return transformers.DynamicCache()
+
+
 def make_cache(transformers, kind, config, batch, context, dtype, device):
     """A KV cache: `preallocated` = StaticCache (capacity `context`), `growing` = DynamicCache.
     StaticCache's constructor changed across transformers releases; try the known forms."""
     if kind == "growing":
-        return transformers.DynamicCache()
+        return dynamic_cache(transformers, config)
     S = transformers.StaticCache
     attempts = [
         dict(config=config, max_batch_size=batch, max_cache_len=context, device=device, dtype=dtype),
@@ -190,7 +199,7 @@ def infer_warm_up(torch, transformers, model, b: int, s: int, device, lkw):
     """A prefill of b × s tokens and one decode step, unmeasured."""
     with torch.no_grad():
         ids = torch.zeros((b, s), dtype=torch.long, device=device)
-        cache = transformers.DynamicCache()
+        cache = dynamic_cache(transformers, model.config)
         out = model(ids, use_cache=True, **cache_kw(model, cache), **mask_kw(torch, b, s, device),
                     **lkw)
         model(out.logits[:, -1:].argmax(-1), use_cache=True, **cache_kw(model, cache),

@@ -32,11 +32,14 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     let f = infer_features(c, q)?;
     let bs = Checked::from(q.batch) * q.context;
     // The largest per-layer transient of the prefill: the MLP intermediates (gate, up and
-    // their product) plus f32 norm copies, or the materialized attention scores with their
+    // their product; a fused `gate_up_proj` holds its 2I output beside the activation and
+    // the product: 4I) plus f32 norm copies, or the materialized attention scores with their
     // f32 softmax copies, beside what the attention holds then: K and V repeated to every head
     // (grouped-query attention), the additive mask (one per sequence), the query, the
     // residual stream and the normalized input.
-    let mlp = bs * (Checked::new(3) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
+    let mlp_tensors: u64 = if c.fused_gate_up { 4 } else { 3 };
+    let mlp = bs
+        * (Checked::new(mlp_tensors) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
     let scores = match q.attention {
         Attention::Flash | Attention::Sdpa => Checked::ZERO,
         Attention::Eager | Attention::Sliced => {

@@ -9,6 +9,7 @@
 //! combination (appended as `--model`, `--batch`, `--context`).
 use super::report::LlmReport;
 use super::Report;
+use crate::emulate::query::Emulated;
 use crate::error::InputError;
 use crate::estimate::Verdict;
 use crate::units::{gb, signed_pct};
@@ -79,6 +80,9 @@ pub struct Agreement {
     pub emulated_fits: bool,
     /// The same verdict, or an analytic "borderline".
     pub verdicts_agree: bool,
+    /// The emulated run ran out of memory on the card: its figures are the same query's at
+    /// four times the card's memory.
+    pub emulated_oom: bool,
 }
 
 /// A query the emulator could not answer: the reason.
@@ -206,20 +210,47 @@ fn both_ways(args: &super::Args) -> Result<LlmReport, String> {
     }
 }
 
-fn agreement(query: String, r: &LlmReport) -> Result<Agreement, String> {
+/// How many times the card's memory the figures of a query that ran out of memory are taken
+/// at.
+const PAST_OOM: u64 = 4;
+
+/// The query's emulated figures. A run that ran out of memory stopped short of its peak, so
+/// its figures are lower bounds: they come from the same query on the same card's properties
+/// with `PAST_OOM` times its memory, while the verdict stays the card's.
+fn figures(args: &super::Args, e: &Emulated) -> Result<Emulated, String> {
+    use crate::record::Status;
+    match e.status {
+        Status::Ok => Ok(e.clone()),
+        Status::Oom => {
+            let mut larger = args.clone();
+            larger.emulate_memory = Some(e.gpu_total_bytes.saturating_mul(PAST_OOM));
+            let r = both_ways(&larger)?;
+            let run = r.emulated.map(|f| f.run);
+            match run {
+                Some(run) if run.status == Status::Ok => Ok(run),
+                Some(run) => Err(format!(
+                    "the emulated run at {PAST_OOM}x the card's memory: {}",
+                    run.message
+                )),
+                None => Err("no emulated run".into()),
+            }
+        }
+        _ => Err(format!("the emulated run: {}", e.message)),
+    }
+}
+
+fn agreement(query: String, args: &super::Args, r: &LlmReport) -> Result<Agreement, String> {
     let (Some(g), Some(e)) = (&r.gpu, &r.emulated) else {
         return Err("no GPU verdict or emulated run".into());
     };
-    if e.run.status != crate::record::Status::Ok && e.run.status != crate::record::Status::Oom {
-        return Err(format!("the emulated run: {}", e.run.message));
-    }
-    let used = e.run.nvml_used;
+    let run = figures(args, &e.run)?;
+    let used = run.nvml_used;
     let emulated_fits = e.fits_with_headroom;
     Ok(Agreement {
         query,
         gpu: g.gpu.clone(),
         budget_bytes: g.budget_bytes,
-        allocated: Pair::new(r.allocated_bytes, e.run.max_memory_allocated),
+        allocated: Pair::new(r.allocated_bytes, run.max_memory_allocated),
         nvml_used: Pair::new(r.nvml_bytes, used),
         nvml_low_bytes: r.nvml_low_bytes,
         nvml_high_bytes: r.nvml_high_bytes,
@@ -231,6 +262,7 @@ fn agreement(query: String, r: &LlmReport) -> Result<Agreement, String> {
             Verdict::Fits => emulated_fits,
             Verdict::DoesNotFit => !emulated_fits,
         },
+        emulated_oom: e.run.status == crate::record::Status::Oom,
     })
 }
 
@@ -272,7 +304,7 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
             i + 1,
             qs.len()
         );
-        match both_ways(parsed).and_then(|r| agreement(query.clone(), &r)) {
+        match both_ways(parsed).and_then(|r| agreement(query.clone(), parsed, &r)) {
             Ok(a) => rows.push(a),
             Err(reason) => failed.push(Failed { query, reason }),
         }
@@ -337,7 +369,11 @@ fn render(path: &Path, rows: &[Agreement], failed: &[Failed], s: &Summary) -> St
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default(),
-            if r.emulated_fits { "fits" } else { "no" },
+            match (r.emulated_fits, r.emulated_oom) {
+                (true, _) => "fits",
+                (false, false) => "no",
+                (false, true) => "oom",
+            },
             r.query,
             if r.verdicts_agree { "" } else { "  <- FLIPPED" }
         );

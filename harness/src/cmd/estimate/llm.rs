@@ -76,12 +76,9 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         offload: a.offload,
         attention: a.attention,
         kv_cache: a.kv_cache,
-        kv_window: a.kv_window.unwrap_or(match a.runtime {
-            // transformers keeps every token of a Mistral or Phi-3 cache (config without
-            // per-layer types): docs/src/guides/estimate.md, "Sliding windows".
-            crate::vocab::Runtime::Torch => crate::vocab::KvWindow::Full,
-            crate::vocab::Runtime::Candle => crate::vocab::KvWindow::Model,
-        }),
+        // transformers' StaticCache and generate()'s DynamicCache keep a sliding-window
+        // model's window, as candle and vLLM do: docs/src/guides/estimate.md, "Sliding windows".
+        kv_window: a.kv_window.unwrap_or(crate::vocab::KvWindow::Model),
         runtime: a.runtime,
         backend: a.backend,
         optimizer_impl: a.optimizer_impl,

@@ -22,7 +22,7 @@ pub use report::Report;
 use std::path::PathBuf;
 pub use text::render_text;
 
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 #[command(after_help = EXIT_CODES)]
 pub struct Args {
     /// What the job runs: `infer` (prefill, then decode with a growing KV cache), `train` (one
@@ -130,9 +130,9 @@ pub struct Args {
     pub kv_cache: KvKind,
     /// Inference with a sliding-window model (Mistral, Phi-3): `model` caps the KV cache at
     /// the window (min(context, window) tokens per sequence, what vLLM allocates); `full` holds
-    /// every token. Default: `full` under --runtime torch (transformers' StaticCache and
-    /// DynamicCache keep every token for these configs: the emulated GPU measures it), `model`
-    /// under candle. Models without a window ignore it.
+    /// every token. Default: `model`, what transformers' StaticCache and generate()'s
+    /// DynamicCache hold (the emulated GPU measures it), and candle's cache. Models without a
+    /// window ignore it.
     #[arg(long, value_enum, help_heading = "Runtime and device")]
     pub kv_window: Option<KvWindow>,
     /// Fitted constants from `vramlab fit` (default: built-in analytic constants). They supply

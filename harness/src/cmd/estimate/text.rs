@@ -240,7 +240,11 @@ fn emulated(s: &mut String, fit: &EmulatedFit, r: &LlmReport) -> std::fmt::Resul
         )?;
     }
     let verdict = if !em.fits {
-        format!("no ({}: {})", em.status, em.message)
+        format!(
+            "no ({}: {}; the figures above are where it stopped, lower bounds: \
+             --emulate-memory runs it at a capacity it fits)",
+            em.status, em.message
+        )
     } else if fit.fits_with_headroom {
         format!(
             "yes: NVML used {} GB, within the {} GB usable with {:.0}% headroom",

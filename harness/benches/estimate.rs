@@ -1,4 +1,4 @@
-//! `estimate` speed: one query from a config.json on disk (< 5 ms), and a 100,000-point
+//! `estimate` speed: one query from a config.json on disk (< 1 ms), and a 100,000-point
 //! (batch × context) grid of estimates from a resolved model (< 1 s).
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;

@@ -10,8 +10,10 @@
 //! and the next cannot reuse whole: the per-layer transients (∝ `act`), the logits and their
 //! f32 loss copies (∝ `logits`), eager attention's scores (∝ `attn`), a growing KV cache
 //! (∝ `kv`), the weights' segments (∝ `weight`: rounding and the blocks a load or a mixed
-//! precision cast leaves) and a constant of small-pool segments. So a class's reserve is a
-//! non-negative linear model of those [`RESERVE_TERMS`], computed by the same functions as
+//! precision cast leaves) and a constant of small-pool segments. A preallocated KV cache is
+//! allocated once, each layer's K and V in their own segments, and leaves no slack: inference
+//! classes ([`INFER_TERMS`]) have no KV term (the corpus has preallocated caches only). So a
+//! class's reserve is a non-negative linear model of those terms, computed by the same functions as
 //! every fitted term ([`crate::terms`]), fitted by NNLS on every point of the class. No term is
 //! a maximum over the class: each coefficient is fitted, and the fit states its
 //! leave-one-model-out error, which `estimate` turns into the range of its verdicts.
@@ -27,6 +29,17 @@ pub const RESERVE_TERMS: [Term; 6] = [
     Term::Const,
     Term::Weight,
     Term::Kv,
+    Term::Act,
+    Term::Logits,
+    Term::Attn,
+];
+
+/// The terms of an inference run: [`RESERVE_TERMS`] without the KV cache, which a preallocated
+/// cache fills exactly (a KV coefficient fitted on grouped-query models overcharged multi-head
+/// ones: docs/src/concepts/fit-and-estimate.md, "The allocator's reserve").
+pub const INFER_TERMS: [Term; 5] = [
+    Term::Const,
+    Term::Weight,
     Term::Act,
     Term::Logits,
     Term::Attn,
@@ -109,6 +122,8 @@ impl ReserveClass {
     fn terms(&self) -> &'static [Term] {
         if self.load {
             &LOAD_TERMS
+        } else if self.mode == Mode::Infer {
+            &INFER_TERMS
         } else {
             &RESERVE_TERMS
         }

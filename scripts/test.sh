@@ -53,6 +53,8 @@ VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
 VRAMLAB_TORCH110_PYTHON=$(scripts/torch-env.sh --stack torch-1.10)
 export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON
 step cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test stacks --test validate --test wheel -- --ignored --test-threads=1
+# The Slurm job array on a one-node localhost cluster over an emulated scenario (issue 40).
+VRAMLAB="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" step scripts/slurm/ci.sh
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then
   step scripts/cuda-build-check.sh
 fi

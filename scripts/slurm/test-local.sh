@@ -1,8 +1,10 @@
 #!/bin/bash
 # Submits scripts/slurm/sweep.sbatch for real on a Slurm cluster (a one-node localhost
-# slurmctld + slurmd is enough) with --device cpu, waits for the dependent finish job, and checks
-# the merged CSV against an unsharded sweep of the same scenario with `vramlab compare` (allocated
-# bytes exact on CPU) and the bundle with `vramlab bundle --verify`.
+# slurmctld + slurmd is enough: scripts/slurm/local-cluster.sh) with --device cpu, or with the
+# scenario's own device for an emulated one (`device = "emu:…"`), waits for the dependent finish
+# job, and checks the merged CSV against an unsharded sweep of the same scenario with `vramlab
+# compare` (allocated bytes exact on CPU; every figure exact on the emulated GPU, whose
+# allocator is deterministic) and the bundle with `vramlab bundle --verify`.
 #   scripts/slurm/test-local.sh [SCENARIO.toml] [NSHARDS]
 # Needs sbatch/squeue on PATH and a built vramlab ($VRAMLAB, default target/debug/vramlab).
 set -euo pipefail
@@ -14,6 +16,20 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 scenario="${ARGS[0]:-$root/scenarios/shard-synth.toml}"
 n="${ARGS[1]:-3}"
 export VRAMLAB="${VRAMLAB:-$root/target/debug/vramlab}" VRAMLAB_DEVICE=cpu
+device=(--device cpu)
+exact=()
+what="allocated"
+if grep -qE '^device *= *"emu:' "$scenario"; then
+    # The emulated card the scenario names, in the shards and the unsharded run alike; PyTorch's
+    # allocator on it is deterministic, so reserved and device bytes must match too.
+    VRAMLAB_DEVICE=scenario
+    device=()
+    exact=(--fail-on-improvement)
+    what="every figure"
+    for m in peak_allocated end_allocated peak_reserved device_used; do
+        exact+=(--tolerance "$m=0,0")
+    done
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$root"
@@ -25,7 +41,7 @@ while squeue -h -j "$finish" 2>/dev/null | grep -q .; do sleep 2; done
 name=$(sed -n 's/^name *= *"\([^"]*\)".*/\1/p' "$scenario" | head -n 1)
 merged="$work/out/results/$name.csv"
 [[ -f "$merged" ]] || { cat "$work"/*.out >&2; echo "test-local.sh: no merged CSV" >&2; exit 1; }
-"$VRAMLAB" sweep "$scenario" --device cpu --quiet --out "$work/full.csv"
-"$VRAMLAB" compare "$work/full.csv" "$merged" --top 0
+"$VRAMLAB" sweep "$scenario" "${device[@]}" --quiet --out "$work/full.csv"
+"$VRAMLAB" compare "$work/full.csv" "$merged" --top 0 "${exact[@]}"
 "$VRAMLAB" bundle --verify "$work/out/$name.tar.gz"
-echo "test-local.sh: merged shards == unsharded sweep (allocated exact); bundle verified"
+echo "test-local.sh: merged shards == unsharded sweep ($what exact); bundle verified"

@@ -12,5 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/args.sh"
 args_parse "" 0 0 "" "$@"
 here="$(cd "$(dirname "$0")" && pwd)"
 trap '"$here/local-cluster.sh" stop' EXIT
-eval "$("$here/local-cluster.sh" start)"
+# Through a variable: `eval "$(… start)"` would run on when start fails (eval of nothing is 0).
+env_line=$("$here/local-cluster.sh" start)
+eval "$env_line"
 "$here/test-local.sh" "$here/../../scenarios/shard-emu.toml" 2

@@ -36,12 +36,32 @@ cd "$root"
 line=$(bash scripts/slurm/sweep.sbatch submit "$scenario" "$work/out" "$n" \
     --gres=none --cpus-per-task=1 --mem=3G --output="$work/%x-%A_%a.out")
 echo "$line"
+array=$(sed -n 's/^submitted array \([0-9]*\).*/\1/p' <<<"$line")
 finish=$(sed -n 's/.*finish job \([0-9]*\).*/\1/p' <<<"$line")
-while squeue -h -j "$finish" 2>/dev/null | grep -q .; do sleep 2; done
+# The finish job leaves the queue when it ends, or when a failed shard cancels it (a cluster with
+# DependencyParameters=kill_invalid_depend, as local-cluster.sh's; elsewhere it would wait on
+# forever, hence the bound: $VRAMLAB_SLURM_WAIT seconds, default 1800).
+deadline=$((SECONDS + ${VRAMLAB_SLURM_WAIT:-1800}))
+while squeue -h -j "$finish" 2>/dev/null | grep -q .; do
+    if ((SECONDS > deadline)); then
+        squeue >&2 || true
+        scancel "$array" "$finish" 2>/dev/null || true
+        echo "test-local.sh: finish job $finish still queued after ${VRAMLAB_SLURM_WAIT:-1800} s" >&2
+        exit 1
+    fi
+    sleep 2
+done
 name=$(sed -n 's/^name *= *"\([^"]*\)".*/\1/p' "$scenario" | head -n 1)
 merged="$work/out/results/$name.csv"
-[[ -f "$merged" ]] || { cat "$work"/*.out >&2; echo "test-local.sh: no merged CSV" >&2; exit 1; }
+[[ -f "$merged" ]] || { cat "$work"/*.out >&2; echo "test-local.sh: no merged CSV (a shard or the finish job failed; the jobs' logs are above)" >&2; exit 1; }
 "$VRAMLAB" sweep "$scenario" "${device[@]}" --quiet --out "$work/full.csv"
 "$VRAMLAB" compare "$work/full.csv" "$merged" --top 0 "${exact[@]}"
+# compare fails on a point missing from the merged CSV, not on one only there: the point ids
+# (third column; none before it is quoted) must be the same set.
+points() { cut -d, -f3 "$1" | sort -u; }
+if ! diff <(points "$work/full.csv") <(points "$merged") >&2; then
+    echo "test-local.sh: the merged shards and the unsharded sweep hold different points" >&2
+    exit 1
+fi
 "$VRAMLAB" bundle --verify "$work/out/$name.tar.gz"
 echo "test-local.sh: merged shards == unsharded sweep ($what exact); bundle verified"

@@ -166,9 +166,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
 /// reserved plus what the device held outside the pool: NVML's used), the figures the
 /// calibration corpus records. The process's peak is not the query's: the probe's unmeasured
 /// warm-up before the point (a prefill into a `DynamicCache` rather than the query's cache, or
-/// a rehearsed step) can hold more, and the point starts from an emptied pool. Before this
-/// took the rows, a warm-up `DynamicCache()` built without the config held every token of
-/// Phi-3 at 4 × 8,192 and passed 21.1 GB off as the query's (its point held 13.9 GB).
+/// a rehearsed step) can hold more, and the point starts from an emptied pool.
 fn point_peaks(rows: &[crate::record::Record]) -> Option<(u64, u64, u64)> {
     let ok: Vec<_> = rows
         .iter()

@@ -4,7 +4,13 @@
 #   2. cargo build -p vramlab --features cuda, with CARGO_TARGET_DIR in the cache (outside the
 #      clone, so the nvcc step is done once per machine);
 #   3. runs that binary with the stubs on LD_LIBRARY_PATH: `sweep scenarios/smoke.toml
-#      --device cuda:0` must exit non-zero with one line saying "no CUDA device", and no panic.
+#      --device cuda:0` must exit non-zero with one line saying "no CUDA device", and no panic;
+#   4. runs it on the emulated GPU (docs/src/guides/emulator.md, "candle on the emulated GPU";
+#      the emulator's stubs come from the default torch environment, scripts/torch-env.sh):
+#      scenarios/gpu-smoke.toml on emu:h100-80gb and on emu:rtx-4090 (too small for some points:
+#      oom rows, exit 0), scenarios/emu-candle-attention.toml, and an unknown emulated GPU (one
+#      line, exit 2); scripts/cuda-emulated-check.py checks the rows against figures it derives
+#      from the models' configs. About 3 minutes on 2 cores.
 # Needs the smoke model (scripts/fetch-test-models.sh), since the sweep resolves it first.
 #
 #   scripts/cuda-build-check.sh   # no arguments
@@ -53,4 +59,23 @@ printf '%s' "$out" | grep -qi 'panicked' && fail "it panicked"
 printf '%s' "$out" | grep -q 'stack backtrace' && fail "it printed a backtrace"
 [ "$lines" -eq 1 ] || fail "expected one line of output, got $lines"
 printf '%s' "$out" | grep -q 'no CUDA device' || fail "the line does not say \"no CUDA device\""
-echo "cuda-build-check: ok (build ${t_build}s, total $((SECONDS - t0))s)" >&2
+t_emu=$SECONDS
+# 4. The emulated GPU: the parent loads the link stubs, its workers run under the emulator's.
+emu() {
+  LD_LIBRARY_PATH="$VRAMLAB_CUDA_STUBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$BIN" sweep "$@" --quiet
+}
+emu scenarios/gpu-smoke.toml --device emu:h100-80gb --out "$tmp/emu-h100.csv" ||
+  fail "gpu-smoke on emu:h100-80gb exited $?"
+emu scenarios/gpu-smoke.toml --device emu:rtx-4090 --out "$tmp/emu-4090.csv" ||
+  fail "gpu-smoke on emu:rtx-4090 (oom rows expected, exit 0) exited $?"
+emu scenarios/emu-candle-attention.toml --out "$tmp/emu-attention.csv" ||
+  fail "emu-candle-attention exited $?"
+set +e
+emu scenarios/smoke.toml --device emu:no-such-gpu --out "$tmp/bad.csv" >"$tmp/bad.out" 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && [ "$(grep -c . "$tmp/bad.out")" -eq 1 ] && grep -q "no-such-gpu" "$tmp/bad.out" ||
+  fail "an unknown emulated GPU: expected one line and exit 2, got exit $rc: $(cat "$tmp/bad.out")"
+python3 "$ROOT/scripts/cuda-emulated-check.py" "$tmp/emu-h100.csv" "$tmp/emu-4090.csv" "$tmp/emu-attention.csv" ||
+  fail "the emulated GPU's rows (above)"
+echo "cuda-build-check: ok (build ${t_build}s, emulated GPU $((SECONDS - t_emu))s, total $((SECONDS - t0))s)" >&2

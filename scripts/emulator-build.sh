@@ -7,7 +7,7 @@
 #   scripts/emulator-build.sh [PYTHON]     # PYTHON defaults to scripts/torch-env.sh's
 #   scripts/emulator-build.sh --headers INC[:INC...] OUT
 #
-# The hand-written entry points are harness/emulator/emu.c. Every other CUDA runtime and cuBLAS
+# The hand-written entry points are harness/emulator/{emu,pool,refused}.c. Every other CUDA runtime and cuBLAS
 # function gets a generated stub that returns success, so no call reaches the real libcudart
 # (which would look for a driver). For a torch environment these are the functions its torch
 # libraries import; the output is cached by a hash of the sources, torch's version and the
@@ -15,7 +15,12 @@
 # wheel's build, scripts/build-wheel.sh, which has no torch) they are every function the
 # headers under INC... declare, and the libraries are written to OUT, uncached.
 # Output: libvramlab_emu.so (preloaded), libcuda.so.1 (the same code under the driver's
-# soname, for torch's NVRTC module, which links libcuda) and BUILD-INFO.
+# soname, for torch's NVRTC module, which links libcuda), BUILD-INFO, `generated` (the names
+# given a stub that succeeds without acting, one a line) and cuda-libs/ (empty libraries under
+# the sonames of libcudart, cuBLAS and cuRAND, for a program linked against them, such as
+# vramlab's CUDA build: the loader needs a file of each name, and the preloaded library defines
+# the functions. `vramlab emulate` puts it on the library path only for ELF programs other than
+# Python, whose torch brings its own).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 args_parse "--headers=" 0 1 "[PYTHON] | --headers INC[:INC...] OUT" "$@"
@@ -113,9 +118,10 @@ if [ "$MODE" = torch ]; then
   fi
 fi
 cc "${CFLAGS[@]}" -c "$ROOT/harness/emulator/emu.c" -o "$tmp/emu.o"
+cc "${CFLAGS[@]}" -c "$ROOT/harness/emulator/pool.c" -o "$tmp/pool.o"
 cc -O2 -fPIC -Wall -fvisibility=hidden -c "$ROOT/harness/emulator/refused.c" -o "$tmp/refused.o"
-# The names emu.c and refused.c define; every other CUDA runtime or cuBLAS name torch imports gets a stub.
-nm --defined-only -g "$tmp/emu.o" "$tmp/refused.o" | awk '{print $3}' | sort -u >"$tmp/defined"
+# The names emu.c, pool.c and refused.c define; every other CUDA runtime or cuBLAS name torch imports gets a stub.
+nm --defined-only -g "$tmp/emu.o" "$tmp/pool.o" "$tmp/refused.o" | awk '{print $3}' | sort -u >"$tmp/defined"
 if [ "$MODE" = torch ]; then
   # Imported, and also cuBLAS's own names where torch links cuBLAS statically and exports them
   # (the CUDA 10 wheels): preloaded, ours come first there too.
@@ -148,8 +154,12 @@ comm -23 "$tmp/imported" "$tmp/defined" >"$tmp/generated"
   done <"$tmp/generated"
 } >"$tmp/generated.c"
 cc -O2 -fPIC -c "$tmp/generated.c" -o "$tmp/generated.o"
-cc -shared -o "$tmp/libvramlab_emu.so" "$tmp/emu.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
-cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "$tmp/emu.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
+cc -shared -o "$tmp/libvramlab_emu.so" "$tmp/emu.o" "$tmp/pool.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
+cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "$tmp/emu.o" "$tmp/pool.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
+mkdir -p "$tmp/cuda-libs"
+for so in libcudart.so.{11,12,13} libcublas.so.{11,12,13} libcublasLt.so.{11,12,13} libcurand.so.10; do
+  cc -shared -Wl,-soname,"$so" -o "$tmp/cuda-libs/$so" -x c /dev/null
+done
 printf '%s %s\ncuda %s\nhand-written %s\ngenerated %s\n' \
   "$([ "$MODE" = torch ] && echo torch || echo headers)" "$([ "$MODE" = torch ] && echo "$TORCH_VERSION" || echo "$INCS")" "$TORCH_CUDA" \
   "$(wc -l <"$tmp/defined")" "$(wc -l <"$tmp/generated")" >"$tmp/BUILD-INFO"
@@ -157,11 +167,11 @@ if [ "$MODE" = torch ]; then
   # Published whole with one rename (the build folder is in the cache, on the same file
   # system): concurrent builds of the same key never see half a folder; the first one wins.
   mkdir -p "$tmp/pub"
-  cp "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$tmp/pub/"
+  cp -r "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$tmp/generated" "$tmp/cuda-libs" "$tmp/pub/"
   mv -T "$tmp/pub" "$OUT" 2>/dev/null || [ -f "$OUT/libcuda.so.1" ]
 else
   mkdir -p "$OUT"
-  cp "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$OUT/"
+  cp -r "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/BUILD-INFO" "$tmp/generated" "$tmp/cuda-libs" "$OUT/"
 fi
 if [ "$MODE" = torch ]; then
   log "built for torch $TORCH_VERSION (CUDA $TORCH_CUDA): $(tr '\n' ' ' <"$OUT/BUILD-INFO")"

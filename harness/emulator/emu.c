@@ -45,28 +45,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "emu_record.h"
+#include "emu_internal.h"
 #ifdef VRAMLAB_CUDART_10
 #undef cudaPointerGetAttributes
 #endif
 
-#define EXPORT __attribute__((visibility("default")))
 
 /* ---- the devices ----------------------------------------------------------------------- */
 
-struct emu_gpu {
-  int present;
-  int count; /* devices presented, all alike (VRAMLAB_EMU_DEVICES, default 1) */
-  char name[256];
-  uint64_t total;    /* totalGlobalMem, bytes */
-  uint64_t context;  /* held by the CUDA context and loaded modules, bytes */
-  int major, minor, sms, l2, threads_per_sm;
-  uint64_t smem_optin, smem_per_sm;
-};
 
 static struct emu_gpu gpu;
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
-static __thread int current; /* the calling thread's device (cudaSetDevice) */
+__thread int current; /* the calling thread's device (cudaSetDevice) */
 
 static uint64_t env_u64(const char *key, uint64_t dflt) {
   const char *v = getenv(key);
@@ -98,24 +88,23 @@ static void gpu_init(void) {
   pthread_atfork(lock_mem, unlock_mem, at_fork_child);
 }
 
-static const struct emu_gpu *dev(void) {
+const struct emu_gpu *dev(void) {
   pthread_once(&gpu_once, gpu_init);
   return &gpu;
 }
 
-static int valid_device(int d) { return dev()->present && d >= 0 && d < gpu.count; }
+int valid_device(int d) { return dev()->present && d >= 0 && d < gpu.count; }
 
 /* ---- failures: every error the stubs return names the call, its arguments and why --------- */
 
-static __thread char last_error[EMU_TEXT];
-static __thread int last_code; /* the code `last_error` was returned with */
-static struct emu_proc *record(void);
+__thread char last_error[EMU_TEXT];
+__thread int last_code; /* the code `last_error` was returned with */
+struct emu_proc *record(void);
 
 /* Records and prints one line for a failed call; returns `code` (a cudaError_t, CUresult or
  * cublasStatus_t). cudaGetErrorString then answers with this line, so PyTorch's own error
  * ("CUDA error: ...") quotes it. */
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
+int fail(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -171,7 +160,7 @@ static void at_exit_release(void);
 
 /* This process's record, created at its first use of the device (never NULL once the device
  * is present: without a run folder the counts stay in process memory). */
-static struct emu_proc *record(void) {
+struct emu_proc *record(void) {
   if (!dev()->present) return NULL;
   struct emu_proc *r = __atomic_load_n(&proc_rec, __ATOMIC_ACQUIRE);
   if (r) return r;
@@ -289,7 +278,7 @@ static struct block *find_block(uintptr_t p) {
   return NULL;
 }
 
-static int is_device(const void *p) {
+int is_device(const void *p) {
   pthread_mutex_lock(&mem_lock);
   struct block *b = find_block((uintptr_t)p);
   int d = b && !b->host;
@@ -312,7 +301,7 @@ static int take(int d, size_t size) {
   return 1;
 }
 
-static cudaError_t device_alloc(void **out, size_t size, const char *call) {
+cudaError_t device_alloc(void **out, size_t size, const char *call) {
   if (!dev()->present) return fail(cudaErrorNoDevice, "%s: no emulated GPU (VRAMLAB_EMU_TOTAL unset)", call);
   if (!out) return fail(cudaErrorInvalidValue, "%s(NULL, %zu): no pointer to write", call, size);
   int d = current;
@@ -351,7 +340,7 @@ static cudaError_t device_alloc(void **out, size_t size, const char *call) {
   return cudaSuccess;
 }
 
-static cudaError_t block_free(void *p, int host, const char *call) {
+cudaError_t block_free(void *p, int host, const char *call) {
   if (!p) return cudaSuccess;
   pthread_mutex_lock(&mem_lock);
   for (size_t i = 0; i < nblocks; i++) {
@@ -405,7 +394,7 @@ EXPORT void vramlab_emu_reset_peak(void) {
 static uintptr_t next_handle = 0x1000;
 static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void *new_handle(void) {
+void *new_handle(void) {
   pthread_mutex_lock(&handle_lock);
   uintptr_t h = next_handle += 0x10;
   pthread_mutex_unlock(&handle_lock);
@@ -639,7 +628,10 @@ EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
   if (greatest) *greatest = -5;
   return cudaSuccess;
 }
-EXPORT cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+EXPORT cudaError_t cudaDeviceSynchronize(void) {
+  emu_synchronized();
+  return cudaSuccess;
+}
 EXPORT cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 EXPORT cudaError_t cudaDriverGetVersion(int *v) {
   if (v) *v = CUDART_VERSION;
@@ -679,15 +671,7 @@ EXPORT const char *cudaGetErrorName(cudaError_t e) {
 }
 
 EXPORT cudaError_t cudaMalloc(void **p, size_t size) { return device_alloc(p, size, "cudaMalloc"); }
-EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
-  (void)s;
-  return device_alloc(p, size, "cudaMallocAsync");
-}
 EXPORT cudaError_t cudaFree(void *p) { return block_free(p, 0, "cudaFree"); }
-EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-  (void)s;
-  return block_free(p, 0, "cudaFreeAsync");
-}
 EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags) {
   (void)flags;
   return device_alloc(p, size, "cudaMallocManaged");
@@ -761,7 +745,7 @@ EXPORT cudaError_t cudaPointerGetAttributes(POINTER_ATTRIBUTES *a, const void *p
 }
 
 /* A copy: only host destinations are written (zeros from the device, bytes from the host). */
-static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
   if (!n) return cudaSuccess;
   int dst_dev, src_dev;
   switch (kind) {
@@ -844,6 +828,7 @@ EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) {
 }
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   (void)s;
+  emu_synchronized();
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) {
@@ -897,6 +882,7 @@ EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   (void)e;
+  emu_synchronized();
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
@@ -1019,26 +1005,6 @@ EXPORT cudaError_t cudaGetSymbolAddress(void **p, const void *sym) {
 EXPORT cudaError_t cudaMemcpyToSymbol(const void *sym, const void *src, size_t n, size_t off,
                                       enum cudaMemcpyKind k) {
   (void)sym; (void)src; (void)n; (void)off; (void)k;
-  return cudaSuccess;
-}
-EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int d) {
-  (void)d;
-  if (pool) *pool = new_handle();
-  return cudaSuccess;
-}
-EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr a, void *v) {
-  (void)pool;
-  (void)a;
-  if (v) *(uint64_t *)v = 0;
-  return cudaSuccess;
-}
-EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr a, void *v) {
-  (void)pool; (void)a; (void)v;
-  return cudaSuccess;
-}
-EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
-  (void)pool;
-  (void)keep;
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaProfilerStart(void) { return cudaSuccess; }

@@ -89,8 +89,15 @@ pub fn report(dir: &Path, name: &str, files: &[PathBuf]) -> Result<String> {
         tables.push((c, read_table(&dir.join(c))?));
     }
 
-    s += "## Runs\n\n| CSV | scenario hash | points | status | backend | device | runtime | vramlab (git) | rustc | candle | cudarc | CUDA driver / runtime | host |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    for c in &csvs {
+    s += "## Runs\n\nA run's source is `measured` (a device or the CPU) or `emulated` (the emulated GPU: \
+          never a device's figures; fitted and compared apart).\n\n\
+          | CSV | scenario hash | points | status | backend | device | source | runtime | vramlab (git) | rustc | candle | cudarc | CUDA driver / runtime | host |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (c, (_, t)) in csvs.iter().zip(&tables) {
+        let source = if t.records.iter().any(|r| r.meter.is_emulated()) {
+            "emulated"
+        } else {
+            "measured"
+        };
         let m = manifest_of(dir, c);
         let v = &m["versions"];
         let st = |k: &str| m[k].as_str().unwrap_or("?").to_string();
@@ -102,7 +109,7 @@ pub fn report(dir: &Path, name: &str, files: &[PathBuf]) -> Result<String> {
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} / {} | {} ({} CPUs) |\n",
+            "| {} | {} | {} | {} | {} | {} | {source} | {} | {} ({}) | {} | {} | {} | {} / {} | {} ({} CPUs) |\n",
             c.display(),
             st("scenario_hash"),
             m["points"],

@@ -1,4 +1,4 @@
-//! `--device` parsing: `cpu` or `cuda:N`, and the meter that goes with it.
+//! `--device` parsing: `cpu`, `cuda:N` or `emu:GPU`, and the meter that goes with it.
 use crate::error::InputError;
 use crate::meter::{cpu::CpuMeter, Meter};
 use crate::vocab::PoolRelease;
@@ -11,37 +11,93 @@ pub fn open(spec: &str) -> Result<(Device, Box<dyn Meter>)> {
     open_with(spec, PoolRelease::default())
 }
 
+/// What a `--device` string names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceSpec<'a> {
+    /// `cpu`.
+    Cpu,
+    /// `cuda` or `cuda:N`: a CUDA device by ordinal.
+    Cuda(usize),
+    /// `emu:GPU`: a catalogued GPU emulated by the stub CUDA runtime (docs/src/guides/emulator.md):
+    /// the torch probe under `vramlab emulate`, or vramlab's CUDA build, whose workers the sweep
+    /// starts under the stubs, where it is the emulated process's `cuda:0`.
+    Emulated(&'a str),
+}
+
 /// The device and meter for a `--device` string; `release` sets a CUDA pool's release
 /// threshold (ignored on CPU).
 pub fn open_with(spec: &str, release: PoolRelease) -> Result<(Device, Box<dyn Meter>)> {
     match parse(spec)? {
-        None => Ok((Device::Cpu, Box::new(CpuMeter::new()))),
-        Some(ordinal) => open_cuda(ordinal, release),
+        DeviceSpec::Cpu => Ok((Device::Cpu, Box::new(CpuMeter::new()))),
+        DeviceSpec::Cuda(ordinal) => open_cuda(ordinal, release),
+        DeviceSpec::Emulated(_) if emulated() => open_cuda(0, release),
+        DeviceSpec::Emulated(gpu) => Err(InputError::arg(format!(
+            "device `emu:{gpu}`: this process is not on the emulated GPU (a sweep starts its \
+             workers under the stubs; or run `vramlab emulate --gpu {gpu} -- vramlab ... --device cuda:0`)"
+        ))
+        .into()),
     }
 }
 
-/// `cpu` → None, `cuda` or `cuda:N` → Some(N); anything else is a one-line error.
-pub(crate) fn parse(spec: &str) -> Result<Option<usize>> {
-    let bad = || InputError::arg(format!("bad device `{spec}` (expected cpu or cuda:N)"));
+/// `cpu`, `cuda`, `cuda:N` or `emu:GPU`; anything else is a one-line error. The catalogue
+/// name is checked where it is used ([`crate::gpu::resolve`]).
+pub fn parse(spec: &str) -> Result<DeviceSpec<'_>> {
+    let bad = || {
+        InputError::arg(format!(
+            "bad device `{spec}` (expected cpu, cuda:N or emu:GPU)"
+        ))
+    };
     match spec {
-        "cpu" => Ok(None),
-        "cuda" => Ok(Some(0)),
-        s => s
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse::<usize>().ok())
-            .map(Some)
-            .ok_or_else(|| bad().into()),
+        "cpu" => Ok(DeviceSpec::Cpu),
+        "cuda" => Ok(DeviceSpec::Cuda(0)),
+        s => match s.strip_prefix("emu:") {
+            Some(gpu) if !gpu.is_empty() => Ok(DeviceSpec::Emulated(gpu)),
+            Some(_) => Err(bad().into()),
+            None => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(DeviceSpec::Cuda)
+                .ok_or_else(|| bad().into()),
+        },
     }
 }
+
+/// The catalogued GPU of an emulated device spec (`emu:GPU`), `None` for any other.
+pub fn emulated_gpu(spec: &str) -> Option<&str> {
+    match parse(spec) {
+        Ok(DeviceSpec::Emulated(gpu)) => Some(gpu),
+        _ => None,
+    }
+}
+
+pub use crate::meter::emulated;
 
 /// Checks that `spec` names a device this process could open, without creating it (no CUDA
 /// context, no cuBLAS): a sweep's parent calls it before it starts any worker, so that a bad
-/// or absent device is one line, not one line per worker.
+/// or absent device is one line, not one line per worker. An emulated GPU is checked against
+/// the catalogue here; its workers run under the stubs.
 pub fn probe(spec: &str) -> Result<()> {
     match parse(spec)? {
-        None => Ok(()),
-        Some(ordinal) => probe_cuda(ordinal),
+        DeviceSpec::Cpu => Ok(()),
+        DeviceSpec::Cuda(ordinal) => probe_cuda(ordinal),
+        DeviceSpec::Emulated(gpu) => probe_emulated(gpu),
     }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn probe_emulated(gpu: &str) -> Result<()> {
+    Err(InputError::arg(format!(
+        "device `emu:{gpu}` runs vramlab's CUDA build on the emulated GPU: this vramlab was built \
+         without CUDA support (rebuild with `--features cuda`, or set runtime = \"torch\" in the scenario)"
+    ))
+    .into())
+}
+
+#[cfg(feature = "cuda")]
+fn probe_emulated(gpu: &str) -> Result<()> {
+    crate::gpu::resolve(Some(gpu), None)
+        .map(|_| ())
+        .map_err(|e| InputError::arg(format!("device `emu:{gpu}`: {e}")).into())
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -156,7 +212,7 @@ mod tests {
 
     #[test]
     fn bad_devices_are_input_errors() {
-        for s in ["gpu", "cuda:x", "cuda:-1"] {
+        for s in ["gpu", "cuda:x", "cuda:-1", "emu:"] {
             let e = open(s).err().unwrap();
             assert_eq!(crate::error::exit_code(&e), 2, "{s}");
             let e = probe(s).err().unwrap();
@@ -181,5 +237,20 @@ mod tests {
         assert_eq!(crate::error::exit_code(&e), 2);
         let e = probe("cuda:0").err().unwrap();
         assert!(e.to_string().contains("built without CUDA support"), "{e}");
+        let e = probe("emu:h100-80gb").err().unwrap();
+        assert!(e.to_string().contains("built without CUDA support"), "{e}");
+        assert_eq!(crate::error::exit_code(&e), 2);
+    }
+
+    #[test]
+    fn an_emulated_device_opens_only_on_the_emulated_gpu() {
+        assert_eq!(
+            parse("emu:rtx-4090").unwrap(),
+            DeviceSpec::Emulated("rtx-4090")
+        );
+        assert!(!emulated(), "the unit tests do not run under the stubs");
+        let e = open("emu:rtx-4090").err().unwrap();
+        assert!(e.to_string().contains("not on the emulated GPU"), "{e}");
+        assert_eq!(crate::error::exit_code(&e), 2);
     }
 }

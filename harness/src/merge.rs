@@ -110,6 +110,16 @@ pub fn merge(out: &Path, inputs: &[PathBuf]) -> Result<Summary> {
                 ),
             ));
         }
+        let emulated = |i: &Input| i.records.iter().any(|r| r.meter.is_emulated());
+        if emulated(i) != emulated(first) {
+            return Err(bad_file(
+                &i.path,
+                format!(
+                    "emulated and measured rows in one merge (with {}): merge each source separately",
+                    first.path.display()
+                ),
+            ));
+        }
         if i.manifest["schema_version"] != first.manifest["schema_version"] {
             return Err(bad_file(
                 &i.path,

@@ -258,11 +258,11 @@ fn stack_axis() {
     scenario("stack-unknown.toml", "line 3: unknown variant `torch-1.0`");
 }
 
-/// `runtime` against `device`: an emulated GPU needs torch, torch needs a GPU (emulated or
-/// real), and the emulated one must be catalogued.
+/// `runtime` against `device`: candle on an emulated GPU needs the CUDA build, torch needs a
+/// GPU (emulated or real), and the emulated one must be catalogued.
 #[test]
 fn runtime_and_device() {
-    scenario("runtime-emu-candle.toml", "which runs PyTorch");
+    scenario("runtime-emu-candle.toml", "built without CUDA support");
     scenario("runtime-torch-cpu.toml", "scripts/torch-cpu.sh");
     scenario("runtime-torch-emu-unknown.toml", "no-such-gpu");
 }

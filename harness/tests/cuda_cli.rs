@@ -1,4 +1,5 @@
-//! `--device cuda:0` on a build without the `cuda` feature: one line, exit code 2, no panic.
+//! `--device cuda:0` or `emu:GPU` on a build without the `cuda` feature: one line, exit code 2,
+//! no panic.
 //! (The CUDA build's "no CUDA device" line is checked by scripts/cuda-build-check.sh, which
 //! runs that build on the link stubs.)
 #![cfg(not(feature = "cuda"))]
@@ -7,6 +8,10 @@ use common::{root, vramlab};
 use predicates::prelude::*;
 
 fn assert_one_line_without_cuda(args: &[&str], scenario: &std::path::Path) {
+    assert_one_line_naming(args, scenario, "cuda:0");
+}
+
+fn assert_one_line_naming(args: &[&str], scenario: &std::path::Path, device: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out = vramlab()
         .arg("sweep")
@@ -18,7 +23,7 @@ fn assert_one_line_without_cuda(args: &[&str], scenario: &std::path::Path) {
         .code(2)
         .stdout(predicate::str::is_empty())
         .stderr(predicate::str::contains("built without CUDA support"))
-        .stderr(predicate::str::contains("cuda:0"))
+        .stderr(predicate::str::contains(device))
         .stderr(predicate::str::contains("panicked").not());
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -55,4 +60,14 @@ fn scenario_device_cuda_without_the_feature() {
     let dir = tempfile::tempdir().unwrap();
     let s = synthetic_scenario(dir.path(), "cuda:0");
     assert_one_line_without_cuda(&[], &s);
+}
+
+/// The emulated GPU runs vramlab's CUDA build: a CPU build says so before anything runs.
+#[test]
+fn emulated_device_without_the_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = synthetic_scenario(dir.path(), "emu:h100-80gb");
+    assert_one_line_naming(&[], &s, "emu:h100-80gb");
+    let s = synthetic_scenario(dir.path(), "cpu");
+    assert_one_line_naming(&["--device", "emu:rtx-4090"], &s, "emu:rtx-4090");
 }

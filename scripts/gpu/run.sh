@@ -31,6 +31,11 @@
 #    then the same torch probe on an emulated H200 (`vramlab emulate --gpu h200`, the stubs
 #    from the bundle's emu-cu13, or built from the torch environment in a rehearsal): the
 #    emulator's calibration against the real run, in $stem-torch-emulated.csv;
+#    and vramlab's CUDA build on the same emulated H200 (`--device emu:h200`, the device's own
+#    binary; in a rehearsal VRAMLAB_CUDA_BIN, default scripts/cuda-build-check.sh's build, with
+#    its link stubs): $stem-candle-emulated.csv, and on a device the per-phase real-vs-emulated
+#    table `vramlab compare` prints, $stem-candle-real-vs-emulated.md. So the first device run
+#    runs code that has already run, on the emulated card;
 # 4. every step has a time limit within VRAMLAB_RUN_BUDGET seconds.
 set -uo pipefail
 
@@ -64,7 +69,22 @@ else
 fi
 EMU_GPU="${VRAMLAB_EMU_GPU:-h200}"   # the emulated twin of the device
 CUDA_OPS="${VRAMLAB_CUDA_OPS:-}"
+# vramlab's CUDA build for the emulated twin: the device binary itself; in a rehearsal, the one
+# scripts/cuda-build-check.sh builds, which starts on its link stubs (the workers run under the
+# emulator's).
+CUDA_CACHE="${VRAMLAB_CUDA_CACHE:-$HOME/.cache/vramlab-cuda}"
+if [ "$MODE" = device ]; then
+  CUDA_BIN="${VRAMLAB_CUDA_BIN:-$BIN}"
+  CUDA_LIB_PATH=""   # the libraries step 1 finds
+else
+  CUDA_BIN="${VRAMLAB_CUDA_BIN:-$CUDA_CACHE/target/debug/vramlab}"
+  CUDA_LIB_PATH="$CUDA_CACHE/cuda-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 [ -z "$CUDA_OPS" ] && [ "$MODE" = device ] && CUDA_OPS="$BUNDLE/cuda_ops"
+# The emulator's stubs: the bundle's on a device (built from the CUDA headers, no torch needed);
+# in a rehearsal, built from the torch environment.
+BUNDLE_STUBS=""
+[ "$MODE" = device ] && BUNDLE_STUBS="$BUNDLE/emu-cu13"
 T0=$SECONDS
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/vramlab-gpu-run.XXXXXX")"
 WORK="$SCRATCH/gpu-run"         # the archive's one top folder
@@ -220,6 +240,27 @@ for scenario in $SCENARIOS; do
   say "vramlab $stem exit $rc"
   [ "$rc" -eq 0 ] || sweep_rc=$rc
   pack
+  if [ -x "$CUDA_BIN" ]; then
+    t="$(limit "$SWEEP_TIMEOUT")"
+    say "vramlab (CUDA build) sweep $scenario --device emu:$EMU_GPU (limit ${t}s)"
+    t1=$SECONDS
+    timeout -k 10 "$t" env LD_LIBRARY_PATH="${CUDA_LIB_PATH:-${LD_LIBRARY_PATH:-}}" \
+      ${BUNDLE_STUBS:+VRAMLAB_EMU_STUBS="$BUNDLE_STUBS"} "$CUDA_BIN" sweep "$scenario" \
+      --device "emu:$EMU_GPU" --out "$WORK/$stem-candle-emulated.csv" >>"$LOG" 2>&1
+    rc=$?
+    STEPS+=("candle emulated $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-candle-emulated.csv")")
+    say "vramlab emulated $stem exit $rc"
+    [ "$rc" -eq 0 ] || sweep_rc=$rc
+    if [ "$MODE" = device ] && [ -f "$WORK/$stem-candle.csv" ] && [ -f "$WORK/$stem-candle-emulated.csv" ]; then
+      # Real against emulated, per phase: the emulator's calibration for candle (exit 1 is a
+      # difference past the margins, which is what this table reports).
+      "$BIN" compare "$WORK/$stem-candle.csv" "$WORK/$stem-candle-emulated.csv" \
+        --allow-device-change --markdown >"$WORK/$stem-candle-real-vs-emulated.md" 2>>"$LOG"
+    fi
+  else
+    STEPS+=("candle emulated $stem: skipped (no CUDA build at $CUDA_BIN; rehearsal: scripts/cuda-build-check.sh or VRAMLAB_CUDA_BIN)")
+  fi
+  pack
   if [ "$torch_ok" = 1 ] && [ "$diffusers_ok" = 0 ] && grep -q '"generate"' "$scenario"; then
     STEPS+=("torch $stem: skipped (generation needs diffusers, not importable in $PYTHON)")
   elif [ "$torch_ok" = 1 ]; then
@@ -242,7 +283,7 @@ for scenario in $SCENARIOS; do
     say "torch_probe $scenario on an emulated $EMU_GPU (limit ${t}s)"
     t1=$SECONDS
     emu_env=(VRAMLAB_PYTHON_DIR="$ROOT/harness/python")
-    [ "$MODE" = device ] && emu_env+=(VRAMLAB_EMU_STUBS="$BUNDLE/emu-cu13")
+    [ -n "$BUNDLE_STUBS" ] && emu_env+=(VRAMLAB_EMU_STUBS="$BUNDLE_STUBS")
     timeout -k 10 "$t" env "${emu_env[@]}" "$BIN" emulate --gpu "$EMU_GPU" -- "$PYTHON" \
       scripts/torch_probe "$scenario" --device cuda:0 --out "$WORK/$stem-torch-emulated.csv" \
       >>"$LOG" 2>&1

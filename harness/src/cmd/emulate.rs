@@ -292,14 +292,17 @@ fn json(
 }
 
 fn print_table(f: &Finished, v: &Verdict, primary: Option<&Process>, rep: &Report, gpu: &Gpu) {
+    let runtime = match &rep.torch {
+        Some(t) => format!("torch {t} (CUDA {})", rep.cuda.as_deref().unwrap_or("?")),
+        // vramlab's CUDA build, a candle program: the stubs' own records only.
+        None => "no PyTorch report (the figures are the stubs' own)".to_string(),
+    };
     println!(
-        "{} — {} total, {} usable after the CUDA context ({}); torch {} (CUDA {})",
+        "{} — {} total, {} usable after the CUDA context ({}); {runtime}",
         gpu.row_name(),
         crate::units::gb_gib(gpu.total_bytes),
         crate::units::gb_gib(gpu.usable_bytes()),
         crate::units::human(CONTEXT_BYTES),
-        rep.torch.as_deref().unwrap_or("?"),
-        rep.cuda.as_deref().unwrap_or("?"),
     );
     let head = |first: &str, second: &str| {
         println!(

@@ -53,12 +53,14 @@ pub fn run(a: Args) -> Result<()> {
     // and emulated rows are their own source: never fitted together with measured ones.
     for r in &records {
         let first = &records[0];
-        let emulated =
-            |r: &crate::record::Record| r.meter == crate::vocab::MeterKind::TorchEmulated;
-        if emulated(r) != emulated(first) {
+        if r.meter.is_emulated() != first.meter.is_emulated() {
+            let e = if r.meter.is_emulated() { r } else { first };
             return Err(bad_file(
                 &a.csv[0],
-                "the CSVs mix emulated rows (meter torch-emulated) with measured ones; fit them separately",
+                format!(
+                    "the CSVs mix emulated rows (meter {}) with measured ones; fit them separately",
+                    e.meter
+                ),
             ));
         }
         if (r.meter.runtime(), r.backend) != (first.meter.runtime(), first.backend) {

@@ -17,9 +17,10 @@ pub struct Args {
     /// Default: `results/<scenario name>.csv`.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Device to measure on: `cpu` or `cuda:N`; with `runtime = "torch"` in the scenario,
-    /// `emu:GPU` (an emulated GPU, e.g. emu:h100-80gb) or `cuda:N`. Overrides the scenario's
-    /// `device`.
+    /// Device to measure on: `cpu`, `cuda:N` or `emu:GPU` (a catalogued GPU emulated by the stub
+    /// CUDA runtime, e.g. emu:h100-80gb: vramlab's CUDA build runs there, its rows say
+    /// `meter = cuda-pool-emulated`). With `runtime = "torch"` in the scenario: `emu:GPU` or
+    /// `cuda:N`. Overrides the scenario's `device`.
     #[arg(long)]
     pub device: Option<String>,
     /// Print the expanded point ids, one per line, and exit without measuring.
@@ -30,7 +31,7 @@ pub struct Args {
     pub quiet: bool,
     /// A memory budget for the CPU device, emulating a smaller GPU: e.g. 2GiB, 512MiB, 1.5GB.
     /// A point whose phase would pass it is recorded `status=oom` and the sweep goes on.
-    /// With `runtime = "torch"` on `emu:GPU`: the emulated GPU's total memory instead.
+    /// On `emu:GPU` (either runtime): the emulated GPU's total memory instead.
     #[arg(long, value_name = "SIZE")]
     pub capacity: Option<String>,
     /// Resume into an existing --out (the default when it exists and its manifest's scenario

@@ -108,6 +108,27 @@ pub fn check_compatible(
             ),
         ));
     }
+    // Emulated rows are their own source: beside measured ones only as a device change
+    // (a device run's real-vs-emulated table), never silently.
+    let emulated = |t: &Table| distinct(t.records.iter().map(|r| r.meter.is_emulated()));
+    if !allow.device_change && emulated(b) != emulated(n) {
+        let says = |t: &Table| {
+            if emulated(t).contains(&true) {
+                "emulated"
+            } else {
+                "measured"
+            }
+        };
+        return Err(bad_file(
+            np,
+            format!(
+                "its rows are {}, {}'s are {}: emulated and measured rows are compared only with --allow-device-change",
+                says(n),
+                bp.display(),
+                says(b)
+            ),
+        ));
+    }
     let devices = |t: &Table| {
         distinct(
             t.records

@@ -95,7 +95,9 @@ pub fn which(program: &str) -> Option<PathBuf> {
 }
 
 /// The Python whose torch the stubs must match: `--python`, the command itself when it is a
-/// Python interpreter, else `python3` on PATH.
+/// Python interpreter, the interpreter of a Python script's `#!` line, for a native program
+/// (vramlab's CUDA build, a candle program) the default torch environment ([`default_python`]),
+/// else `python3` on PATH.
 pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
         return which(&p.to_string_lossy()).ok_or_else(|| {
@@ -111,6 +113,9 @@ pub fn python_for(command: &[String], explicit: Option<&Path>) -> Result<PathBuf
         // A Python entry point (torchrun, accelerate, vllm): the interpreter of its shebang.
         if let Some(py) = which(first).and_then(|p| shebang_python(&p)) {
             return Ok(py);
+        }
+        if native_program(first) {
+            return default_python();
         }
     }
     let name = if base.starts_with("python") {
@@ -323,7 +328,36 @@ fn loadable(stubs: &Path) -> PathBuf {
     for lib in ["libvramlab_emu.so", "libcuda.so.1"] {
         let _ = std::fs::copy(stubs.join(lib), copy.join(lib));
     }
+    let libs = copy.join(CUDA_LIBS);
+    let _ = std::fs::create_dir_all(&libs);
+    for lib in std::fs::read_dir(stubs.join(CUDA_LIBS))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = std::fs::copy(lib.path(), libs.join(lib.file_name()));
+    }
     copy
+}
+
+/// The stub folder's subfolder of empty libraries under the sonames of libcudart, cuBLAS and
+/// cuRAND (scripts/emulator-build.sh): what a program linked against them needs to load.
+const CUDA_LIBS: &str = "cuda-libs";
+
+/// Whether `program` is an ELF executable other than a Python interpreter: a program linked
+/// against the CUDA libraries itself (vramlab's CUDA build, a candle program), which gets
+/// [`CUDA_LIBS`] on its library path. A Python program's torch brings its own libraries, which
+/// those empty ones must not shadow.
+fn native_program(program: &str) -> bool {
+    use std::io::Read;
+    let python = Path::new(program)
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("python"));
+    let mut magic = [0u8; 4];
+    let elf = which(program)
+        .and_then(|p| std::fs::File::open(p).ok())
+        .is_some_and(|mut f| f.read_exact(&mut magic).is_ok() && &magic == b"\x7fELF");
+    elf && !python
 }
 
 impl Launch<'_> {
@@ -349,8 +383,15 @@ impl Launch<'_> {
             v = b;
             v
         };
+        let mut lib_path = prepend("LD_LIBRARY_PATH", &stubs);
+        if native_program(&argv[0]) {
+            // After the caller's own folders: real CUDA libraries there load instead (the
+            // preloaded stubs still answer every call they define).
+            lib_path.push(":");
+            lib_path.push(stubs.join(CUDA_LIBS));
+        }
         c.env("LD_PRELOAD", ld_preload)
-            .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &stubs))
+            .env("LD_LIBRARY_PATH", lib_path)
             .env("PYTHONPATH", pythonpath)
             .env("VRAMLAB_EMU_DIR", dir)
             .env("VRAMLAB_EMU_DEVICES", self.devices.to_string())

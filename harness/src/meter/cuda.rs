@@ -111,6 +111,10 @@ impl PoolAttrs for CudarcPool {
             .map_err(driver_err)
             .with_context(|| format!("trimming the memory pool to {keep} B"))
     }
+
+    fn emulated(&self) -> bool {
+        super::emulated()
+    }
 }
 
 #[link(name = "cudart")]
@@ -137,9 +141,12 @@ pub fn facts(dev: &candle_core::CudaDevice) -> Result<super::GpuFacts> {
     let mut rt: std::ffi::c_int = 0;
     // SAFETY: writes one int; needs no device.
     let rt_ok = unsafe { cudaRuntimeGetVersion(&mut rt) } == 0;
-    // The kernel module's version (e.g. 580.65.06), where the proc file exists.
-    let kernel_module = std::fs::read_to_string("/proc/driver/nvidia/version")
-        .ok()
+    let emulated = super::emulated();
+    // The kernel module's version (e.g. 580.65.06), where the proc file exists (not the
+    // emulated GPU's: the stubs answer for no kernel module).
+    let kernel_module = (!emulated)
+        .then(|| std::fs::read_to_string("/proc/driver/nvidia/version").ok())
+        .flatten()
         .and_then(|t| {
             let line = t.lines().next()?.to_string();
             line.split_whitespace()
@@ -148,10 +155,16 @@ pub fn facts(dev: &candle_core::CudaDevice) -> Result<super::GpuFacts> {
         });
     let driver_version = match kernel_module {
         Some(k) => format!("{k} (CUDA {})", cuda_version_string(drv)),
+        None if emulated => format!("emulated (CUDA {})", cuda_version_string(drv)),
         None => format!("CUDA {}", cuda_version_string(drv)),
     };
     Ok(super::GpuFacts {
-        name,
+        // The emulated GPU never passes for the device it presents.
+        name: if emulated {
+            format!("{name} (emulated)")
+        } else {
+            name
+        },
         total_memory,
         driver_version,
         runtime_version: if rt_ok {

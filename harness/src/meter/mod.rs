@@ -86,3 +86,15 @@ pub struct GpuFacts {
     /// Whether candle allocates through the pool (`cuMemAllocAsync`).
     pub async_alloc: bool,
 }
+
+/// Whether this process runs on the emulated GPU: the preloaded stubs
+/// (`libvramlab_emu.so`, docs/src/guides/emulator.md) define `vramlab_emu_stats`, which no
+/// CUDA library does. Rows measured there carry `meter = cuda-pool-emulated` and a device name
+/// ending in "(emulated)", never passing for a device's.
+pub fn emulated() -> bool {
+    static EMULATED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EMULATED.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the symbol up.
+        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"vramlab_emu_stats".as_ptr()) }.is_null()
+    })
+}

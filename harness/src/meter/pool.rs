@@ -38,6 +38,8 @@ pub trait PoolAttrs {
     fn mem_info(&self) -> Result<(u64, u64)>;
     /// Releases the pool's unused memory down to `keep` bytes (`cuMemPoolTrimTo`).
     fn trim_to(&mut self, keep: u64) -> Result<()>;
+    /// Whether the pool is the emulated GPU's (the stub runtime's, `meter = cuda-pool-emulated`).
+    fn emulated(&self) -> bool;
 }
 
 pub use crate::vocab::{MeterKind, PoolRelease};
@@ -102,7 +104,7 @@ impl<P: PoolAttrs> PoolMeter<P> {
 /// The `pool_release` CSV column for a meter of kind `meter_kind`: the option where a pool is
 /// read (`cuda-pool`), empty otherwise.
 pub fn release_column(meter_kind: MeterKind, release: PoolRelease) -> Option<PoolRelease> {
-    (meter_kind == MeterKind::CudaPool).then_some(release)
+    meter_kind.reads_pool().then_some(release)
 }
 
 /// The manifest's `pool` object for a meter of kind `meter_kind`; null on CPU.
@@ -111,6 +113,12 @@ pub fn pool_json(meter_kind: MeterKind, release: PoolRelease) -> serde_json::Val
         MeterKind::CudaPool => serde_json::json!({
             "meter": meter_kind,
             "pool": "device's current pool (cuDeviceGetMemPool), used by cuMemAllocAsync",
+            "pool_release": release.as_str(),
+            "release_threshold": release.threshold(),
+        }),
+        MeterKind::CudaPoolEmulated => serde_json::json!({
+            "meter": meter_kind,
+            "pool": "the emulated GPU's default pool (stub runtime, docs/src/guides/emulator.md): used exact by rule, reserved modelled in 2 MiB granules",
             "pool_release": release.as_str(),
             "release_threshold": release.threshold(),
         }),
@@ -131,6 +139,7 @@ fn device_used<P: PoolAttrs>(pool: &P) -> Result<u64> {
 impl<P: PoolAttrs> Meter for PoolMeter<P> {
     fn kind(&self) -> MeterKind {
         match self.mode {
+            PoolMode::Pool if self.pool.emulated() => MeterKind::CudaPoolEmulated,
             PoolMode::Pool => MeterKind::CudaPool,
             PoolMode::MemInfo => MeterKind::CudaMeminfo,
         }
@@ -228,6 +237,8 @@ pub(crate) mod fake {
         pub plain: u64,
         pub log: RefCell<Vec<String>>,
         pub fail_set: bool,
+        /// The stub runtime's pool (the emulated GPU).
+        pub emulated: bool,
     }
 
     impl FakePool {
@@ -323,6 +334,9 @@ pub(crate) mod fake {
                 .insert(PoolAttr::ReservedCurrent, reserved.min(used.max(keep)));
             Ok(())
         }
+        fn emulated(&self) -> bool {
+            self.emulated
+        }
     }
 }
 
@@ -346,6 +360,18 @@ mod tests {
         // No pool attribute is touched without async allocation.
         assert!(m.pool().log.borrow().iter().all(|l| !l.starts_with("set")));
         assert_eq!(m.pool_release_column(), None);
+        // The emulated GPU's pool: its own meter kind, a pool_release column, and the manifest
+        // says where the figures come from.
+        let emu = FakePool {
+            emulated: true,
+            ..FakePool::new(true)
+        };
+        let m = PoolMeter::new(emu, PoolRelease::Release).unwrap();
+        assert_eq!(m.kind(), MeterKind::CudaPoolEmulated);
+        assert!(m.kind().is_emulated() && !MeterKind::CudaPool.is_emulated());
+        assert_eq!(m.pool_release_column(), Some(PoolRelease::Release));
+        assert_eq!(m.settings_json()["meter"], "cuda-pool-emulated");
+        assert_eq!(m.settings_json()["release_threshold"], 0);
     }
 
     #[test]

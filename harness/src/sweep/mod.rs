@@ -6,6 +6,7 @@
 //! Every mode shards (`--shard K/N`), honours `--capacity` (a point whose phase would pass it
 //! is recorded `oom` and the sweep goes on), records the capacity and the shard in the
 //! manifest, and measures in worker processes under the parent's supervision.
+pub mod emulated;
 pub mod llm;
 pub mod output;
 pub mod pipeline;
@@ -281,6 +282,11 @@ pub fn parent<P: SweepPoint>(
         }
         Runtime::Torch => Some(torch::Probe::open(r)?),
     };
+    // vramlab's CUDA build on an emulated GPU: its workers run under the stubs.
+    let emulator = match (&probe, crate::device::emulated_gpu(&r.device_spec)) {
+        (None, Some(gpu)) => Some(emulated::EmulatedWorkers::new(gpu, r.capacity)?),
+        _ => None,
+    };
     let _lock = output::lock(out)?;
     let shard = r.shard.map(|s| s.to_string());
     let mut done = output::resume_or_create(
@@ -315,10 +321,10 @@ pub fn parent<P: SweepPoint>(
         run_id: run_id.clone(),
         scenario_hash: r.scenario_hash.clone(),
         backend: if cpu { Backend::Cpu } else { Backend::Cuda },
-        device_name: if cpu {
-            crate::device::name(&candle_core::Device::Cpu)
-        } else {
-            r.device_spec.clone()
+        device_name: match (&emulator, cpu) {
+            (Some(e), _) => e.device_name(),
+            (None, true) => crate::device::name(&candle_core::Device::Cpu),
+            (None, false) => r.device_spec.clone(),
         },
         ..Default::default()
     };
@@ -363,21 +369,27 @@ pub fn parent<P: SweepPoint>(
         if let Some(p) = &probe {
             return p.command(r, &run_id, points[start..end].iter().map(|p| p.id()));
         }
-        let mut c = Command::new(&exe);
-        // One-line errors from workers: the parent reports them.
-        c.env("RUST_BACKTRACE", "0")
-            .arg("sweep")
-            .arg(&o.scenario)
-            .arg("--out")
-            .arg(out)
-            .args(["--device", &r.device_spec, "--quiet", "--run-id", &run_id])
-            .args(["--worker", &format!("{start:06}:{end:06}")]);
-        if let Some(cap) = &o.capacity {
-            c.args(["--capacity", cap]);
+        let mut args: Vec<String> = vec!["sweep".into(), o.scenario.display().to_string()];
+        args.extend(["--out".into(), out.display().to_string()]);
+        args.extend(["--device", &r.device_spec, "--quiet", "--run-id", &run_id].map(String::from));
+        args.extend(["--worker".into(), format!("{start:06}:{end:06}")]);
+        // On an emulated GPU the capacity is the GPU's memory, not the host's.
+        if let (Some(cap), None) = (&o.capacity, &emulator) {
+            args.extend(["--capacity".into(), cap.clone()]);
         }
         if let Some(s) = &shard {
-            c.args(["--shard", s]);
+            args.extend(["--shard".into(), s.clone()]);
         }
+        let mut c = match &emulator {
+            Some(e) => e.command(&exe, &args),
+            None => {
+                let mut c = Command::new(&exe);
+                c.args(&args);
+                c
+            }
+        };
+        // One-line errors from workers: the parent reports them.
+        c.env("RUST_BACKTRACE", "0");
         c
     };
     let bar = runner::progress_bar(points.len());
@@ -386,6 +398,7 @@ pub fn parent<P: SweepPoint>(
     let meter = match (&probe, cpu) {
         (Some(_), _) => torch::meter(&r.device_spec),
         (None, true) => crate::vocab::MeterKind::CpuAlloc,
+        (None, false) if emulator.is_some() => crate::vocab::MeterKind::CudaPoolEmulated,
         (None, false) => crate::vocab::MeterKind::CudaPool,
     };
     let failed_row = |p: &P, phase: Phase, status: Status, peak: Option<u64>, msg: String| {

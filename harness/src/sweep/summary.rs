@@ -56,7 +56,8 @@ pub fn print(csv: &Path) -> Result<()> {
             // Generation points: the phase that holds the peak.
             (Some(Status::Ok), Some(p)) => format!("ok (peak in {p})"),
             (Some(Status::Ok), None) => "ok".to_string(),
-            _ => format!("{:?}: {}", r.status, r.message),
+            (Some(st), _) => format!("{st}: {}", r.message),
+            (None, _) => format!("no status: {}", r.message),
         };
         println!(
             "{:<width$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}  {status}",

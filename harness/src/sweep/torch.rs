@@ -15,24 +15,25 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The catalogued GPU of an emulated device spec (`emu:GPU`), `None` for a real one: the one
-/// place a sweep's device string says "emulated".
-pub fn emulated_gpu(device: &str) -> Option<&str> {
-    device.strip_prefix("emu:")
-}
+pub use crate::device::emulated_gpu;
 
 /// The device a runtime can measure on, checked before anything runs (one line, exit 2).
 pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
     match (runtime, emulated_gpu(device)) {
-        (Runtime::Candle, Some(_)) => Err(InputError::arg(format!(
-            "device `{device}` is an emulated GPU, which runs PyTorch: set runtime = \"torch\" in the scenario"
-        ))
-        .into()),
+        // vramlab's CUDA build under the stubs: the catalogue name and the build checked here.
+        (Runtime::Candle, Some(_)) => crate::device::probe(device),
         (Runtime::Candle, None) => Ok(()),
         (Runtime::Torch, Some(gpu)) => crate::gpu::resolve(Some(gpu), None)
             .map(|_| ())
             .map_err(|e| InputError::arg(format!("device `{device}`: {e}")).into()),
-        (Runtime::Torch, None) if matches!(crate::device::parse(device), Ok(Some(_))) => Ok(()),
+        (Runtime::Torch, None)
+            if matches!(
+                crate::device::parse(device),
+                Ok(crate::device::DeviceSpec::Cuda(_))
+            ) =>
+        {
+            Ok(())
+        }
         (Runtime::Torch, None) => Err(InputError::arg(format!(
             "device `{device}`: runtime = \"torch\" measures on emu:GPU or cuda:N (PyTorch on CPU \
              needs the preload meter: scripts/torch-cpu.sh SCENARIO --out FILE.csv)"
@@ -161,7 +162,12 @@ mod tests {
     #[test]
     fn devices_are_checked_against_the_runtime() {
         assert!(check_device(Runtime::Candle, "cpu").is_ok());
-        assert!(check_device(Runtime::Candle, "emu:h100-80gb").is_err());
+        // vramlab's CUDA build runs on an emulated GPU; a CPU build says it cannot.
+        assert_eq!(
+            check_device(Runtime::Candle, "emu:h100-80gb").is_ok(),
+            cfg!(feature = "cuda")
+        );
+        assert!(check_device(Runtime::Candle, "emu:no-such-gpu").is_err());
         assert!(check_device(Runtime::Torch, "emu:h100-80gb").is_ok());
         assert!(check_device(Runtime::Torch, "emu:no-such-gpu").is_err());
         assert!(check_device(Runtime::Torch, "cuda:1").is_ok());

@@ -91,6 +91,10 @@ vocab! {
         CpuPreload,
         /// The CUDA memory pool's high-water marks.
         CudaPool,
+        /// The same pool attributes read through the same code on an emulated GPU (vramlab's
+        /// CUDA build under the stub runtime, `device = "emu:GPU"`): allocated exact by rule,
+        /// reserved modelled. Never passes for a measured row.
+        CudaPoolEmulated,
         /// `cuMemGetInfo` differences (no pool).
         CudaMeminfo,
         /// `torch.cuda` statistics (the torch probe on a GPU).
@@ -108,8 +112,22 @@ impl MeterKind {
             MeterKind::CpuPreload | MeterKind::TorchCuda | MeterKind::TorchEmulated => {
                 Runtime::Torch
             }
-            MeterKind::CpuAlloc | MeterKind::CudaPool | MeterKind::CudaMeminfo => Runtime::Candle,
+            MeterKind::CpuAlloc
+            | MeterKind::CudaPool
+            | MeterKind::CudaPoolEmulated
+            | MeterKind::CudaMeminfo => Runtime::Candle,
         }
+    }
+
+    /// Whether rows of this meter come from the emulated GPU (any runtime): their own source,
+    /// which `fit`, `compare`, `merge` and `bundle` keep apart from measured rows.
+    pub fn is_emulated(&self) -> bool {
+        matches!(self, MeterKind::TorchEmulated | MeterKind::CudaPoolEmulated)
+    }
+
+    /// Whether rows of this meter read a CUDA memory pool (and carry `pool_release`).
+    pub fn reads_pool(&self) -> bool {
+        matches!(self, MeterKind::CudaPool | MeterKind::CudaPoolEmulated)
     }
 }
 

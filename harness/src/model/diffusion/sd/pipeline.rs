@@ -41,12 +41,17 @@ impl Sd {
     }
 }
 
-/// candle's sliced attention size for the UNet: `sliced` slices the heads by half a block's
-/// head count (candle's automatic setting, `Some(0)`); `eager` attends all heads at once.
+/// candle's sliced attention size for the UNet: `eager` attends all heads at once. `sliced`
+/// is refused: candle 0.11's `CrossAttention::sliced_attention` stacks its rank-3 slices into a
+/// rank-4 tensor that `reshape_batch_dim_to_heads` then rejects ("unexpected rank, expected: 3,
+/// got: 4"), on every device; the CUDA build on the emulated GPU found it (no run had used it).
 pub fn sliced_size(a: Attention) -> Result<Option<usize>> {
     match a {
         Attention::Eager => Ok(None),
-        Attention::Sliced => Ok(Some(0)),
+        Attention::Sliced => anyhow::bail!(
+            "attention `sliced` on Stable Diffusion: candle 0.11's sliced attention fails on every \
+             device (its slices are stacked to rank 4); use eager"
+        ),
         other => anyhow::bail!(
             "attention `{other}` is not available for generation yet (eager or sliced)"
         ),

@@ -7,7 +7,7 @@
 #   scripts/emulator-build.sh [PYTHON]     # PYTHON defaults to scripts/torch-env.sh's
 #   scripts/emulator-build.sh --headers INC[:INC...] OUT
 #
-# The hand-written entry points are harness/emulator/{emu,pool,refused}.c. Every other CUDA runtime and cuBLAS
+# The hand-written entry points are harness/emulator/{emu,runtime,launch,pool,refused}.c. Every other CUDA runtime and cuBLAS
 # function gets a generated stub that returns success, so no call reaches the real libcudart
 # (which would look for a driver). For a torch environment these are the functions its torch
 # libraries import; the output is cached by a hash of the sources, torch's version and the
@@ -117,11 +117,19 @@ if [ "$MODE" = torch ]; then
     exit 0
   fi
 fi
-cc "${CFLAGS[@]}" -c "$ROOT/harness/emulator/emu.c" -o "$tmp/emu.o"
-cc "${CFLAGS[@]}" -c "$ROOT/harness/emulator/pool.c" -o "$tmp/pool.o"
+# The hand-written files, by area: emu.c (devices, failures, records, memory), runtime.c
+# (properties, allocation, copies), launch.c (streams, events, launches, the driver, cuBLAS),
+# pool.c (the stream-ordered pool, cuRAND).
+HAND=(emu runtime launch pool)
+objs=()
+for f in "${HAND[@]}"; do
+  cc "${CFLAGS[@]}" -c "$ROOT/harness/emulator/$f.c" -o "$tmp/$f.o"
+  objs+=("$tmp/$f.o")
+done
 cc -O2 -fPIC -Wall -fvisibility=hidden -c "$ROOT/harness/emulator/refused.c" -o "$tmp/refused.o"
-# The names emu.c, pool.c and refused.c define; every other CUDA runtime or cuBLAS name torch imports gets a stub.
-nm --defined-only -g "$tmp/emu.o" "$tmp/pool.o" "$tmp/refused.o" | awk '{print $3}' | sort -u >"$tmp/defined"
+objs+=("$tmp/refused.o")
+# The names the hand-written files define; every other CUDA runtime or cuBLAS name torch imports gets a stub.
+nm --defined-only -g "${objs[@]}" | awk '{print $3}' | sort -u >"$tmp/defined"
 if [ "$MODE" = torch ]; then
   # Imported, and also cuBLAS's own names where torch links cuBLAS statically and exports them
   # (the CUDA 10 wheels): preloaded, ours come first there too.
@@ -154,8 +162,8 @@ comm -23 "$tmp/imported" "$tmp/defined" >"$tmp/generated"
   done <"$tmp/generated"
 } >"$tmp/generated.c"
 cc -O2 -fPIC -c "$tmp/generated.c" -o "$tmp/generated.o"
-cc -shared -o "$tmp/libvramlab_emu.so" "$tmp/emu.o" "$tmp/pool.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
-cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "$tmp/emu.o" "$tmp/pool.o" "$tmp/refused.o" "$tmp/generated.o" -ldl -lpthread
+cc -shared -o "$tmp/libvramlab_emu.so" "${objs[@]}" "$tmp/generated.o" -ldl -lpthread
+cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "${objs[@]}" "$tmp/generated.o" -ldl -lpthread
 mkdir -p "$tmp/cuda-libs"
 for so in libcudart.so.{11,12,13} libcublas.so.{11,12,13} libcublasLt.so.{11,12,13} libcurand.so.10; do
   cc -shared -Wl,-soname,"$so" -o "$tmp/cuda-libs/$so" -x c /dev/null

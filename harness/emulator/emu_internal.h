@@ -1,6 +1,6 @@
 /*
- * What emu.c shares with the emulator's other files (pool.c): the emulated devices, the
- * failure line, device memory and handles. Internal to libvramlab_emu.so (built with
+ * What emu.c shares with the emulator's other files (runtime.c, launch.c, pool.c): the emulated
+ * devices, the failure line, device memory and handles. Internal to libvramlab_emu.so (built with
  * -fvisibility=hidden): nothing here is exported. Include after the CUDA headers.
  */
 #ifndef VRAMLAB_EMU_INTERNAL_H
@@ -23,6 +23,8 @@ struct emu_gpu {
 /* The emulated GPU (from the VRAMLAB_EMU_* variables; `present` is 0 without them). */
 const struct emu_gpu *dev(void);
 int valid_device(int d);
+/* The failure for an ordinal the emulated GPUs do not have, naming how many there are. */
+cudaError_t bad_device(const char *call, int d);
 /* The calling thread's device (cudaSetDevice, cuCtxSetCurrent). */
 extern __thread int current;
 

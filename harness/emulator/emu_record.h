@@ -13,6 +13,24 @@
  *   device share its capacity, as they do on a GPU.
  *
  * Every field is a little-endian uint64_t unless said otherwise; strings are NUL-terminated.
+ *
+ * The rest of the stubs' interface with vramlab:
+ * - exported beside the CUDA names, read through ctypes by vramlab.phase (harness/python) and
+ *   looked up by the CUDA build (meter::emulated): vramlab_emu_stats(used, peak, capacity, ...)
+ *   and vramlab_emu_reset_peak() (emu.c);
+ * - the environment `vramlab emulate` sets (harness/src/emulate/mod.rs, gpu.rs):
+ *   VRAMLAB_EMU_NAME       the device name CUDA reports;
+ *   VRAMLAB_EMU_TOTAL      totalGlobalMem, bytes (without it the stubs present no device);
+ *   VRAMLAB_EMU_CONTEXT    bytes the context and modules hold outside any allocator;
+ *   VRAMLAB_EMU_DEVICES    devices presented, all alike (default 1);
+ *   VRAMLAB_EMU_CC_MAJOR, VRAMLAB_EMU_CC_MINOR   compute capability;
+ *   VRAMLAB_EMU_SMS, VRAMLAB_EMU_L2, VRAMLAB_EMU_THREADS_PER_SM,
+ *   VRAMLAB_EMU_SMEM_OPTIN, VRAMLAB_EMU_SMEM_PER_SM   the properties of that name;
+ *   VRAMLAB_EMU_DIR        the run folder of these records (none: counted in the process only);
+ *   VRAMLAB_EMU_NO_WEIGHTS `--no-weights`, read by the Python boot;
+ *   VRAMLAB_EMU_ARCHS      torch's compiled architectures, set by the boot (launch.c);
+ *   VRAMLAB_EMU_STUBS      (read by vramlab, not the stubs) a stub folder to use instead of
+ *                          building one.
  */
 #ifndef VRAMLAB_EMU_RECORD_H
 #define VRAMLAB_EMU_RECORD_H

@@ -18,17 +18,7 @@
  * The segments are device memory like cudaMalloc's: they count against the device's capacity
  * and in cuMemGetInfo, shared with every process of the run.
  */
-#define _GNU_SOURCE
-#include <cublas_v2.h>
-#include <cuda.h>
-#include <cuda_runtime_api.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "emu_internal.h"
+#include "emu_cuda.h"
 
 #define POOL_GRANULE ((size_t)2 << 20)
 #define POOL_ALIGN ((size_t)512)

@@ -1,4 +1,5 @@
-//! Command-line definition (clap). Nothing else in the crate uses clap.
+//! Command-line definition (clap): the subcommands and the flags they share; each subcommand's
+//! own flags are its `Args` in its file under `cmd/`.
 use clap::{Parser, Subcommand};
 
 /// vramlab: how much memory does this model need, in this configuration? Measured, not guessed.
@@ -32,7 +33,11 @@ pub enum Command {
     /// Write synthetic weights (real shapes of a config.json, seeded values) as safetensors.
     SynthWeights(crate::cmd::synth_weights::Args),
     /// Greedy-decode from token ids (checks a model implementation).
-    Generate(crate::cmd::generate::Args),
+    ///
+    /// Formerly `vramlab generate`, which still works as an alias until the next release
+    /// ("generate" is a diffusion pipeline everywhere else).
+    #[command(alias = "generate")]
+    Decode(crate::cmd::decode::Args),
     /// Fit per-group constants (NNLS) on calibration CSVs; report held-out error.
     Fit(crate::cmd::fit::Args),
     /// Estimate the memory of a configuration, the smallest GPU that fits it, and the largest
@@ -90,6 +95,24 @@ pub enum Command {
     /// analytic and the emulated verdicts judge the same bytes. `--markdown` prints the table
     /// of docs/src/reference/gpu-catalogue.md; `--json` gives integer bytes.
     Gpus(crate::cmd::gpus::Args),
+    /// List every VRAMLAB_* environment variable vramlab, its stubs, its Python package, its
+    /// scripts and its tests read: who reads it, its default and what it does, and which are
+    /// set in this shell.
+    ///
+    /// `--markdown` prints the table of docs/src/reference/environment.md; `--json` gives each
+    /// variable with its value here.
+    Env(crate::cmd::env::Args),
+}
+
+/// How a reference table prints (`vramlab gpus`, `vramlab env`): aligned text by default.
+#[derive(Debug, clap::Args)]
+pub struct TableFormat {
+    /// Print a GitHub Markdown table (what the reference page embeds).
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+    /// Print JSON with integer bytes (and, for `env`, each variable's value here).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).

@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod compare;
 pub mod device;
 pub mod emulate;
+pub mod environment;
 pub mod error;
 pub mod estimate;
 pub mod export;

@@ -13,7 +13,7 @@ fn main() {
     let res = match cli.command {
         Command::Sweep(a) => cmd::sweep::run(a),
         Command::SynthWeights(a) => cmd::synth_weights::run(a),
-        Command::Generate(a) => cmd::generate::run(a),
+        Command::Decode(a) => cmd::decode::run(a),
         Command::Fit(a) => cmd::fit::run(a),
         Command::Estimate(a) => cmd::estimate::run(a),
         Command::Compare(a) => cmd::compare::run(a),
@@ -24,6 +24,7 @@ fn main() {
         Command::Report(a) => cmd::report::run(a),
         Command::Emulate(a) => cmd::emulate::run(a),
         Command::Gpus(a) => cmd::gpus::run(a),
+        Command::Env(a) => cmd::env::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

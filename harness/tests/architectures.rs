@@ -271,7 +271,6 @@ fn sweep(dir: &Path, axes: &str) -> Vec<Record> {
     .unwrap();
     let out = dir.join("out.csv");
     vramlab()
-        .env("VRAMLAB_CACHE", dir.join("cache"))
         .args(["sweep", "--quiet", "--out"])
         .arg(&out)
         .arg(&sc)

@@ -44,11 +44,11 @@ fn scenario(name: &str, needle: &str) {
     sweep(&format!("{DIR}/{name}"), needle);
 }
 
-/// `vramlab generate --model SOURCE`: loads the weights (the weight checks run before any row).
-fn generate(source: &str, names: &str, needle: &str) {
+/// `vramlab decode --model SOURCE`: loads the weights (the weight checks run before any row).
+fn decode(source: &str, names: &str, needle: &str) {
     fails(
         &os(&[
-            "generate",
+            "decode",
             "--model",
             source,
             "--prompt-ids",
@@ -402,7 +402,7 @@ fn config_heads_not_a_multiple_of_kv_heads() {
 fn truncated_safetensors() {
     let bytes = std::fs::read(minilm().join("model.safetensors")).unwrap();
     let (_tmp, d) = hf_dir(|c| c, &bytes[..bytes.len() / 3]);
-    generate(
+    decode(
         &format!("hf:{}", show(&d)),
         &show(&d.join("model.safetensors")),
         "truncated safetensors file: its tensors need",
@@ -412,7 +412,7 @@ fn truncated_safetensors() {
 #[test]
 fn safetensors_shorter_than_its_header_length() {
     let (_tmp, d) = hf_dir(|c| c, &[1, 2, 3]);
-    generate(
+    decode(
         &format!("hf:{}", show(&d)),
         &show(&d.join("model.safetensors")),
         "shorter than its 8-byte header length",
@@ -425,7 +425,7 @@ fn corrupt_safetensors_header_length() {
     bytes.truncate(1 << 16);
     bytes[..8].copy_from_slice(&(1u64 << 62).to_le_bytes());
     let (_tmp, d) = hf_dir(|c| c, &bytes);
-    generate(
+    decode(
         &format!("hf:{}", show(&d)),
         &show(&d.join("model.safetensors")),
         "corrupt safetensors header length 4611686018427387904 for a file of 65536 bytes",
@@ -437,7 +437,7 @@ fn corrupt_safetensors_header_json() {
     let mut bytes = 16u64.to_le_bytes().to_vec();
     bytes.extend_from_slice(b"{\"a\": not json }");
     let (_tmp, d) = hf_dir(|c| c, &bytes);
-    generate(
+    decode(
         &format!("hf:{}", show(&d)),
         &show(&d.join("model.safetensors")),
         "safetensors header is not valid JSON",
@@ -451,7 +451,7 @@ fn tensor_shapes_do_not_match_the_config() {
         |c| c.replace("\"intermediate_size\": 1536", "\"intermediate_size\": 1000"),
         &bytes,
     );
-    generate(
+    decode(
         &format!("hf:{}", show(&d)),
         &show(&d.join("model.safetensors")),
         "tensor `encoder.layer.0.intermediate.dense.weight` has shape [1536, 384], config.json expects [1000, 384]",
@@ -461,7 +461,7 @@ fn tensor_shapes_do_not_match_the_config() {
 #[test]
 fn sharded_index_names_a_missing_shard() {
     let d = format!("{DIR}/sharded-missing-shard");
-    generate(
+    decode(
         &format!("hf:{d}"),
         &format!("{d}/model.safetensors.index.json"),
         "shard `model-00001-of-00002.safetensors` named by weight_map does not exist",
@@ -489,7 +489,7 @@ fn truncated_gguf_data() {
     let p = tmp.path().join("t.gguf");
     let bytes = std::fs::read(smollm2_gguf()).unwrap();
     std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
-    generate(
+    decode(
         &format!("gguf:{}", show(&p)),
         &show(&p),
         "truncated GGUF file: tensor `",
@@ -727,7 +727,7 @@ fn gguf_unsupported_tensor_type() {
     );
     bytes[ty..ty + 4].copy_from_slice(&20u32.to_le_bytes());
     std::fs::write(&p, &bytes).unwrap();
-    generate(
+    decode(
         &format!("gguf:{}", show(&p)),
         &show(&p),
         "tensor `blk.3.ffn_down.weight` has GGML type 20 (IQ4_NL), which candle 0.11 cannot load",

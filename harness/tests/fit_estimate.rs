@@ -237,7 +237,6 @@ fn sweep_fit_heldout(
 ) -> (Vec<Record>, PathBuf, Vec<f64>) {
     let csv = dir.join("synth.csv");
     vramlab()
-        .env("VRAMLAB_CACHE", dir.join("cache"))
         .args(["sweep", "--quiet", scenario, "--out", csv.to_str().unwrap()])
         .assert()
         .success();

@@ -26,7 +26,7 @@ fn check_with(precision: Precision, ops: Ops) {
     // "The capital of France is" in SmolLM2's vocabulary.
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(decode(&vocab, &prompt), "The capital of France is");
-    let mut model = vramlab::cmd::generate::load(
+    let mut model = vramlab::cmd::decode::load(
         &Source::Gguf(path.clone()),
         precision,
         Compute::F32,
@@ -100,7 +100,7 @@ fn quantized_tokens_via(
 ) -> Vec<u32> {
     let path = common::smollm2_gguf();
     let model =
-        vramlab::cmd::generate::load(&Source::Gguf(path), precision, compute, qmatmul).unwrap();
+        vramlab::cmd::decode::load(&Source::Gguf(path), precision, compute, qmatmul).unwrap();
     vramlab::workload::inference::generate_with(
         model.as_ref(),
         &[504u32, 3575, 282, 4649, 314],

@@ -27,7 +27,7 @@ fn help(args: &[&str]) -> String {
 const SUBCOMMANDS: &[&str] = &[
     "sweep",
     "synth-weights",
-    "generate",
+    "decode",
     "fit",
     "estimate",
     "compare",
@@ -38,6 +38,7 @@ const SUBCOMMANDS: &[&str] = &[
     "report",
     "emulate",
     "gpus",
+    "env",
 ];
 
 #[test]
@@ -110,7 +111,7 @@ macro_rules! subcommand_help {
 subcommand_help! {
     sweep_help => "sweep",
     synth_weights_help => "synth-weights",
-    generate_help => "generate",
+    decode_help => "decode",
     fit_help => "fit",
     estimate_help => "estimate",
     compare_help => "compare",
@@ -121,6 +122,7 @@ subcommand_help! {
     report_help => "report",
     gpus_help => "gpus",
     emulate_help => "emulate",
+    env_help => "env",
 }
 
 /// docs/src/reference/cli.md is what `markdown_reference` generates now.
@@ -159,4 +161,10 @@ fn the_cli_reference_matches_the_binary() {
             "the reference's `vramlab {name}` differs from `vramlab {name} --help`"
         );
     }
+}
+
+/// `vramlab generate` is `decode`'s old name, kept as an alias for one release (CHANGELOG).
+#[test]
+fn the_old_generate_name_is_an_alias_of_decode() {
+    assert_eq!(help(&["generate", "--help"]), help(&["decode", "--help"]));
 }

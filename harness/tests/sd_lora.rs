@@ -197,7 +197,6 @@ fn sweep(tmp: &std::path::Path, source: &str, sweep: &str) -> std::process::Outp
     )
     .unwrap();
     common::vramlab()
-        .env("VRAMLAB_CACHE", tmp.join("cache"))
         .args(["sweep", "--quiet"])
         .arg(&scenario)
         .arg("--out")

@@ -103,7 +103,6 @@ fn synth_weights_then_sharded_index() {
         let sc = scenario(dir.path(), &src);
         let out = dir.path().join(format!("{kind}.csv"));
         vramlab()
-            .env("VRAMLAB_CACHE", dir.path().join("cache"))
             .args(["sweep", "--quiet", "--out"])
             .arg(&out)
             .arg(&sc)

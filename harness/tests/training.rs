@@ -20,7 +20,6 @@ fn sweep(scenario: &str, name: &str) -> (tempfile::TempDir, Vec<Record>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("{name}.csv"));
     vramlab()
-        .env("VRAMLAB_CACHE", dir.path().join("cache"))
         .args(["sweep", "--quiet", scenario, "--out"])
         .arg(&out)
         .assert()

@@ -595,7 +595,6 @@ fn lora_sweep_cli() {
     .unwrap();
     let out = tmp.path().join("t.csv");
     common::vramlab()
-        .env("VRAMLAB_CACHE", tmp.path().join("cache"))
         .args(["sweep", "--quiet"])
         .arg(&scenario)
         .arg("--out")
@@ -633,7 +632,6 @@ fn lora_sweep_cli() {
     // runs nothing: the CSV is as it was.
     let before = std::fs::read_to_string(&out).unwrap();
     common::vramlab()
-        .env("VRAMLAB_CACHE", tmp.path().join("cache"))
         .args(["sweep", "--quiet", "--resume"])
         .arg(&scenario)
         .arg("--out")

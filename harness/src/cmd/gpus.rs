@@ -12,12 +12,8 @@ use serde::Serialize;
                   input: an unknown flag."
 )]
 pub struct Args {
-    /// Print a GitHub Markdown table (what the reference page embeds).
-    #[arg(long, conflicts_with = "json")]
-    pub markdown: bool,
-    /// Print JSON: every GPU with integer bytes.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub format: crate::cli::TableFormat,
 }
 
 /// One GPU as `--json` prints it.
@@ -44,7 +40,7 @@ fn cc(g: &Gpu) -> String {
 
 pub fn run(a: Args) -> Result<()> {
     let all = gpu::all();
-    if a.json {
+    if a.format.json {
         let rows: Vec<GpuJson> = all
             .iter()
             .map(|g| GpuJson {
@@ -72,7 +68,7 @@ pub fn run(a: Args) -> Result<()> {
         );
         return Ok(());
     }
-    if a.markdown {
+    if a.format.markdown {
         println!("| `--gpu` | also answers to | name CUDA reports | class | memory (bytes) | CC | SMs | L2 | emulated | source |");
         println!("|---|---|---|---|---|---|---|---|---|---|");
         for g in &all {

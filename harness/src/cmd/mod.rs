@@ -1,10 +1,11 @@
 //! One file per subcommand.
 pub mod bundle;
 pub mod compare;
+pub mod decode;
 pub mod emulate;
+pub mod env;
 pub mod estimate;
 pub mod fit;
-pub mod generate;
 pub mod gpus;
 pub mod merge;
 pub mod plot;

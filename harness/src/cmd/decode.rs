@@ -1,5 +1,7 @@
-//! `vramlab generate`: greedy decoding from token ids, to check a model implementation
-//! against known output (prints ids, and text when the GGUF carries a vocabulary).
+//! `vramlab decode` (formerly `generate`, still accepted as an alias until the next release):
+//! greedy decoding from token ids, to check a model implementation against known output
+//! (prints ids, and text when the GGUF carries a vocabulary). Renamed because "generate" means
+//! a diffusion pipeline everywhere else (`mode = "generate"`).
 use super::synth_weights::storage_precision;
 use crate::error::InputError;
 use crate::model::{gguf, weights, Decoder, InferenceModel, Source};

@@ -166,7 +166,10 @@ cc -shared -o "$tmp/libvramlab_emu.so" "${objs[@]}" "$tmp/generated.o" -ldl -lpt
 cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "${objs[@]}" "$tmp/generated.o" -ldl -lpthread
 mkdir -p "$tmp/cuda-libs"
 for so in libcudart.so.{11,12,13} libcublas.so.{11,12,13} libcublasLt.so.{11,12,13} libcurand.so.10; do
-  cc -shared -Wl,-soname,"$so" -o "$tmp/cuda-libs/$so" -x c /dev/null
+  # The version node NVIDIA's libraries define under their soname, so that the loader finds the
+  # version a binary linked against them asks for (no "no version information" warning).
+  printf '%s { local: *; };\n' "$so" >"$tmp/$so.map"
+  cc -shared -Wl,-soname,"$so" -Wl,--version-script,"$tmp/$so.map" -o "$tmp/cuda-libs/$so" -x c /dev/null
 done
 printf '%s %s\ncuda %s\nhand-written %s\ngenerated %s\n' \
   "$([ "$MODE" = torch ] && echo torch || echo headers)" "$([ "$MODE" = torch ] && echo "$TORCH_VERSION" || echo "$INCS")" "$TORCH_CUDA" \

@@ -1,4 +1,4 @@
-//! One file per subcommand.
+//! One file per subcommand (`estimate`, the largest, is a folder of its own).
 pub mod bundle;
 pub mod compare;
 pub mod decode;

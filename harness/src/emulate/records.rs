@@ -166,8 +166,12 @@ pub enum ProcessStatus {
     Error,
     /// It was stopped by SIGTERM and left through its exit handlers.
     Terminated,
-    /// No report of its own: killed, left through `_exit` (a forked worker), or not a Python
-    /// program. Its driver bytes are what it held up to then.
+    /// No PyTorch report, but it ran its exit handlers: a program that is not Python
+    /// (vramlab's CUDA build, a candle program) or one that never imported the boot. Its
+    /// figures are the stubs' own, whole.
+    Exited,
+    /// No report of its own, and no exit handlers: killed, or left through `_exit` (a forked
+    /// worker). Its driver bytes are what it held up to then.
     Partial,
 }
 
@@ -191,6 +195,7 @@ impl Process {
             Some(Outcome::Oom) => ProcessStatus::Oom,
             Some(Outcome::Error) => ProcessStatus::Error,
             Some(Outcome::Terminated) => ProcessStatus::Terminated,
+            None if self.driver.as_ref().is_some_and(|d| d.exited) => ProcessStatus::Exited,
             None => ProcessStatus::Partial,
         }
     }
@@ -378,6 +383,7 @@ mod tests {
         );
         assert_eq!(c.peak_process().unwrap().pid, 9);
         assert_eq!(c.processes[0].status(), ProcessStatus::Partial);
+        assert_eq!(c.processes[1].status(), ProcessStatus::Exited);
         assert_eq!(
             c.processes[0].stopped_at().as_deref(),
             Some("\"/tmp/loop.py\", line 4 in <module>")

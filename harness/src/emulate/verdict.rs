@@ -55,7 +55,7 @@ pub fn ending_text(e: Ending) -> String {
 fn incomplete(p: &Process) -> Option<String> {
     let who = format!("process {} ({})", p.pid, short(&p.command));
     match p.status() {
-        ProcessStatus::Ok | ProcessStatus::Oom => None,
+        ProcessStatus::Ok | ProcessStatus::Oom | ProcessStatus::Exited => None,
         ProcessStatus::Error => Some(format!(
             "{who} failed: {}",
             p.python
@@ -64,15 +64,10 @@ fn incomplete(p: &Process) -> Option<String> {
                 .unwrap_or_default()
         )),
         ProcessStatus::Terminated => Some(format!("{who} was stopped by SIGTERM")),
-        ProcessStatus::Partial => {
-            let exited = p.driver.as_ref().is_some_and(|d| d.exited);
-            (!exited).then(|| {
-                format!(
-                    "{who} ended without its exit handlers (killed, or os._exit): its figures are \
-                     what the stubs counted until then"
-                )
-            })
-        }
+        ProcessStatus::Partial => Some(format!(
+            "{who} ended without its exit handlers (killed, or os._exit): its figures are what \
+             the stubs counted until then"
+        )),
     }
 }
 

@@ -120,7 +120,8 @@ pub const REFERENCE_WIDTH: usize = 100;
 
 /// The command-line reference page (docs/src/reference/cli.md), generated from this
 /// definition: a table of the subcommands, then the top-level help and every subcommand's
-/// `--help` as printed at [`REFERENCE_WIDTH`] columns. The test `harness/tests/help.rs` fails
+/// `--help` as printed at [`REFERENCE_WIDTH`] columns, each followed by one linkable line per
+/// argument (`cli.md#vramlab-sweep--device`). The test `harness/tests/help.rs` fails
 /// when the committed page differs; `VRAMLAB_BLESS=1 cargo test -p vramlab --test help`
 /// rewrites it.
 pub fn markdown_reference() -> String {
@@ -173,8 +174,59 @@ pub fn markdown_reference() -> String {
             "\n## vramlab {name}\n\n```text\n{}\n```\n",
             trim_lines(&help(&[name, "--help"]))
         );
+        md.push_str(&argument_anchors(name, s));
     }
     md
+}
+
+/// One linkable line per argument of subcommand `name` (`#vramlab-sweep--device`, uv's style):
+/// its usage and its short help.
+fn argument_anchors(name: &str, s: &clap::Command) -> String {
+    let args: Vec<&clap::Arg> = s
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        .collect();
+    if args.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nArguments and flags:\n\n");
+    for a in args {
+        let values = a
+            .get_value_names()
+            .map(|v| {
+                v.iter()
+                    .map(|n| format!("<{n}>"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        let (anchor, usage) = match a.get_long() {
+            Some(long) => (
+                format!("vramlab-{name}--{long}"),
+                format!(
+                    "--{long}{}",
+                    if a.get_num_args().is_some_and(|n| n.takes_values()) {
+                        format!(" {values}")
+                    } else {
+                        String::new()
+                    }
+                ),
+            ),
+            None => (
+                format!("vramlab-{name}-{}", a.get_id().as_str().to_lowercase()),
+                if values.is_empty() {
+                    a.get_id().to_string().to_uppercase()
+                } else {
+                    values
+                },
+            ),
+        };
+        // The short help: the first paragraph of the doc comment, on one line.
+        let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        out += &format!("- <a id=\"{anchor}\"></a>[`{usage}`](#{anchor}): {help}\n");
+    }
+    out
 }
 
 /// `text` with each line's trailing whitespace removed, and no trailing blank lines.

@@ -92,6 +92,12 @@ pub const VARS: &[EnvVar] = &[
         meaning: "candle's version from Cargo.lock, for the manifest's `versions`",
     },
     EnvVar {
+        name: "VRAMLAB_CUDARC",
+        read_by: &[Build],
+        default: "",
+        meaning: "cudarc's version from Cargo.lock, for the manifest's `versions`",
+    },
+    EnvVar {
         name: "VRAMLAB_CUDA_BIN",
         read_by: &[Scripts],
         default: "the CUDA build of scripts/cuda-build-check.sh",
@@ -126,12 +132,6 @@ pub const VARS: &[EnvVar] = &[
         read_by: &[Scripts],
         default: "$VRAMLAB_CUDA_CACHE/target",
         meaning: "the cargo target folder of the CUDA build",
-    },
-    EnvVar {
-        name: "VRAMLAB_CUDARC",
-        read_by: &[Build],
-        default: "",
-        meaning: "cudarc's version from Cargo.lock, for the manifest's `versions`",
     },
     EnvVar {
         name: "VRAMLAB_DEBIAN_MIRROR",

@@ -1,5 +1,5 @@
-//! Command-line definition (clap): the subcommands and the flags they share; each subcommand's
-//! own flags are its `Args` in its file under `cmd/`.
+//! Command-line definition (clap): the subcommands; each subcommand's flags are its `Args` in
+//! its file under `cmd/` (the flags several share are in `cmd/mod.rs`).
 use clap::{Parser, Subcommand};
 
 /// vramlab: how much memory does this model need, in this configuration? Measured, not guessed.
@@ -102,17 +102,6 @@ pub enum Command {
     /// `--markdown` prints the table of docs/src/reference/environment.md; `--json` gives each
     /// variable with its value here.
     Env(crate::cmd::env::Args),
-}
-
-/// How a reference table prints (`vramlab gpus`, `vramlab env`): aligned text by default.
-#[derive(Debug, clap::Args)]
-pub struct TableFormat {
-    /// Print a GitHub Markdown table (what the reference page embeds).
-    #[arg(long, conflicts_with = "json")]
-    pub markdown: bool,
-    /// Print JSON with integer bytes (and, for `env`, each variable's value here).
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).

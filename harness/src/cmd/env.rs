@@ -12,7 +12,7 @@ use anyhow::Result;
 )]
 pub struct Args {
     #[command(flatten)]
-    pub format: crate::cli::TableFormat,
+    pub format: super::TableFormat,
 }
 
 pub fn run(a: Args) -> Result<()> {

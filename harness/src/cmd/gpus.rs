@@ -13,7 +13,7 @@ use serde::Serialize;
 )]
 pub struct Args {
     #[command(flatten)]
-    pub format: crate::cli::TableFormat,
+    pub format: super::TableFormat,
 }
 
 /// One GPU as `--json` prints it.

@@ -13,3 +13,14 @@ pub mod report;
 pub mod sweep;
 pub mod synth_weights;
 pub mod validate;
+
+/// How a reference table prints (`vramlab gpus`, `vramlab env`): aligned text by default.
+#[derive(Debug, clap::Args)]
+pub struct TableFormat {
+    /// Print a GitHub Markdown table (what the reference page embeds).
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+    /// Print JSON with integer bytes (and, for `env`, each variable's value here).
+    #[arg(long)]
+    pub json: bool,
+}

@@ -28,20 +28,12 @@ use vramlab::record::{Phase, Record, Status};
 use vramlab::scenario::spec::{Checkpointing, KvWindow, Trainable};
 use vramlab::workload::training;
 
+#[path = "architectures/tinies.rs"]
+mod tinies;
+use tinies::*;
+
 fn preset(name: &str) -> Config {
     Config::from_file(&root().join(format!("harness/presets/{name}/config.json"))).unwrap()
-}
-
-/// A decoder layer of the llama family, by hand: q (h·hd × d), k and v (kv·hd × d each),
-/// o (d × h·hd), gate/up/down (3 · f × d) and two RMSNorms (2d).
-const fn llama_layer(d: u64, f: u64, h: u64, kv: u64, hd: u64) -> u64 {
-    d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f + 2 * d
-}
-
-/// A GPT-2-shaped block, by hand: c_attn (d → d + 2·kvw, with bias), c_proj (d → d, bias),
-/// c_fc (d → f, bias), mlp c_proj (f → d, bias), two LayerNorms (weight and bias).
-const fn gpt2_block(d: u64, f: u64, kvw: u64) -> u64 {
-    (d * (d + 2 * kvw) + d + 2 * kvw) + (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
 }
 
 #[test]
@@ -134,75 +126,6 @@ fn published_parameter_counts_by_hand() {
     }
 }
 
-/// The tiny variants: the published structure at small dims (explicit head_dim wider than
-/// d / heads and GQA for Qwen3; fused projections, untied head and a sliding window for
-/// Phi-3; multi-query attention, prefixed nn.Linear names and a tied head for StarCoder).
-const QWEN3: &str = r#"{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
- "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
- "max_position_embeddings": 128, "rope_theta": 1000000, "rms_norm_eps": 1e-06,
- "attention_bias": false, "sliding_window": null, "use_sliding_window": false,
- "tie_word_embeddings": true}"#;
-const PHI3: &str = r#"{"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
- "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128,
- "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "sliding_window": 47,
- "tie_word_embeddings": false}"#;
-const BIGCODE: &str = r#"{"architectures": ["GPTBigCodeForCausalLM"],
- "model_type": "gpt_bigcode", "activation_function": "gelu_pytorch_tanh", "vocab_size": 256,
- "n_embd": 64, "n_head": 4, "n_inner": 256, "n_layer": 2, "n_positions": 128,
- "multi_query": true, "layer_norm_epsilon": 1e-05}"#;
-
-/// A tiny variant with its hand-derived facts.
-struct Tiny {
-    name: &'static str,
-    json: &'static str,
-    params: u64,
-    tensors: u64,
-    /// K and V elements per token: 2 · L · n_kv · head_dim.
-    kv_elems: u64,
-    /// LoRA rank-1 parameters: Σ over the target modules of (in + out).
-    lora_per_rank: u64,
-    /// Modules LoRA adapts (each gets an A and a B).
-    lora_modules: u64,
-}
-
-const TINIES: [Tiny; 3] = [
-    // 2 layers of (q 128×64, k and v 64×64, o 64×128, mlp 3×96×64, norms 128, q/k norms
-    // 2×32), tied embedding 256×64, final norm. LoRA on q (64 → 128) and v (64 → 64).
-    Tiny {
-        name: "qwen3",
-        json: QWEN3,
-        params: 256 * 64 + 2 * (llama_layer(64, 96, 4, 2, 32) + 2 * 32) + 64,
-        tensors: 1 + 2 * 11 + 1,
-        kv_elems: 2 * 2 * 2 * 32,
-        lora_per_rank: 2 * ((64 + 128) + (64 + 64)),
-        lora_modules: 2 * 2,
-    },
-    // 2 layers of (qkv 192×64, o 64×64, gate_up 256×64, down 64×128, norms), embedding and
-    // head 256×64 each, final norm. LoRA on the fused qkv_proj (64 → 192).
-    Tiny {
-        name: "phi3",
-        json: PHI3,
-        params: 2 * 256 * 64 + 2 * llama_layer(64, 128, 4, 4, 16) + 64,
-        tensors: 2 + 2 * 6 + 1,
-        kv_elems: 2 * 2 * 4 * 16,
-        lora_per_rank: 2 * (64 + 192),
-        lora_modules: 2,
-    },
-    // wte 256×64, wpe 128×64, 2 blocks with c_attn 64 → 64 + 2×16 (one K/V head of 16),
-    // ln_f. LoRA on c_attn (64 → 96).
-    Tiny {
-        name: "gpt_bigcode",
-        json: BIGCODE,
-        params: 256 * 64 + 128 * 64 + 2 * gpt2_block(64, 256, 16) + 2 * 64,
-        tensors: 2 + 2 * 12 + 2,
-        kv_elems: 2 * 2 * 16,
-        lora_per_rank: 2 * (64 + 96),
-        lora_modules: 2,
-    },
-];
-
 /// Writes the tiny configs as `<dir>/<name>.json`.
 fn write_tinies(dir: &Path) {
     for t in &TINIES {
@@ -252,7 +175,7 @@ fn tiny_configs_match_the_hand_counts() {
     assert_eq!((c.rope_theta, &c), (1e6, &tiny_config(tiny("qwen3"))));
 }
 
-/// Runs `vramlab sweep` over the three tiny variants (written in `dir`) with the `[sweep]`
+/// Runs `vramlab sweep` over the tiny variants (written in `dir`) with the `[sweep]`
 /// table `axes`, and returns its rows (all of them `ok`).
 fn sweep(dir: &Path, axes: &str) -> Vec<Record> {
     write_tinies(dir);
@@ -299,7 +222,7 @@ fn inference_sweep_has_exact_weights_and_kv_cache() {
     );
     let mut points: Vec<&str> = rows.iter().map(|r| r.point_id.as_str()).collect();
     points.dedup();
-    assert_eq!(points.len(), 3 * 2 * 2, "{points:?}");
+    assert_eq!(points.len(), TINIES.len() * 2 * 2, "{points:?}");
     let mut growing = 0;
     for id in points {
         let of = |ph: Phase| -> Vec<&Record> {
@@ -348,7 +271,7 @@ fn inference_sweep_has_exact_weights_and_kv_cache() {
             }
         }
     }
-    assert_eq!(growing, 3 * 2);
+    assert_eq!(growing, TINIES.len() * 2);
 }
 
 #[test]
@@ -365,7 +288,7 @@ fn training_sweep_has_gradients_and_optimizer_state() {
         .map(|r| r.point_id.as_str())
         .collect();
     points.dedup();
-    assert_eq!(points.len(), 3 * 2, "{points:?}");
+    assert_eq!(points.len(), TINIES.len() * 2, "{points:?}");
     let loss = |r: &Record| -> f32 { r.message.strip_prefix("loss=").unwrap().parse().unwrap() };
     for id in points {
         let row = |ph: Phase, step: u64| -> &Record {
@@ -654,5 +577,42 @@ fn logits_match_transformers() {
             "{}: degenerate logits",
             t.name
         );
+    }
+}
+
+/// Every preset's parameter count equals the one transformers builds from the same config.json
+/// (on the meta device, scripts/preset_params.py): the mixture-of-experts presets (Mixtral,
+/// Qwen-MoE) and the 70B class included.
+#[test]
+#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
+fn preset_counts_equal_transformers() {
+    let python = std::env::var("VRAMLAB_TORCH_PYTHON").expect("VRAMLAB_TORCH_PYTHON is not set");
+    let names: Vec<&str> = vramlab::estimate::model::PRESETS
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !n.starts_with("bert"))
+        .collect();
+    let paths: Vec<String> = names
+        .iter()
+        .map(|n| {
+            root()
+                .join(format!("harness/presets/{n}/config.json"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let out = std::process::Command::new(python)
+        .arg(root().join("scripts/preset_params.py"))
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counts: HashMap<String, u64> = serde_json::from_slice(&out.stdout).unwrap();
+    for (n, p) in names.iter().zip(&paths) {
+        assert_eq!(Some(&preset(n).param_count()), counts.get(p), "{n}");
     }
 }

@@ -61,6 +61,38 @@ pub const PRESETS: &[(&str, &str)] = &[
         "starcoder-15.5b",
         include_str!("../../presets/starcoder-15.5b/config.json"),
     ),
+    (
+        "llama-3.1-70b",
+        include_str!("../../presets/llama-3.1-70b/config.json"),
+    ),
+    (
+        "llama-3.3-70b",
+        include_str!("../../presets/llama-3.3-70b/config.json"),
+    ),
+    (
+        "qwen2.5-72b",
+        include_str!("../../presets/qwen2.5-72b/config.json"),
+    ),
+    (
+        "mixtral-8x7b",
+        include_str!("../../presets/mixtral-8x7b/config.json"),
+    ),
+    (
+        "mixtral-8x22b",
+        include_str!("../../presets/mixtral-8x22b/config.json"),
+    ),
+    (
+        "qwen1.5-moe-a2.7b",
+        include_str!("../../presets/qwen1.5-moe-a2.7b/config.json"),
+    ),
+    (
+        "qwen3-30b-a3b",
+        include_str!("../../presets/qwen3-30b-a3b/config.json"),
+    ),
+    (
+        "qwen3-235b-a22b",
+        include_str!("../../presets/qwen3-235b-a22b/config.json"),
+    ),
 ];
 
 /// A model `--model` named: its name and normalized [`Config`]. Every figure `estimate`
@@ -162,6 +194,33 @@ mod tests {
         assert_eq!(count("qwen2.5-7b"), 7_615_616_512);
         assert_eq!(count("smollm2-1.7b"), 1_711_376_384);
         assert_eq!(count("presets/smollm2-135m"), 134_515_008);
+        // The 70B class: 80 layers of d 8,192 with 8 KV heads.
+        assert_eq!(count("llama-3.1-70b"), 70_553_706_496);
+        assert_eq!(count("llama-3.3-70b"), 70_553_706_496);
+        assert_eq!(count("qwen2.5-72b"), 72_706_203_648);
+    }
+
+    #[test]
+    fn moe_presets_total_and_active_parameters() {
+        // (total, active) as the model cards round them: Mixtral-8x7B 46.7B / 12.9B,
+        // Mixtral-8x22B 141B / 39B, Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Qwen3-30B-A3B 30.5B /
+        // 3.3B, Qwen3-235B-A22B 235B / 22B. The exact totals are checked against
+        // transformers' own models in tests/moe.rs.
+        for (n, total, active) in [
+            ("mixtral-8x7b", 46.7e9, 12.9e9),
+            ("mixtral-8x22b", 140.6e9, 39.2e9),
+            ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9),
+            ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+            ("qwen3-235b-a22b", 235.1e9, 22.2e9),
+        ] {
+            let c = resolve(n).unwrap().config;
+            let (t, a) = (
+                c.param_count() as f64,
+                c.active_params().get().unwrap() as f64,
+            );
+            assert!((t / total - 1.0).abs() < 0.002, "{n}: {t}");
+            assert!((a / active - 1.0).abs() < 0.02, "{n}: {a}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! HF-json export, its LoRA targets, and how its trainable and inference models are built.
 //! Adding an architecture is one new file under `llm/` plus one line in
 //! [`REGISTRY`](super::llm::REGISTRY).
+use super::config::Moe;
 use super::{Config, KvCache, Trainable};
 use crate::error::bad_file;
 use crate::vocab::Ops;
@@ -272,17 +273,48 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
             push("self_attn.o_proj.bias", vec![d]);
         }
         push("post_attention_layernorm.weight", vec![d]);
-        if c.fused_gate_up {
-            push("mlp.gate_up_proj.weight", vec![2 * f, d]);
-        } else {
-            push("mlp.gate_proj.weight", vec![f, d]);
-            push("mlp.up_proj.weight", vec![f, d]);
+        match &c.moe {
+            Some(m) if m.is_sparse(i) => out.extend(moe_shapes(m, &p, d)),
+            _ => {
+                if c.fused_gate_up {
+                    push("mlp.gate_up_proj.weight", vec![2 * f, d]);
+                } else {
+                    push("mlp.gate_proj.weight", vec![f, d]);
+                    push("mlp.up_proj.weight", vec![f, d]);
+                }
+                push("mlp.down_proj.weight", vec![d, f]);
+            }
         }
-        push("mlp.down_proj.weight", vec![d, f]);
     }
     out.push(("model.norm.weight".to_string(), vec![d]));
     if !c.tie_word_embeddings {
         out.push(("lm_head.weight".to_string(), vec![c.vocab_size, d]));
+    }
+    out
+}
+
+/// A sparse MoE layer's tensors under layer prefix `p` (hidden size `d`), in load order: the
+/// router, each routed expert's gate, up and down, then the shared expert and its gate.
+fn moe_shapes(m: &Moe, p: &str, d: usize) -> Vec<(String, Vec<usize>)> {
+    let f = m.expert_size;
+    let mut out = vec![(
+        format!("{p}.{}.gate.weight", m.module()),
+        vec![m.experts, d],
+    )];
+    for j in 0..m.experts {
+        let [g, u, dn] = m.expert_names(p, j);
+        out.extend([(g, vec![f, d]), (u, vec![f, d]), (dn, vec![d, f])]);
+    }
+    if m.shared_size > 0 {
+        let (s, q) = (m.shared_size, format!("{p}.mlp.shared_expert"));
+        out.extend([
+            (format!("{q}.gate_proj.weight"), vec![s, d]),
+            (format!("{q}.up_proj.weight"), vec![s, d]),
+            (format!("{q}.down_proj.weight"), vec![d, s]),
+        ]);
+    }
+    if m.shared_gate {
+        out.push((format!("{p}.mlp.shared_expert_gate.weight"), vec![1, d]));
     }
     out
 }

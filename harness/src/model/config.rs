@@ -48,6 +48,110 @@ pub struct Config {
     /// StarCoder's `embd_pdrop` and `resid_pdrop`, 0.1 unless the config says otherwise): each
     /// keeps a 1-byte mask per element for the backward.
     pub dropout: bool,
+    /// A sparse mixture-of-experts MLP in place of the dense one (Mixtral, Qwen2-MoE,
+    /// Qwen3-MoE). None: every layer's MLP is dense, `intermediate_size` wide.
+    pub moe: Option<Moe>,
+}
+
+/// A sparse mixture-of-experts MLP: a router (`experts` × hidden, no bias) picks `top_k` of
+/// `experts` gated MLPs for each token; a shared expert, where there is one, sees every token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Moe {
+    /// Routed experts a MoE layer holds (`num_local_experts`, `num_experts`).
+    pub experts: usize,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Each routed expert's intermediate size (`moe_intermediate_size`; Mixtral's experts are
+    /// `intermediate_size` wide).
+    pub expert_size: usize,
+    /// The shared expert's intermediate size; 0: none (Qwen2-MoE's
+    /// `shared_expert_intermediate_size`).
+    pub shared_size: usize,
+    /// A sigmoid gate (1 × hidden) on the shared expert's output (Qwen2-MoE).
+    pub shared_gate: bool,
+    /// The top-k routing weights renormalized to sum to 1 (Mixtral always; Qwen's
+    /// `norm_topk_prob`).
+    pub norm_topk: bool,
+    /// Layers whose MLP is dense (`intermediate_size` wide) instead, ascending (Qwen's
+    /// `mlp_only_layers` and `decoder_sparse_step`).
+    pub dense_layers: Vec<usize>,
+    /// How the checkpoint names the tensors.
+    pub naming: MoeNaming,
+}
+
+/// The tensor names of a MoE layer, as the published checkpoints store them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoeNaming {
+    /// Mixtral: `block_sparse_moe.gate`, `block_sparse_moe.experts.N.{w1,w3,w2}` (gate, up, down).
+    Mixtral,
+    /// Qwen: `mlp.gate`, `mlp.experts.N.{gate,up,down}_proj`, `mlp.shared_expert.*`,
+    /// `mlp.shared_expert_gate`.
+    Qwen,
+}
+
+impl Moe {
+    /// Whether layer `i`'s MLP is the sparse one.
+    pub fn is_sparse(&self, i: usize) -> bool {
+        self.dense_layers.binary_search(&i).is_err()
+    }
+
+    /// The module holding the router and the experts (`block_sparse_moe` or `mlp`).
+    pub fn module(&self) -> &'static str {
+        match self.naming {
+            MoeNaming::Mixtral => "block_sparse_moe",
+            MoeNaming::Qwen => "mlp",
+        }
+    }
+
+    /// Routed expert `j`'s (gate, up, down) weight names under layer prefix `p`.
+    pub fn expert_names(&self, p: &str, j: usize) -> [String; 3] {
+        let m = self.module();
+        match self.naming {
+            MoeNaming::Mixtral => {
+                ["w1", "w3", "w2"].map(|w| format!("{p}.{m}.experts.{j}.{w}.weight"))
+            }
+            MoeNaming::Qwen => ["gate_proj", "up_proj", "down_proj"]
+                .map(|w| format!("{p}.{m}.experts.{j}.{w}.weight")),
+        }
+    }
+
+    /// The MoE keys' bounds: at least one expert, `num_experts_per_tok` between 1 and the
+    /// number of experts, sizes far from overflow, dense layers inside the model.
+    fn validate(&self, layers: usize) -> Result<(), String> {
+        for (key, v, max) in [
+            ("the number of experts", self.experts, 1usize << 16),
+            ("moe_intermediate_size", self.expert_size, 1 << 22),
+            (
+                "the shared expert's intermediate size",
+                self.shared_size,
+                1 << 22,
+            ),
+        ] {
+            if v > max {
+                return Err(format!("{key} = {v} is implausibly large (at most {max})"));
+            }
+        }
+        if self.experts == 0 || self.expert_size == 0 {
+            return Err("a mixture of experts needs at least one expert of positive size".into());
+        }
+        if self.top_k == 0 || self.top_k > self.experts {
+            return Err(format!(
+                "num_experts_per_tok = {} must be between 1 and the number of experts ({})",
+                self.top_k, self.experts
+            ));
+        }
+        if let Some(&i) = self.dense_layers.iter().find(|&&i| i >= layers) {
+            return Err(format!(
+                "dense (mlp_only) layer {i} is outside the model's {layers} layers"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parameters of one routed expert: gate, up and down, each hidden × expert_size.
+    pub fn expert_params(&self, hidden: usize) -> Checked {
+        Checked::new(3) * hidden * self.expert_size
+    }
 }
 
 /// The MLP activation of a config, as transformers runs it.
@@ -91,6 +195,7 @@ impl Config {
             learned_positions: false,
             hidden_act: HiddenAct::Silu,
             dropout: false,
+            moe: None,
         }
     }
 
@@ -129,6 +234,9 @@ impl Config {
             if v == 0 {
                 return Err(format!("{key} must be positive, got 0"));
             }
+        }
+        if let Some(m) = &self.moe {
+            m.validate(self.num_layers)?;
         }
         if self.sliding_window == Some(0) {
             return Err("sliding_window must be positive or null, got 0".into());
@@ -210,6 +318,20 @@ impl Config {
         self.params()
             .get()
             .expect("Config::validate bounds the parameter count")
+    }
+
+    /// Parameters one token runs through: every stored one, less the routed experts it is not
+    /// sent to (experts − top_k per MoE layer). The count MoE model cards give as "active"
+    /// (Mixtral-8x7B: 12.9B of 46.7B). Equal to [`Config::params`] for a dense model.
+    pub fn active_params(&self) -> Checked {
+        let idle = match &self.moe {
+            Some(m) => {
+                let sparse = (0..self.num_layers).filter(|&i| m.is_sparse(i)).count();
+                m.expert_params(self.hidden_size) * (m.experts - m.top_k.min(m.experts)) * sparse
+            }
+            None => Checked::ZERO,
+        };
+        self.params().saturating_sub(idle)
     }
 
     /// K and V bytes for one token of one sequence: 2 · L · n_kv · head_dim · dtype bytes.

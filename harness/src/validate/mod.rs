@@ -206,7 +206,7 @@ const MODEL_ALIASES: &[(&str, Known)] = &[
 
 /// What the estimator knows of a row's model.
 enum ModelRef {
-    Config(Resolved),
+    Config(Box<Resolved>),
     /// Only a parameter count ("generic 7.5B-parameter transformer").
     Params(u64),
 }
@@ -216,15 +216,17 @@ fn model_ref(words: &str) -> Option<ModelRef> {
     for (prefix, known) in MODEL_ALIASES {
         if lower.starts_with(prefix) {
             return match known {
-                Known::Preset(p) => estimate::resolve(p).ok().map(ModelRef::Config),
+                Known::Preset(p) => estimate::resolve(p)
+                    .ok()
+                    .map(|r| ModelRef::Config(Box::new(r))),
                 Known::Json(name, text) => {
                     let v: serde_json::Value = serde_json::from_str(text).expect("built-in JSON");
                     Config::from_json(Path::new(name), &v).ok().map(|config| {
-                        ModelRef::Config(Resolved {
+                        ModelRef::Config(Box::new(Resolved {
                             name: name.to_string(),
                             config,
                             gguf: None,
-                        })
+                        }))
                     })
                 }
             };
@@ -233,7 +235,7 @@ fn model_ref(words: &str) -> Option<ModelRef> {
     // An HF id: its last component as a preset name ("meta-llama/Llama-3.1-8B").
     let last = lower.rsplit('/').next().unwrap_or(&lower);
     if let Ok(r) = estimate::resolve(last) {
-        return Some(ModelRef::Config(r));
+        return Some(ModelRef::Config(Box::new(r)));
     }
     // "generic 7.5B-parameter transformer": a parameter count only.
     lower.split_whitespace().find_map(|w| {

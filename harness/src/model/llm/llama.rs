@@ -9,6 +9,7 @@
 //! SwiGLU (and softmax inside eager attention), each with its own backward;
 //! `attention = "flash"` runs its tiled attention, which never materializes the scores.
 use crate::model::arch::{checked, parse_json, Architecture, Decoder, Tensors};
+use crate::model::nn::moe::SparseMoe;
 use crate::model::nn::{
     attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named, QTensors, Weight,
 };
@@ -133,6 +134,12 @@ enum GateUp {
     Fused(Linear),
 }
 
+/// A layer's MLP: dense (gate and up, then down), or a sparse mixture of experts.
+enum Mlp {
+    Dense { gate_up: GateUp, down: Linear },
+    Sparse(SparseMoe),
+}
+
 struct Layer {
     input_norm: Tensor,
     qkv: Qkv,
@@ -140,8 +147,7 @@ struct Layer {
     qk_norm: Option<(Tensor, Tensor)>,
     o: Linear,
     post_norm: Tensor,
-    gate_up: GateUp,
-    down: Linear,
+    mlp: Mlp,
 }
 
 pub struct Llama {
@@ -224,15 +230,24 @@ impl Llama {
                 }
             };
             let o = lin("self_attn.o_proj", cfg.o_bias)?;
-            let gate_up = if cfg.fused_gate_up {
-                GateUp::Fused(lin("mlp.gate_up_proj", false)?)
-            } else {
-                GateUp::Split {
-                    gate: lin("mlp.gate_proj", false)?,
-                    up: lin("mlp.up_proj", false)?,
+            let mlp = match &cfg.moe {
+                Some(m) if m.is_sparse(i) => Mlp::Sparse(SparseMoe::load(&mut t, m, &p)?),
+                _ => {
+                    let mut lin = |m: &str| t.linear(&format!("{p}.{m}"), false);
+                    let gate_up = if cfg.fused_gate_up {
+                        GateUp::Fused(lin("mlp.gate_up_proj")?)
+                    } else {
+                        GateUp::Split {
+                            gate: lin("mlp.gate_proj")?,
+                            up: lin("mlp.up_proj")?,
+                        }
+                    };
+                    Mlp::Dense {
+                        gate_up,
+                        down: lin("mlp.down_proj")?,
+                    }
                 }
             };
-            let down = lin("mlp.down_proj", false)?;
             let qk_norm = if cfg.qk_norm {
                 Some((
                     t.take(&format!("{p}.self_attn.q_norm.weight"))?,
@@ -247,8 +262,7 @@ impl Llama {
                 qkv,
                 qk_norm,
                 o,
-                gate_up,
-                down,
+                mlp,
             });
         }
         let norm = t.take("model.norm.weight")?;
@@ -373,19 +387,25 @@ impl Llama {
         };
         let x = (x + l.o.forward(&self.attend(&q, &k, &v, pos)?)?)?;
         let h = self.norm(&x, &l.post_norm)?;
-        let (gate, up) = match &l.gate_up {
-            GateUp::Split { gate, up } => (gate.forward(&h)?, up.forward(&h)?),
-            GateUp::Fused(gu) => {
-                let y = gu.forward(&h)?;
-                let f = self.cfg.intermediate_size;
-                (y.narrow(2, 0, f)?, y.narrow(2, f, f)?)
+        let act = |gate: &Tensor, up: &Tensor| match self.ops.kernels {
+            Kernels::Reference => gate.silu()? * up,
+            Kernels::Fused => vramlab_kernels::swiglu(gate, up),
+        };
+        let y = match &l.mlp {
+            Mlp::Dense { gate_up, down } => {
+                let (gate, up) = match gate_up {
+                    GateUp::Split { gate, up } => (gate.forward(&h)?, up.forward(&h)?),
+                    GateUp::Fused(gu) => {
+                        let y = gu.forward(&h)?;
+                        let f = self.cfg.intermediate_size;
+                        (y.narrow(2, 0, f)?, y.narrow(2, f, f)?)
+                    }
+                };
+                down.forward(&act(&gate, &up)?)?
             }
+            Mlp::Sparse(moe) => moe.forward(&h, &act)?,
         };
-        let act = match self.ops.kernels {
-            Kernels::Reference => (gate.silu()? * up)?,
-            Kernels::Fused => vramlab_kernels::swiglu(&gate, &up)?,
-        };
-        x + l.down.forward(&act)?
+        x + y
     }
 
     fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {

@@ -9,9 +9,12 @@ pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod llama;
 pub mod mistral;
+pub mod mixtral;
 pub mod phi3;
 pub mod qwen2;
+pub mod qwen2_moe;
 pub mod qwen3;
+pub mod qwen3_moe;
 
 use super::arch::{Arch, Architecture};
 use super::Config;
@@ -31,6 +34,9 @@ pub static REGISTRY: &[&dyn Architecture] = &[
     &super::llm::qwen3::Qwen3Arch,
     &super::llm::phi3::Phi3Arch,
     &super::llm::gpt_bigcode::GptBigCodeArch,
+    &super::llm::mixtral::MixtralArch,
+    &super::llm::qwen2_moe::Qwen2MoeArch,
+    &super::llm::qwen3_moe::Qwen3MoeArch,
 ];
 
 impl Arch {

@@ -7,6 +7,7 @@ use candle_core::{DType, Result, Tensor, D};
 
 mod attention;
 mod layers;
+pub mod moe;
 
 pub use attention::{attend, attention, causal_mask, split_heads, Causal};
 pub use layers::{lora_names, Conv2d, Linear, Lora, QTensors, Weight, LORA_ALPHA};

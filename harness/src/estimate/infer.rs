@@ -38,8 +38,13 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     // (grouped-query attention), the additive mask (one per sequence), the query, the
     // residual stream and the normalized input.
     let mlp_tensors: u64 = if c.fused_gate_up { 4 } else { 3 };
-    let mlp = bs
+    let dense = bs
         * (Checked::new(mlp_tensors) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
+    let mlp = match &c.moe {
+        Some(m) if m.dense_layers.is_empty() => moe_transient(c, m, bs, w),
+        Some(m) => dense.max(moe_transient(c, m, bs, w)),
+        None => dense,
+    };
     let scores = match q.attention {
         Attention::Flash | Attention::Sdpa => Checked::ZERO,
         Attention::Eager | Attention::Sliced => {
@@ -63,6 +68,25 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         source: "analytic".into(),
         ..device_terms(q)
     })
+}
+
+/// The largest transient of a sparse MoE layer over `tokens` tokens at `w` bytes an
+/// activation, in the grouped form transformers ≥ 5 runs by default (and vramlab's candle
+/// model): S = tokens · k routed rows whatever the routing, which bounds the eager per-expert
+/// loop too (one expert's tokens at a time: tokens · k / E balanced, all tokens at worst).
+/// The router's logits and f32 probabilities (E · (w + 4)), top-k's f32 weights and int64
+/// indices (12 · k), the f32 norm copies and residual (8 · hidden) a token; a row's sort keys,
+/// permutation and weight (20), its gathered input (hidden · w) and the larger of the gate/up
+/// output with SiLU's output and the product (4 · expert_size · w) or the down projection's
+/// output with its f32 weighting (hidden · (w + 4)). A shared expert runs on every token
+/// afterwards (3 · its size · w, as a dense MLP).
+fn moe_transient(c: &Config, m: &crate::model::config::Moe, tokens: Checked, w: u64) -> Checked {
+    let (d, f, k) = (c.hidden_size as u64, m.expert_size as u64, m.top_k as u64);
+    let per_token = Checked::new(m.experts as u64) * (w + 4) + 12 * k + 8 * d;
+    let per_row = Checked::new(20) + d * w + (4 * f * w).max(d * (w + 4));
+    let routed = tokens * per_token + tokens * k * per_row;
+    let shared = tokens * (Checked::new(3) * m.shared_size * w + 8 * d);
+    routed.max(shared)
 }
 
 #[cfg(test)]

@@ -359,12 +359,42 @@ pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
     };
     let v = if c.fused_qkv { q + 2 * kv } else { kv };
     let attention = e * (q + kv + v + q) + 4 * heads;
-    let mlp = if trained { 4 * e * i } else { 3 * e * i };
+    let dense = if trained { 4 * e * i } else { 3 * e * i };
+    // A model with sparse and dense layers: the larger of the two, for every layer.
+    let mlp = match &c.moe {
+        Some(m) if m.dense_layers.is_empty() => moe_saved_per_token(m, h, e, trained),
+        Some(m) => dense.max(moe_saved_per_token(m, h, e, trained)),
+        None => dense,
+    };
     let adapters = lora.map_or(0, |r| {
         let modules = if c.fused_qkv { 1 } else { 2 };
         modules * r * e
     });
     norms + qk_norm + attention + mlp + adapters
+}
+
+/// Bytes per token a sparse MoE layer of transformers (its default grouped experts, which hold
+/// k rows a token whatever the routing) keeps for the backward, in place of the dense MLP's,
+/// read from `grouped_mm_experts_forward` (not yet checked tensor by tensor):
+/// - the router: softmax's f32 output (4·E), top-k's int64 indices (8·k) and the
+///   renormalization's operands (4·k + 4);
+/// - per routed row (k a token): the gather's index (8), the permuted input (e·h, saved by the
+///   up projection where it trains), the gate/up output (2·e·f, which SiLU's input and the
+///   product's `up` are views of), SiLU's output and the product (e·f each), and the down
+///   projection's output with its routing weight (e·h + 4) for the weighting;
+/// - a shared expert as a dense MLP, and its sigmoid gate's output and product (e·h + e).
+pub fn moe_saved_per_token(m: &Moe, h: u64, e: u64, trained: bool) -> u64 {
+    let (k, f) = (m.top_k as u64, m.expert_size as u64);
+    let router = 4 * m.experts as u64 + 8 * k + 4 * k + 4;
+    let input = if trained { e * h } else { 0 };
+    let row = 8 + input + 2 * e * f + 2 * e * f + e * h + 4;
+    let s = m.shared_size as u64;
+    let shared = if s == 0 {
+        0
+    } else {
+        (if trained { 4 } else { 3 }) * e * s + if m.shared_gate { e * h + e } else { 0 }
+    };
+    router + k * row + shared
 }
 
 /// What transformers' RMSNorm over `n` features (`rows` rows per token) saves for the backward

@@ -258,6 +258,21 @@ pub fn report(a: &Args) -> Result<LlmReport> {
             notes.push(format!("{}: term {t} {why}", g.key.label()));
         }
     }
+    if let Some(moe) = &m.moe {
+        notes.push(format!(
+            "mixture of experts: the weights hold all {} experts a layer ({} parameters); a token \
+             runs through {} ({} active). The activations are the grouped form's (transformers' \
+             default, vramlab's candle model): tokens × {} routed rows whatever the routing, \
+             which bounds the eager per-expert loop's worst case (all tokens at one expert; \
+             balanced: tokens × k / {} an expert)",
+            moe.experts,
+            m.param_count(),
+            moe.top_k,
+            m.active_params().get().unwrap_or(0),
+            moe.top_k,
+            moe.experts
+        ));
+    }
     if a.context > m.max_position_embeddings as u64 {
         notes.push(format!(
             "context {} exceeds the model's max_position_embeddings {}",
@@ -300,6 +315,7 @@ pub fn report(a: &Args) -> Result<LlmReport> {
             name: model_name,
             architecture: m.architecture.name(),
             params: m.param_count(),
+            active_params: m.active_params().get().unwrap_or(0),
             config: m.to_hf_json(),
         },
         query: q,

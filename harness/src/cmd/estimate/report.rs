@@ -32,13 +32,17 @@ impl Row {
     }
 }
 
-/// The model of an LLM report: its name, architecture, parameter count and the normalized
+/// The model of an LLM report: its name, architecture, parameter counts and the normalized
 /// config written back as `config.json`.
 #[derive(Serialize)]
 pub struct ModelJson {
     pub name: String,
     pub architecture: &'static str,
+    /// Every stored parameter (what the weights row holds).
     pub params: u64,
+    /// The parameters a token runs through: `params` less the experts it is not routed to
+    /// (equal to `params` for a dense model).
+    pub active_params: u64,
     pub config: serde_json::Value,
 }
 

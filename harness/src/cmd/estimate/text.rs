@@ -26,9 +26,14 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
     let q = &r.query;
     let params = r.model.params;
     let total = r.total_bytes;
+    let active = if r.model.active_params < params {
+        format!(", {} active", r.model.active_params)
+    } else {
+        String::new()
+    };
     writeln!(
         s,
-        "{} ({}, {} params): {} {}, batch {}, context {}{}",
+        "{} ({}, {} params{active}): {} {}, batch {}, context {}{}",
         r.model.name,
         r.model.architecture,
         params,

@@ -72,8 +72,8 @@ pub fn infer(
         return Features::load(weight);
     }
     let held = match p.kv {
-        KvKind::Preallocated => cfg.kv_tokens_held(p.context, p.kv_window),
-        KvKind::Growing => cfg.kv_tokens_held(kv_tokens, p.kv_window),
+        KvKind::Preallocated => p.context,
+        KvKind::Growing => kv_tokens,
     };
     let s = match phase {
         Phase::Decode => 1,
@@ -81,7 +81,7 @@ pub fn infer(
     };
     Features::checked(
         weight,
-        cfg.kv_bytes_per_token(p.dtype_bytes) * held * b,
+        cfg.kv_bytes(held, p.kv_window, p.dtype_bytes) * b,
         b * s * cfg.hidden_size * cfg.num_layers * w,
         b * cfg.vocab_size * w,
         Checked::ZERO,

@@ -82,14 +82,20 @@ pub fn gpu_fit(
     let fits = |q: &Query| fits_in(cfg, q, c, cap);
     let (kv_tokens, concurrency) = if q.mode == Mode::Infer {
         let e = estimate(cfg, q, c)?;
-        // A KV row per token past 2^64 B holds no token.
-        let per_token = cfg
-            .kv_bytes_per_token(q.act_bytes() as usize)
+        // One sequence of the context: its KV bytes (a windowed layer holds at most its
+        // window) and the tokens it holds. A sequence past 2^64 B holds no token.
+        let context = q.context as usize;
+        let per_sequence = cfg
+            .kv_bytes(context, q.kv_window, q.act_bytes() as usize)
             .get()
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let held = cfg.kv_tokens_held(context, q.kv_window) as u128;
+        let free = cap.saturating_sub(e.total_high()? - e.kv);
+        let tokens = u64::try_from(u128::from(free) * held / u128::from(per_sequence))
             .unwrap_or(u64::MAX);
-        let tokens = cap.saturating_sub(e.total_high()? - e.kv) / per_token.max(1);
-        let per_sequence = cfg.kv_tokens_held(q.context as usize, q.kv_window);
-        (Some(tokens), Some(tokens as f64 / per_sequence as f64))
+        // Sequences of the context that fit: the tokens over the tokens one holds.
+        (Some(tokens), Some(tokens as f64 / held.max(1) as f64))
     } else {
         (None, None)
     };

@@ -39,6 +39,10 @@ pub struct Config {
     /// Sliding-window attention: each token attends to the last `window` tokens, so a KV
     /// cache never needs more (Mistral). None: full attention.
     pub sliding_window: Option<usize>,
+    /// Each layer's attention where a model interleaves local and global layers (Gemma 2/3,
+    /// gpt-oss): `Sliding` layers attend within `sliding_window`, `Full` ones to every token.
+    /// Empty: every layer attends within `sliding_window` (to every token when it is None).
+    pub layer_types: Vec<LayerAttention>,
     /// Learned position embeddings (GPT-2, BERT, StarCoder) instead of RoPE: no `rope_theta`,
     /// and the heads split `hidden_size` exactly.
     pub learned_positions: bool,
@@ -154,6 +158,32 @@ impl Moe {
     }
 }
 
+/// A layer's attention span (transformers' `layer_types`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerAttention {
+    /// Every earlier token (`full_attention`).
+    Full,
+    /// The last `sliding_window` tokens (`sliding_attention`).
+    Sliding,
+}
+
+impl LayerAttention {
+    /// transformers' name (`full_attention`, `sliding_attention`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerAttention::Full => "full_attention",
+            LayerAttention::Sliding => "sliding_attention",
+        }
+    }
+
+    /// Reads transformers' name; None for another.
+    pub fn parse(s: &str) -> Option<Self> {
+        [LayerAttention::Full, LayerAttention::Sliding]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+}
+
 /// The MLP activation of a config, as transformers runs it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HiddenAct {
@@ -192,6 +222,7 @@ impl Config {
             fused_qkv: false,
             fused_gate_up: false,
             sliding_window: None,
+            layer_types: Vec::new(),
             learned_positions: false,
             hidden_act: HiddenAct::Silu,
             dropout: false,
@@ -240,6 +271,16 @@ impl Config {
         }
         if self.sliding_window == Some(0) {
             return Err("sliding_window must be positive or null, got 0".into());
+        }
+        if !self.layer_types.is_empty() && self.layer_types.len() != self.num_layers {
+            return Err(format!(
+                "layer_types lists {} layers, the model has {}",
+                self.layer_types.len(),
+                self.num_layers
+            ));
+        }
+        if self.sliding_window.is_none() && self.layer_types.contains(&LayerAttention::Sliding) {
+            return Err("layer_types has sliding_attention layers but sliding_window is null".into());
         }
         if self.head_dim == 0 {
             return Err(format!(
@@ -334,18 +375,46 @@ impl Config {
         self.params().saturating_sub(idle)
     }
 
-    /// K and V bytes for one token of one sequence: 2 · L · n_kv · head_dim · dtype bytes.
+    /// K and V bytes for one token of one sequence in every layer: 2 · L · n_kv · head_dim ·
+    /// dtype bytes (what a cache holding every token adds a token).
     pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> Checked {
         Checked::new(2) * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
     }
 
-    /// Tokens a KV cache holds per sequence after `tokens` tokens, under `window`: all of them
-    /// with full attention, at most the sliding window with [`KvWindow::Model`].
-    pub fn kv_tokens_held(&self, tokens: usize, window: KvWindow) -> usize {
-        match (window, self.sliding_window) {
+    /// The window layer `i` attends within (None: every token).
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        match self.layer_types.get(i) {
+            Some(LayerAttention::Full) => None,
+            _ => self.sliding_window,
+        }
+    }
+
+    /// Tokens layer `i`'s KV cache holds per sequence after `tokens` tokens, under `window`:
+    /// all of them with full attention, at most its sliding window with [`KvWindow::Model`].
+    pub fn layer_kv_tokens(&self, i: usize, tokens: usize, window: KvWindow) -> usize {
+        match (window, self.layer_window(i)) {
             (KvWindow::Model, Some(w)) => tokens.min(w),
             _ => tokens,
         }
+    }
+
+    /// Tokens a KV cache holds per sequence after `tokens` tokens, under `window`: the most any
+    /// layer holds (all of them where a layer attends to every token).
+    pub fn kv_tokens_held(&self, tokens: usize, window: KvWindow) -> usize {
+        (0..self.num_layers.max(1))
+            .map(|i| self.layer_kv_tokens(i, tokens, window))
+            .max()
+            .unwrap_or(tokens)
+    }
+
+    /// K and V bytes one sequence's cache holds after `tokens` tokens under `window`: each
+    /// layer's 2 · n_kv · head_dim · dtype bytes a token, times the tokens it holds (a
+    /// windowed layer at most its window).
+    pub fn kv_bytes(&self, tokens: usize, window: KvWindow, dtype_bytes: usize) -> Checked {
+        let per_layer = Checked::new(2) * self.num_kv_heads * self.head_dim * dtype_bytes;
+        (0..self.num_layers)
+            .map(|i| per_layer * self.layer_kv_tokens(i, tokens, window))
+            .sum()
     }
 }
 

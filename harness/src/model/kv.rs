@@ -18,18 +18,24 @@ pub use crate::vocab::KvKind;
 
 pub struct KvCache {
     kind: KvKind,
-    /// Tokens the cache holds at most (min(context, window) when capped at a window).
+    /// Tokens appended so far (the next token's position).
+    len: usize,
+    layers: Vec<LayerCache>,
+}
+
+/// One layer's K and V, with how many tokens it holds at most.
+struct LayerCache {
+    /// Tokens the layer holds at most (min(context, window) for a layer capped at its window).
     capacity: usize,
     /// Whether tokens beyond `capacity` replace the oldest (a capped sliding window).
     ring: bool,
-    /// Tokens appended so far (the next token's position).
-    len: usize,
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    kv: Option<(Tensor, Tensor)>,
 }
 
 impl KvCache {
-    /// A cache for `context` tokens of `batch` sequences, capped at a sliding-window model's
-    /// window under [`KvWindow::Model`]. `preallocated` allocates it all now.
+    /// A cache for `context` tokens of `batch` sequences, each layer capped at its sliding
+    /// window under [`KvWindow::Model`] (a model that interleaves local and global layers
+    /// caps only the local ones). `preallocated` allocates it all now.
     pub fn new(
         kind: KvKind,
         cfg: &Config,
@@ -39,10 +45,10 @@ impl KvCache {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let capacity = cfg.kv_tokens_held(context, window);
         let mut layers = Vec::with_capacity(cfg.num_layers);
-        for _ in 0..cfg.num_layers {
-            layers.push(match kind {
+        for i in 0..cfg.num_layers {
+            let capacity = cfg.layer_kv_tokens(i, context, window);
+            let kv = match kind {
                 KvKind::Preallocated => {
                     let shape = (batch, cfg.num_kv_heads, capacity, cfg.head_dim);
                     Some((
@@ -51,12 +57,15 @@ impl KvCache {
                     ))
                 }
                 KvKind::Growing => None,
+            };
+            layers.push(LayerCache {
+                capacity,
+                ring: capacity < context,
+                kv,
             });
         }
         Ok(KvCache {
             kind,
-            capacity,
-            ring: capacity < context,
             len: 0,
             layers,
         })
@@ -71,13 +80,14 @@ impl KvCache {
         self.len
     }
 
-    /// Tokens the cache holds now (per sequence): `len()`, capped at a window's capacity.
+    /// Tokens the cache holds now (per sequence): `len()`, capped at a window's capacity; the
+    /// most any layer holds.
     pub fn held(&self) -> usize {
-        if self.ring {
-            self.len.min(self.capacity)
-        } else {
-            self.len
-        }
+        self.layers
+            .iter()
+            .map(|l| if l.ring { self.len.min(l.capacity) } else { self.len })
+            .max()
+            .unwrap_or(self.len)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -92,8 +102,9 @@ impl KvCache {
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let s = k.dim(2)?;
         let total = self.len + s;
-        let cap = self.capacity;
-        if total > cap && !self.ring {
+        let layer = &mut self.layers[layer];
+        let cap = layer.capacity;
+        if total > cap && !layer.ring {
             candle_core::bail!(
                 "KV cache full: {} + {s} tokens exceed its capacity of {cap}",
                 self.len
@@ -105,7 +116,7 @@ impl KvCache {
                 self.len
             )
         }
-        let slot = &mut self.layers[layer];
+        let slot = &mut layer.kv;
         match self.kind {
             KvKind::Preallocated => {
                 let (ck, cv) = slot.as_ref().expect("preallocated");

@@ -310,9 +310,9 @@ impl Llama {
         k: &Tensor,
         v: &Tensor,
         pos: usize,
+        window: Option<usize>,
     ) -> candle_core::Result<Tensor> {
         let fused = self.ops.kernels == Kernels::Fused;
-        let window = self.cfg.sliding_window;
         match self.ops.attention {
             Attention::Eager => attention(q, k, v, Some(Causal { pos, window }), fused),
             // Refused by the scenario (`sdpa` is the torch probe's).
@@ -378,14 +378,15 @@ impl Llama {
         };
         // A query at position p sees keys in (p - window, p]: a decode step's query attends to
         // the window's last keys (the whole cache once it is capped at the window).
-        let (k, v) = match self.cfg.sliding_window {
+        let window = self.cfg.layer_window(i);
+        let (k, v) = match window {
             Some(w) if q.dim(2)? == 1 && k.dim(2)? > w => {
                 let t = k.dim(2)?;
                 (k.narrow(2, t - w, w)?, v.narrow(2, t - w, w)?)
             }
             _ => (k, v),
         };
-        let x = (x + l.o.forward(&self.attend(&q, &k, &v, pos)?)?)?;
+        let x = (x + l.o.forward(&self.attend(&q, &k, &v, pos, window)?)?)?;
         let h = self.norm(&x, &l.post_norm)?;
         let act = |gate: &Tensor, up: &Tensor| match self.ops.kernels {
             Kernels::Reference => gate.silu()? * up,

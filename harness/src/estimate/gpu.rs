@@ -92,8 +92,8 @@ pub fn gpu_fit(
             .max(1);
         let held = cfg.kv_tokens_held(context, q.kv_window) as u128;
         let free = cap.saturating_sub(e.total_high()? - e.kv);
-        let tokens = u64::try_from(u128::from(free) * held / u128::from(per_sequence))
-            .unwrap_or(u64::MAX);
+        let tokens =
+            u64::try_from(u128::from(free) * held / u128::from(per_sequence)).unwrap_or(u64::MAX);
         // Sequences of the context that fit: the tokens over the tokens one holds.
         (Some(tokens), Some(tokens as f64 / held.max(1) as f64))
     } else {

@@ -93,6 +93,18 @@ pub const PRESETS: &[(&str, &str)] = &[
         "qwen3-235b-a22b",
         include_str!("../../presets/qwen3-235b-a22b/config.json"),
     ),
+    (
+        "gemma-2-9b",
+        include_str!("../../presets/gemma-2-9b/config.json"),
+    ),
+    (
+        "gemma-2-27b",
+        include_str!("../../presets/gemma-2-27b/config.json"),
+    ),
+    (
+        "gemma-3-1b",
+        include_str!("../../presets/gemma-3-1b/config.json"),
+    ),
 ];
 
 /// A model `--model` named: its name and normalized [`Config`]. Every figure `estimate`
@@ -172,6 +184,7 @@ pub fn resolve(spec: &str) -> Result<Resolved> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::KvWindow;
 
     #[test]
     fn every_preset_parses() {
@@ -198,6 +211,30 @@ mod tests {
         assert_eq!(count("llama-3.1-70b"), 70_553_706_496);
         assert_eq!(count("llama-3.3-70b"), 70_553_706_496);
         assert_eq!(count("qwen2.5-72b"), 72_706_203_648);
+        // Gemma: tied 256k embeddings, four norms a layer.
+        assert_eq!(count("gemma-2-9b"), 9_241_705_984);
+        assert_eq!(count("gemma-2-27b"), 27_227_128_320);
+        assert_eq!(count("gemma-3-1b"), 999_885_952);
+    }
+
+    #[test]
+    fn interleaved_local_layers_cap_only_their_own_cache() {
+        // Gemma-2-9B: 42 layers alternating sliding (window 4,096) and full; a layer holds
+        // 2 (K, V) · 8 KV heads · 256 · 2 B = 8,192 B a token in bf16.
+        let c = resolve("gemma-2-9b").unwrap().config;
+        let per_layer = 2 * 8 * 256 * 2;
+        let kv = |tokens: usize| c.kv_bytes(tokens, KvWindow::Model, 2).get().unwrap();
+        assert_eq!(kv(8192), 21 * per_layer * 8192 + 21 * per_layer * 4096);
+        assert_eq!(kv(1000), 42 * per_layer * 1000);
+        assert_eq!(
+            c.kv_bytes(8192, KvWindow::Full, 2).get(),
+            Some(42 * per_layer * 8192)
+        );
+        // Gemma-3-1B: 26 layers, one full in six (layers 5, 11, 17, 23), window 512.
+        let g3 = resolve("gemma-3-1b").unwrap().config;
+        let full: Vec<usize> = (0..26).filter(|&i| g3.layer_window(i).is_none()).collect();
+        assert_eq!(full, [5, 11, 17, 23]);
+        assert_eq!(g3.kv_tokens_held(32_768, KvWindow::Model), 32_768);
     }
 
     #[test]

@@ -273,6 +273,10 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
             push("self_attn.o_proj.bias", vec![d]);
         }
         push("post_attention_layernorm.weight", vec![d]);
+        if c.gemma.is_some() {
+            push("pre_feedforward_layernorm.weight", vec![d]);
+            push("post_feedforward_layernorm.weight", vec![d]);
+        }
         match &c.moe {
             Some(m) if m.is_sparse(i) => out.extend(moe_shapes(m, &p, d)),
             _ => {

@@ -55,6 +55,24 @@ pub struct Config {
     /// A sparse mixture-of-experts MLP in place of the dense one (Mixtral, Qwen2-MoE,
     /// Qwen3-MoE). None: every layer's MLP is dense, `intermediate_size` wide.
     pub moe: Option<Moe>,
+    /// Gemma 2/3's decoder (None: the llama family's): RMSNorm scaling by (1 + weight) in
+    /// f32, a norm after attention and on both sides of the MLP, embeddings scaled by
+    /// √hidden, GELU (tanh) gating, and the scoring below.
+    pub gemma: Option<Gemma>,
+}
+
+/// What Gemma 2/3 change in the attention and the head.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemma {
+    /// Queries scale by `query_pre_attn_scalar`^(-1/2), not head_dim^(-1/2).
+    pub query_pre_attn_scalar: f64,
+    /// tanh soft-capping of the attention scores (Gemma 2: 50; Gemma 3: none).
+    pub attn_softcap: Option<f64>,
+    /// tanh soft-capping of the logits (Gemma 2: 30; Gemma 3: none).
+    pub final_softcap: Option<f64>,
+    /// RoPE θ of the sliding layers where it differs from `rope_theta` (Gemma 3: 10,000 local,
+    /// 1,000,000 global).
+    pub local_rope_theta: Option<f64>,
 }
 
 /// A sparse mixture-of-experts MLP: a router (`experts` × hidden, no bias) picks `top_k` of
@@ -227,6 +245,7 @@ impl Config {
             hidden_act: HiddenAct::Silu,
             dropout: false,
             moe: None,
+            gemma: None,
         }
     }
 
@@ -269,6 +288,19 @@ impl Config {
         if let Some(m) = &self.moe {
             m.validate(self.num_layers)?;
         }
+        if let Some(g) = &self.gemma {
+            let positive = |v: Option<f64>| v.is_none_or(|v| v.is_finite() && v > 0.0);
+            if !(positive(Some(g.query_pre_attn_scalar))
+                && positive(g.attn_softcap)
+                && positive(g.final_softcap)
+                && positive(g.local_rope_theta))
+            {
+                return Err(
+                    "query_pre_attn_scalar, the soft-caps and the local RoPE θ must be positive"
+                        .into(),
+                );
+            }
+        }
         if self.sliding_window == Some(0) {
             return Err("sliding_window must be positive or null, got 0".into());
         }
@@ -280,7 +312,9 @@ impl Config {
             ));
         }
         if self.sliding_window.is_none() && self.layer_types.contains(&LayerAttention::Sliding) {
-            return Err("layer_types has sliding_attention layers but sliding_window is null".into());
+            return Err(
+                "layer_types has sliding_attention layers but sliding_window is null".into(),
+            );
         }
         if self.head_dim == 0 {
             return Err(format!(

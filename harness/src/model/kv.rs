@@ -85,7 +85,13 @@ impl KvCache {
     pub fn held(&self) -> usize {
         self.layers
             .iter()
-            .map(|l| if l.ring { self.len.min(l.capacity) } else { self.len })
+            .map(|l| {
+                if l.ring {
+                    self.len.min(l.capacity)
+                } else {
+                    self.len
+                }
+            })
             .max()
             .unwrap_or(self.len)
     }

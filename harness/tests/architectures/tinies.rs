@@ -62,6 +62,24 @@ pub const fn moe_layer(d: u64, f: u64, h: u64, kv: u64, hd: u64, e: u64) -> u64 
     llama_layer(d, f, h, kv, hd) + (e - 1) * 3 * d * f + e * d
 }
 
+/// Gemma 2 (sliding layer 0 with a window of 8, full layer 1, soft-capping, four norms a
+/// layer, tied head) and Gemma 3's text decoder (q/k norms, RoPE θ 10,000 on the sliding
+/// layer and 1,000,000 on the full one).
+pub const GEMMA2: &str = r#"{"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+ "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "max_position_embeddings": 128, "rope_theta": 10000.0, "rms_norm_eps": 1e-06,
+ "query_pre_attn_scalar": 24, "sliding_window": 8, "attn_logit_softcapping": 50.0,
+ "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh",
+ "tie_word_embeddings": true}"#;
+pub const GEMMA3: &str = r#"{"architectures": ["Gemma3ForCausalLM"],
+ "model_type": "gemma3_text", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "max_position_embeddings": 128, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+ "rms_norm_eps": 1e-06, "query_pre_attn_scalar": 16, "sliding_window": 8,
+ "layer_types": ["sliding_attention", "full_attention"],
+ "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true}"#;
+
 /// A tiny variant with its hand-derived facts.
 pub struct Tiny {
     pub name: &'static str,
@@ -70,13 +88,15 @@ pub struct Tiny {
     pub tensors: u64,
     /// K and V elements per token: 2 · L · n_kv · head_dim.
     pub kv_elems: u64,
+    /// Layers that attend within a window, and the window (0: none).
+    pub sliding: (u64, u64),
     /// LoRA rank-1 parameters: Σ over the target modules of (in + out).
     pub lora_per_rank: u64,
     /// Modules LoRA adapts (each gets an A and a B).
     pub lora_modules: u64,
 }
 
-pub const TINIES: [Tiny; 6] = [
+pub const TINIES: [Tiny; 8] = [
     // 2 layers of (q 128×64, k and v 64×64, o 64×128, mlp 3×96×64, norms 128, q/k norms
     // 2×32), tied embedding 256×64, final norm. LoRA on q (64 → 128) and v (64 → 64).
     Tiny {
@@ -85,6 +105,7 @@ pub const TINIES: [Tiny; 6] = [
         params: 256 * 64 + 2 * (llama_layer(64, 96, 4, 2, 32) + 2 * 32) + 64,
         tensors: 1 + 2 * 11 + 1,
         kv_elems: 2 * 2 * 2 * 32,
+        sliding: (0, 0),
         lora_per_rank: 2 * ((64 + 128) + (64 + 64)),
         lora_modules: 2 * 2,
     },
@@ -96,6 +117,7 @@ pub const TINIES: [Tiny; 6] = [
         params: 2 * 256 * 64 + 2 * llama_layer(64, 128, 4, 4, 16) + 64,
         tensors: 2 + 2 * 6 + 1,
         kv_elems: 2 * 2 * 4 * 16,
+        sliding: (0, 0),
         lora_per_rank: 2 * (64 + 192),
         lora_modules: 2,
     },
@@ -107,6 +129,7 @@ pub const TINIES: [Tiny; 6] = [
         params: 256 * 64 + 128 * 64 + 2 * gpt2_block(64, 256, 16) + 2 * 64,
         tensors: 2 + 2 * 12 + 2,
         kv_elems: 2 * 2 * 16,
+        sliding: (0, 0),
         lora_per_rank: 2 * (64 + 96),
         lora_modules: 2,
     },
@@ -120,6 +143,7 @@ pub const TINIES: [Tiny; 6] = [
         params: 2 * 256 * 64 + 2 * moe_layer(64, 96, 4, 2, 16, 4) + 64,
         tensors: 2 + 2 * 19 + 1,
         kv_elems: 2 * 2 * 2 * 16,
+        sliding: (0, 0),
         lora_per_rank: 2 * ((64 + 64) + (64 + 32)),
         lora_modules: 2 * 2,
     },
@@ -138,6 +162,7 @@ pub const TINIES: [Tiny; 6] = [
             + 64,
         tensors: 2 + 26 + 12 + 1,
         kv_elems: 2 * 2 * 2 * 16,
+        sliding: (0, 0),
         lora_per_rank: 2 * ((64 + 64) + (64 + 32)),
         lora_modules: 2 * 2,
     },
@@ -149,7 +174,48 @@ pub const TINIES: [Tiny; 6] = [
         params: 256 * 64 + 2 * (moe_layer(64, 32, 4, 2, 32, 8) + 2 * 32) + 64,
         tensors: 1 + 2 * 33 + 1,
         kv_elems: 2 * 2 * 2 * 32,
+        sliding: (0, 0),
         lora_per_rank: 2 * ((64 + 128) + (64 + 64)),
         lora_modules: 2 * 2,
     },
+    // Tied embedding 256×64, final norm; 2 layers of the llama layer (q 64×64, k and v 32×64,
+    // o 64×64, gate/up/down 96×64, 2 norms) plus 2 more norms (pre- and post-feedforward).
+    // Tensors: 1 + 2 × (4 norms + 4 projections + 3 MLP) + 1.
+    Tiny {
+        name: "gemma2",
+        json: GEMMA2,
+        params: 256 * 64 + 2 * (llama_layer(64, 96, 4, 2, 16) + 2 * 64) + 64,
+        tensors: 1 + 2 * 11 + 1,
+        kv_elems: 2 * 2 * 2 * 16,
+        sliding: (1, 8),
+        lora_per_rank: 2 * ((64 + 64) + (64 + 32)),
+        lora_modules: 2 * 2,
+    },
+    // Gemma 2's layer plus q/k norms (2 × 16) a layer.
+    Tiny {
+        name: "gemma3_text",
+        json: GEMMA3,
+        params: 256 * 64 + 2 * (llama_layer(64, 96, 4, 2, 16) + 2 * 64 + 2 * 16) + 64,
+        tensors: 1 + 2 * 13 + 1,
+        kv_elems: 2 * 2 * 2 * 16,
+        sliding: (1, 8),
+        lora_per_rank: 2 * ((64 + 64) + (64 + 32)),
+        lora_modules: 2 * 2,
+    },
 ];
+
+impl Tiny {
+    /// K and V elements one sequence holds after `tokens` tokens (both tinies have 2 layers):
+    /// every token in a full layer, at most the window in a sliding one.
+    pub fn kv_elems_at(&self, tokens: u64) -> u64 {
+        let (sliding, window) = self.sliding;
+        let held = |l: u64| {
+            if l < sliding {
+                tokens.min(window)
+            } else {
+                tokens
+            }
+        };
+        (0..2).map(|l| self.kv_elems / 2 * held(l)).sum()
+    }
+}

@@ -9,9 +9,11 @@
 //! SwiGLU (and softmax inside eager attention), each with its own backward;
 //! `attention = "flash"` runs its tiled attention, which never materializes the scores.
 use crate::model::arch::{checked, parse_json, Architecture, Decoder, Tensors};
+use crate::model::config::HiddenAct;
 use crate::model::nn::moe::SparseMoe;
 use crate::model::nn::{
-    attention, embedding, lm_loss, rms_norm, split_heads, Causal, Linear, Named, QTensors, Weight,
+    attention_scored, embedding, gemma_rms_norm, lm_loss, rms_norm, split_heads, Causal, Linear,
+    Named, QTensors, Scoring, Weight,
 };
 use crate::model::{Config, KvCache, Trainable};
 use crate::vocab::{Attention, Kernels, Ops, QMatmul};
@@ -147,6 +149,8 @@ struct Layer {
     qk_norm: Option<(Tensor, Tensor)>,
     o: Linear,
     post_norm: Tensor,
+    /// Gemma's norms before and after the MLP (its `post_norm` follows the attention).
+    ff_norms: Option<(Tensor, Tensor)>,
     mlp: Mlp,
 }
 
@@ -169,17 +173,52 @@ fn rotate_half(x: &Tensor) -> candle_core::Result<Tensor> {
     Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)
 }
 
-/// cos and sin tables (s, head_dim) for positions pos..pos+s, in `dtype`.
+/// The RoPE tables of a forward: the global layers' and, where the sliding layers use their
+/// own θ (Gemma 3), theirs.
+struct Rope {
+    global: (Tensor, Tensor),
+    local: Option<(Tensor, Tensor)>,
+}
+
+impl Rope {
+    fn new(
+        cfg: &Config,
+        pos: usize,
+        s: usize,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Self> {
+        let local = match cfg.gemma.as_ref().and_then(|g| g.local_rope_theta) {
+            Some(theta) => Some(rope_tables(cfg.head_dim, theta, pos, s, dtype, dev)?),
+            None => None,
+        };
+        Ok(Rope {
+            global: rope_tables(cfg.head_dim, cfg.rope_theta, pos, s, dtype, dev)?,
+            local,
+        })
+    }
+
+    /// Layer `i`'s tables.
+    fn of(&self, cfg: &Config, i: usize) -> &(Tensor, Tensor) {
+        match &self.local {
+            Some(local) if cfg.layer_window(i).is_some() => local,
+            _ => &self.global,
+        }
+    }
+}
+
+/// cos and sin tables (s, head_dim `hd`) of RoPE θ `theta` for positions pos..pos+s, in
+/// `dtype`.
 fn rope_tables(
-    cfg: &Config,
+    hd: usize,
+    theta: f64,
     pos: usize,
     s: usize,
     dtype: DType,
     dev: &Device,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let hd = cfg.head_dim;
     let inv: Vec<f32> = (0..hd / 2)
-        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / hd as f64) as f32)
+        .map(|i| 1.0 / theta.powf(2.0 * i as f64 / hd as f64) as f32)
         .collect();
     let inv = Tensor::from_vec(inv, (1, hd / 2), dev)?;
     let t = Tensor::arange(pos as u32, (pos + s) as u32, dev)?
@@ -259,6 +298,13 @@ impl Llama {
             layers.push(Layer {
                 input_norm: t.take(&format!("{p}.input_layernorm.weight"))?,
                 post_norm: t.take(&format!("{p}.post_attention_layernorm.weight"))?,
+                ff_norms: match cfg.gemma {
+                    Some(_) => Some((
+                        t.take(&format!("{p}.pre_feedforward_layernorm.weight"))?,
+                        t.take(&format!("{p}.post_feedforward_layernorm.weight"))?,
+                    )),
+                    None => None,
+                },
                 qkv,
                 qk_norm,
                 o,
@@ -289,9 +335,10 @@ impl Llama {
     }
 
     fn norm(&self, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-        match self.ops.kernels {
-            Kernels::Reference => rms_norm(x, w, self.cfg.norm_eps),
-            Kernels::Fused => vramlab_kernels::rms_norm(x, w, self.cfg.norm_eps),
+        match (self.ops.kernels, &self.cfg.gemma) {
+            (_, Some(_)) => gemma_rms_norm(x, w, self.cfg.norm_eps),
+            (Kernels::Reference, None) => rms_norm(x, w, self.cfg.norm_eps),
+            (Kernels::Fused, None) => vramlab_kernels::rms_norm(x, w, self.cfg.norm_eps),
         }
     }
 
@@ -314,7 +361,16 @@ impl Llama {
     ) -> candle_core::Result<Tensor> {
         let fused = self.ops.kernels == Kernels::Fused;
         match self.ops.attention {
-            Attention::Eager => attention(q, k, v, Some(Causal { pos, window }), fused),
+            Attention::Eager => {
+                let scoring = match &self.cfg.gemma {
+                    Some(g) => Scoring {
+                        scale: Some(1.0 / g.query_pre_attn_scalar.sqrt()),
+                        softcap: g.attn_softcap,
+                    },
+                    None => Scoring::default(),
+                };
+                attention_scored(q, k, v, Some(Causal { pos, window }), fused, scoring)
+            }
             // Refused by the scenario (`sdpa` is the torch probe's).
             Attention::Sdpa => Err(candle_core::Error::Msg(
                 "attention `sdpa` is PyTorch's kernel, not a candle op".into(),
@@ -361,10 +417,11 @@ impl Llama {
         i: usize,
         x: &Tensor,
         pos: usize,
-        rope: &(Tensor, Tensor),
+        rope: &Rope,
         cache: Option<&mut KvCache>,
     ) -> candle_core::Result<Tensor> {
         let l = &self.layers[i];
+        let rope = rope.of(&self.cfg, i);
         let h = self.norm(x, &l.input_norm)?;
         let (q, k, v) = self.project(l, &h)?;
         let (q, k) = match &l.qk_norm {
@@ -386,11 +443,24 @@ impl Llama {
             }
             _ => (k, v),
         };
-        let x = (x + l.o.forward(&self.attend(&q, &k, &v, pos, window)?)?)?;
-        let h = self.norm(&x, &l.post_norm)?;
-        let act = |gate: &Tensor, up: &Tensor| match self.ops.kernels {
-            Kernels::Reference => gate.silu()? * up,
-            Kernels::Fused => vramlab_kernels::swiglu(gate, up),
+        let attn = l.o.forward(&self.attend(&q, &k, &v, pos, window)?)?;
+        // Gemma normalizes the attention's output, then the MLP's input with its own norm.
+        let (x, h) = match &l.ff_norms {
+            Some((pre, _)) => {
+                let x = (x + self.norm(&attn, &l.post_norm)?)?;
+                let h = self.norm(&x, pre)?;
+                (x, h)
+            }
+            None => {
+                let x = (x + attn)?;
+                let h = self.norm(&x, &l.post_norm)?;
+                (x, h)
+            }
+        };
+        let act = |gate: &Tensor, up: &Tensor| match (self.ops.kernels, self.cfg.hidden_act) {
+            (_, HiddenAct::Gelu) => gate.gelu()? * up,
+            (Kernels::Reference, _) => gate.silu()? * up,
+            (Kernels::Fused, _) => vramlab_kernels::swiglu(gate, up),
         };
         let y = match &l.mlp {
             Mlp::Dense { gate_up, down } => {
@@ -406,18 +476,26 @@ impl Llama {
             }
             Mlp::Sparse(moe) => moe.forward(&h, &act)?,
         };
-        x + y
+        match &l.ff_norms {
+            Some((_, post)) => x + self.norm(&y, post)?,
+            None => x + y,
+        }
     }
 
     fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let x = self.norm(x, &self.norm)?;
-        Linear {
+        let logits = Linear {
             w: self.lm_head.as_ref().unwrap_or(&self.embed).clone(),
             b: None,
             transposed: false,
             lora: None,
         }
-        .forward(&x)
+        .forward(&x)?;
+        // Gemma 2's tanh soft-capping of the logits.
+        match self.cfg.gemma.as_ref().and_then(|g| g.final_softcap) {
+            Some(cap) => (logits / cap)?.tanh()? * cap,
+            None => Ok(logits),
+        }
     }
 }
 
@@ -429,10 +507,15 @@ impl Trainable for Llama {
     /// Gathers rows in the weights' dtype, then casts (so a mixed policy's embedding
     /// gradient lands on the f32 variable without casting the whole table).
     fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
-        match &self.embed {
-            Weight::Dense(table) => embedding(table, ids, self.compute),
+        let x = match &self.embed {
+            Weight::Dense(table) => embedding(table, ids, self.compute)?,
             // candle gathers the rows of a quantized table and dequantizes them (f32).
-            Weight::Quant(q, _) => q.embedding(ids)?.to_dtype(self.compute),
+            Weight::Quant(q, _) => q.embedding(ids)?.to_dtype(self.compute)?,
+        };
+        // Gemma scales its embeddings by √hidden.
+        match self.cfg.gemma {
+            Some(_) => x * (self.cfg.hidden_size as f64).sqrt(),
+            None => Ok(x),
         }
     }
 
@@ -441,7 +524,7 @@ impl Trainable for Llama {
     }
 
     fn layer(&self, i: usize, x: &Tensor) -> candle_core::Result<Tensor> {
-        let rope = rope_tables(&self.cfg, 0, x.dim(1)?, self.compute, x.device())?;
+        let rope = Rope::new(&self.cfg, 0, x.dim(1)?, self.compute, x.device())?;
         self.block(i, x, 0, &rope, None)
     }
 
@@ -464,6 +547,9 @@ impl Decoder for Llama {
     }
 
     fn set_ops(&mut self, ops: Ops) -> Result<()> {
+        if self.cfg.gemma.is_some() {
+            crate::model::arch::no_ops("gemma", ops)?;
+        }
         self.ops = ops;
         Ok(())
     }
@@ -479,7 +565,7 @@ impl Decoder for Llama {
         last_only: bool,
     ) -> candle_core::Result<Tensor> {
         let s = ids.dim(1)?;
-        let rope = rope_tables(&self.cfg, pos, s, self.compute, ids.device())?;
+        let rope = Rope::new(&self.cfg, pos, s, self.compute, ids.device())?;
         let mut x = self.embed(ids)?;
         for i in 0..self.layers.len() {
             x = self.block(i, &x, pos, &rope, cache.as_deref_mut())?;

@@ -5,6 +5,7 @@
 //! architecture by `model_type` ([`Arch::of_model_type`]) go through it, so the architecture
 //! files depend on [`super::arch`] and [`super::config`], never the other way round.
 pub mod bert;
+pub mod gemma;
 pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod llama;
@@ -37,6 +38,8 @@ pub static REGISTRY: &[&dyn Architecture] = &[
     &super::llm::mixtral::MixtralArch,
     &super::llm::qwen2_moe::Qwen2MoeArch,
     &super::llm::qwen3_moe::Qwen3MoeArch,
+    &super::llm::gemma::Gemma2Arch,
+    &super::llm::gemma::Gemma3TextArch,
 ];
 
 impl Arch {

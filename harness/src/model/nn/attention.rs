@@ -49,11 +49,38 @@ pub fn attention(
     causal: Option<Causal>,
     fused_softmax: bool,
 ) -> Result<Tensor> {
+    attention_scored(q, k, v, causal, fused_softmax, Scoring::default())
+}
+
+/// How eager attention scores its keys beyond the default 1/√head_dim.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Scoring {
+    /// The scale of q·k (None: 1/√head_dim).
+    pub scale: Option<f64>,
+    /// tanh soft-capping of the scaled scores, before the mask: cap · tanh(scores / cap)
+    /// (Gemma 2).
+    pub softcap: Option<f64>,
+}
+
+/// [`attention`] with the scores scaled and capped as `scoring` says.
+pub fn attention_scored(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: Option<Causal>,
+    fused_softmax: bool,
+    scoring: Scoring,
+) -> Result<Tensor> {
     let (b, h, s, hd) = q.dims4()?;
     let (kvh, total) = (k.dim(1)?, k.dim(2)?);
     let g = h / kvh;
     let q = q.contiguous()?.reshape((b, kvh, g * s, hd))?;
-    let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
+    let scale = scoring.scale.unwrap_or(1.0 / (hd as f64).sqrt());
+    let scores = (q.matmul(&k.t()?)? * scale)?;
+    let scores = match scoring.softcap {
+        Some(cap) => ((scores / cap)?.tanh()? * cap)?,
+        None => scores,
+    };
     let scores = match causal {
         Some(c) if s > 1 => {
             let mask = causal_mask(c, s, total, scores.dtype(), q.device())?;

@@ -9,7 +9,9 @@ mod attention;
 mod layers;
 pub mod moe;
 
-pub use attention::{attend, attention, causal_mask, split_heads, Causal};
+pub use attention::{
+    attend, attention, attention_scored, causal_mask, split_heads, Causal, Scoring,
+};
 pub use layers::{lora_names, Conv2d, Linear, Lora, QTensors, Weight, LORA_ALPHA};
 
 /// `w` in the dtype of `x` (a no-op when they match).
@@ -110,6 +112,16 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     let y = x32.broadcast_div(&(var + eps)?.sqrt()?)?;
     let y = y.to_dtype(x.dtype())?;
     y.broadcast_mul(&cast_like(w, &y)?)
+}
+
+/// Gemma's RMSNorm: normalized and scaled by (1 + weight) in f32, then cast back (HF's
+/// Gemma2RMSNorm, whose product is in f32 where llama's is in the input's dtype).
+pub fn gemma_rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let x32 = x.to_dtype(DType::F32)?;
+    let var = x32.sqr()?.mean_keepdim(D::Minus1)?;
+    let y = x32.broadcast_div(&(var + eps)?.sqrt()?)?;
+    let scale = (w.to_dtype(DType::F32)? + 1.0)?;
+    y.broadcast_mul(&scale)?.to_dtype(x.dtype())
 }
 
 /// LayerNorm in f32, cast back.

@@ -169,18 +169,25 @@ fn a_hub_id_estimates_as_its_preset_and_caches_for_offline_runs() {
     );
 }
 
-#[test]
-fn a_single_file_checkpoint_is_sized_by_its_redirect() {
+/// `estimate --json --model MODEL` with `env` against a fresh stand-in and cache: the report
+/// and the requests the stand-in saw, one a line.
+fn fresh(env: &[(&str, &str)], model: &str) -> (Value, String) {
     let hub = hub();
     let cache = tempfile::tempdir().unwrap();
     let v = json(&mut estimate(
         &hub.endpoint,
         cache.path(),
-        &[],
-        &["--json", "--model", "org/single"],
+        env,
+        &["--json", "--model", model],
     ));
-    assert_eq!(v["model"]["stored_bytes"], 1_234_567);
     let log = hub.log.lock().unwrap().join("\n");
+    (v, log)
+}
+
+#[test]
+fn a_single_file_checkpoint_is_sized_by_its_redirect() {
+    let (v, log) = fresh(&[], "org/single");
+    assert_eq!(v["model"]["stored_bytes"], 1_234_567);
     assert!(
         log.contains("HEAD /org/single/resolve/main/model.safetensors"),
         "{log}"
@@ -231,16 +238,8 @@ fn gated_missing_and_unreachable_are_one_line_each() {
 
 #[test]
 fn hf_token_goes_as_a_bearer_header() {
-    let hub = hub();
-    let cache = tempfile::tempdir().unwrap();
-    let v = json(&mut estimate(
-        &hub.endpoint,
-        cache.path(),
-        &[("HF_TOKEN", TOKEN)],
-        &["--json", "--model", "gated/model"],
-    ));
+    let (v, log) = fresh(&[("HF_TOKEN", TOKEN)], "gated/model");
     assert_eq!(v["model"]["params"], 7_615_616_512u64);
-    let log = hub.log.lock().unwrap().join("\n");
     assert!(
         log.contains(&format!(
             "GET /gated/model/resolve/main/config.json Some(\"Bearer {TOKEN}\")"

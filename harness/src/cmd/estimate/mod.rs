@@ -39,7 +39,8 @@ pub struct Args {
     pub context: u64,
 
     /// A built-in preset, an HF directory, a config.json, a GGUF file or a Hugging Face Hub id
-    /// ORG/NAME[@REVISION]; or a generation pipeline (`--help` lists the presets and pipelines).
+    /// (ORG/NAME or ORG/NAME@REVISION); or a generation pipeline (`--help` lists the presets and
+    /// pipelines).
     #[arg(
         long,
         help_heading = "Model and precision",

@@ -260,6 +260,12 @@ pub const VARS: &[EnvVar] = &[
         meaning: "the weight-hash cache file; `off` or empty hashes every weight file again",
     },
     EnvVar {
+        name: "VRAMLAB_HUB_CACHE",
+        read_by: &[Vramlab],
+        default: "$XDG_CACHE_HOME/vramlab/hub",
+        meaning: "where `estimate --model ORG/NAME` keeps the Hub's config.json and safetensors index, as ORG/NAME/REVISION/FILE (else ~/.cache/vramlab/hub)",
+    },
+    EnvVar {
         name: "VRAMLAB_KERNELS_TIMEOUT",
         read_by: &[Scripts],
         default: "90",

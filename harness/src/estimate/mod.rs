@@ -13,13 +13,14 @@
 //! [`infer`] and [`train`] (the analytic estimates), [`device`] (the device rows and the
 //! allocator's reserve), [`fitted`] (fitted constants over the analytic rows: [`estimate`]),
 //! [`gpu`] (the GPU verdicts on the catalogue of `crate::gpu`), [`formats`] (`--best-format`); [`model`]
-//! resolves `--model` and [`generate`] is the generation estimate.
+//! resolves `--model` (a Hub id through [`hub`]) and [`generate`] is the generation estimate.
 pub mod breakdown;
 pub mod device;
 pub mod fitted;
 pub mod formats;
 pub mod generate;
 pub mod gpu;
+pub mod hub;
 pub mod infer;
 pub mod model;
 pub mod query;

@@ -1,5 +1,7 @@
-//! Which model `estimate` answers for: a preset, an HF directory, a `config.json` or a GGUF
-//! file, resolved to its name and normalized [`Config`] (every architecture of the registry).
+//! Which model `estimate` answers for: a preset, an HF directory, a `config.json`, a GGUF file
+//! or a Hugging Face Hub id ([`super::hub`]), resolved to its name and normalized [`Config`]
+//! (every architecture of the registry).
+use super::hub::{self, HubId};
 use crate::error::{bad_file, InputError};
 use crate::model::{gguf, Config};
 use anyhow::Result;
@@ -116,6 +118,9 @@ pub struct Resolved {
     /// The GGUF file `--model` named, if it is one (its tensor types give exact quantized
     /// weight bytes).
     pub gguf: Option<std::path::PathBuf>,
+    /// A Hub model's stored checkpoint bytes (its index's `metadata.total_size`, or its single
+    /// `model.safetensors`'s size), where the Hub gives them; shown, never used in a figure.
+    pub stored_bytes: Option<u64>,
 }
 
 impl Resolved {
@@ -124,12 +129,21 @@ impl Resolved {
             name: name.to_string(),
             config: Config::from_json(path, v)?,
             gguf: None,
+            stored_bytes: None,
         })
     }
 }
 
-/// Resolves `--model`: an existing HF directory, `config.json` or `.gguf` file, or a preset
-/// name (with or without a leading `presets/`).
+/// A `config.json` file's JSON.
+fn read_json(file: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| bad_file(file, format!("cannot read: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| bad_file(file, format!("not valid JSON: {e}")))
+}
+
+/// Resolves `--model`: an existing HF directory, `config.json` or `.gguf` file, a preset name
+/// (with or without a leading `presets/`), or else a Hub id `ORG/NAME[@REVISION]`, fetched
+/// into the cache (or read from it under `HF_HUB_OFFLINE`).
 pub fn resolve(spec: &str) -> Result<Resolved> {
     let p = Path::new(spec);
     if p.exists() {
@@ -151,13 +165,10 @@ pub fn resolve(spec: &str) -> Result<Resolved> {
                 name,
                 config: gguf::config(&file)?,
                 gguf: Some(file),
+                stored_bytes: None,
             });
         }
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| bad_file(&file, format!("cannot read: {e}")))?;
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| bad_file(&file, format!("not valid JSON: {e}")))?;
-        return Resolved::from_json(&name, &file, &v);
+        return Resolved::from_json(&name, &file, &read_json(&file)?);
     }
     let key = spec
         .trim_end_matches('/')
@@ -169,15 +180,25 @@ pub fn resolve(spec: &str) -> Result<Resolved> {
             let v: Value = serde_json::from_str(text).expect("built-in presets are valid JSON");
             Resolved::from_json(n, Path::new(&format!("presets/{n}/config.json")), &v)
         }
-        None => Err(InputError::arg(format!(
-            "--model `{spec}` is neither a file, a directory nor a preset (presets: {})",
-            PRESETS
-                .iter()
-                .map(|(n, _)| *n)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-        .into()),
+        None => match HubId::parse(spec) {
+            Some(id) => {
+                let fetched = hub::fetch(&id)?;
+                let v = read_json(&fetched.config)?;
+                Ok(Resolved {
+                    stored_bytes: fetched.stored_bytes,
+                    ..Resolved::from_json(&id.spec, &fetched.config, &v)?
+                })
+            }
+            None => Err(InputError::arg(format!(
+                "--model `{spec}` is neither a file, a directory nor a preset (presets: {})",
+                PRESETS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .into()),
+        },
     }
 }
 

@@ -226,6 +226,7 @@ fn model_ref(words: &str) -> Option<ModelRef> {
                             name: name.to_string(),
                             config,
                             gguf: None,
+                            stored_bytes: None,
                         }))
                     })
                 }

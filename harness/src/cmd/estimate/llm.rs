@@ -171,6 +171,7 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         name: model_name,
         config: m,
         gguf,
+        stored_bytes,
     } = estimate::resolve(&a.model)?;
     let precision = a.precision.unwrap_or(if gguf.is_some() {
         Precision::Native
@@ -317,6 +318,7 @@ pub fn report(a: &Args) -> Result<LlmReport> {
             params: m.param_count(),
             active_params: m.active_params().get().unwrap_or(0),
             config: m.to_hf_json(),
+            stored_bytes,
         },
         query: q,
         headroom: a.headroom,

@@ -38,8 +38,9 @@ pub struct Args {
     #[arg(long, default_value_t = 4096)]
     pub context: u64,
 
-    /// A built-in preset, an HF directory, a config.json or a GGUF file; or a generation
-    /// pipeline (`--help` lists the presets and pipelines).
+    /// A built-in preset, an HF directory, a config.json, a GGUF file or a Hugging Face Hub id
+    /// (ORG/NAME or ORG/NAME@REVISION); or a generation pipeline (`--help` lists the presets and
+    /// pipelines).
     #[arg(
         long,
         help_heading = "Model and precision",
@@ -251,7 +252,8 @@ pub struct Args {
 /// `estimate`'s exit codes (its `--help`).
 const EXIT_CODES: &str = "Exit codes: 0 the estimate was printed (whether or not it fits \
 --gpu or the emulated GPU); 1 a failure (with --emulate: the torch probe failed on the emulated \
-GPU); 2 bad input: an unusable --model file, constants file or flag value (one line naming it).";
+GPU); 2 bad input: an unusable --model file or Hub id, constants file or flag value (one line \
+naming it).";
 
 /// `--model`'s long help: the forms it takes, then the built-in presets and the generation
 /// pipelines, listed from the tables `--model` is resolved against (the presets are compiled
@@ -261,8 +263,12 @@ pub fn model_long_help() -> String {
     let presets: Vec<&str> = estimate::model::PRESETS.iter().map(|(n, _)| *n).collect();
     let mut s = String::from(
         "The model: a built-in preset, an HF directory (its config.json), a config.json, a \
-         GGUF file (its tensor types give exact quantized weight bytes), or a generation \
-         pipeline.\n\n",
+         GGUF file (its tensor types give exact quantized weight bytes), a Hugging Face Hub id \
+         ORG/NAME or ORG/NAME@REVISION, or a generation pipeline. A Hub id's config.json and \
+         safetensors index are fetched from $HF_ENDPOINT (default https://huggingface.co) \
+         with $HF_TOKEN into $VRAMLAB_HUB_CACHE (default ~/.cache/vramlab/hub); \
+         HF_HUB_OFFLINE=1 reads that cache only. A path that exists, or a preset name, wins \
+         over a Hub id.\n\n",
     );
     s.push_str("Presets (published config.json files, built in): ");
     s.push_str(&presets.join(", "));

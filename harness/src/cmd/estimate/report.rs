@@ -32,8 +32,8 @@ impl Row {
     }
 }
 
-/// The model of an LLM report: its name, architecture, parameter counts and the normalized
-/// config written back as `config.json`.
+/// The model of an LLM report: its name, architecture, parameter counts, the normalized config
+/// written back as `config.json` and, for a Hub model, its checkpoint's stored bytes.
 #[derive(Serialize)]
 pub struct ModelJson {
     pub name: String,
@@ -44,6 +44,10 @@ pub struct ModelJson {
     /// (equal to `params` for a dense model).
     pub active_params: u64,
     pub config: serde_json::Value,
+    /// A Hub model's safetensors bytes as stored (its index's `metadata.total_size`, or its
+    /// single file's size): shown beside the estimate, in none of its figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
 }
 
 /// An LLM query's estimate (its `--json` keys in this order).

@@ -60,6 +60,14 @@ fn llm(s: &mut String, r: &LlmReport) -> std::fmt::Result {
             String::new()
         }
     )?;
+    if let Some(stored) = r.model.stored_bytes {
+        writeln!(
+            s,
+            "stored checkpoint: {} of safetensors on the Hub ({:.2} B/param)",
+            gb_gib(stored),
+            stored as f64 / params as f64
+        )?;
+    }
     writeln!(s, "constants: {}", r.constants)?;
     writeln!(
         s,

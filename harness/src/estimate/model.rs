@@ -107,6 +107,14 @@ pub const PRESETS: &[(&str, &str)] = &[
         "gemma-3-1b",
         include_str!("../../presets/gemma-3-1b/config.json"),
     ),
+    (
+        "gpt-oss-20b",
+        include_str!("../../presets/gpt-oss-20b/config.json"),
+    ),
+    (
+        "gpt-oss-120b",
+        include_str!("../../presets/gpt-oss-120b/config.json"),
+    ),
 ];
 
 /// A model `--model` named: its name and normalized [`Config`]. Every figure `estimate`
@@ -270,6 +278,10 @@ mod tests {
             ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9),
             ("qwen3-30b-a3b", 30.5e9, 3.3e9),
             ("qwen3-235b-a22b", 235.1e9, 22.2e9),
+            // gpt-oss's model card: 20.91B / 3.61B and 116.83B / 5.13B, its active count
+            // without the 201,088 × 2,880 embedding (0.58B), which ours includes.
+            ("gpt-oss-20b", 20.91e9, 3.61e9 + 579_133_440.0),
+            ("gpt-oss-120b", 116.83e9, 5.13e9 + 579_133_440.0),
         ] {
             let c = resolve(n).unwrap().config;
             let (t, a) = (

@@ -6,7 +6,7 @@
 //! HF-json export, its LoRA targets, and how its trainable and inference models are built.
 //! Adding an architecture is one new file under `llm/` plus one line in
 //! [`REGISTRY`](super::llm::REGISTRY).
-use super::config::Moe;
+use super::config::{Moe, MoeNaming};
 use super::{Config, KvCache, Trainable};
 use crate::error::bad_file;
 use crate::vocab::Ops;
@@ -238,6 +238,52 @@ pub fn no_ops(name: &str, ops: Ops) -> Result<()> {
     Ok(())
 }
 
+/// A config's `layer_types` (transformers' names), or where it has none, a full layer every
+/// `period`-th (layer i is full when (i + 1) is a multiple of it) and sliding ones between, as
+/// transformers fills it in (Gemma 2 and gpt-oss: 2, Gemma 3: 6).
+pub fn layer_types(
+    path: &Path,
+    names: Option<&[String]>,
+    layers: usize,
+    period: usize,
+) -> Result<Vec<crate::model::config::LayerAttention>> {
+    use crate::model::config::LayerAttention;
+    match names {
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                LayerAttention::parse(n).ok_or_else(|| {
+                    bad_file(path, format!("unknown layer type `{n}` in layer_types"))
+                })
+            })
+            .collect(),
+        None if period == 0 => Err(bad_file(
+            path,
+            "sliding_window_pattern must be positive, got 0",
+        )),
+        None => Ok((0..layers)
+            .map(|i| match (i + 1).is_multiple_of(period) {
+                true => LayerAttention::Full,
+                false => LayerAttention::Sliding,
+            })
+            .collect()),
+    }
+}
+
+/// The llama decoder's trainable model for a variant whose quirks vramlab-kernels' fused ops
+/// and flash attention do not compute (Gemma's norms, gpt-oss's sinks): the default `Ops`
+/// only, anything else refused in one line naming `name`.
+pub fn reference_trainable(
+    name: &str,
+    c: &Config,
+    t: Tensors,
+    compute: DType,
+    ops: Ops,
+) -> Result<Box<dyn Trainable>> {
+    no_ops(name, ops)?;
+    Ok(Box::new(super::Llama::new(c, t, compute)?))
+}
+
 /// The decoder family's tensors (HF names), in load order, for every variant the normalized
 /// config can describe: q/k/v or fused `qkv_proj`, optional biases, Qwen3's per-head q/k
 /// norms, gate/up or fused `gate_up_proj`, tied or separate head.
@@ -272,6 +318,9 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
         if c.o_bias {
             push("self_attn.o_proj.bias", vec![d]);
         }
+        if c.attention_sinks {
+            push("self_attn.sinks", vec![c.num_heads]);
+        }
         push("post_attention_layernorm.weight", vec![d]);
         if c.gemma.is_some() {
             push("pre_feedforward_layernorm.weight", vec![d]);
@@ -300,7 +349,18 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
 /// A sparse MoE layer's tensors under layer prefix `p` (hidden size `d`), in load order: the
 /// router, each routed expert's gate, up and down, then the shared expert and its gate.
 fn moe_shapes(m: &Moe, p: &str, d: usize) -> Vec<(String, Vec<usize>)> {
-    let f = m.expert_size;
+    let (f, e) = (m.expert_size, m.experts);
+    if m.naming == MoeNaming::GptOss {
+        let q = format!("{p}.mlp");
+        return vec![
+            (format!("{q}.router.weight"), vec![e, d]),
+            (format!("{q}.router.bias"), vec![e]),
+            (format!("{q}.experts.gate_up_proj"), vec![e, d, 2 * f]),
+            (format!("{q}.experts.gate_up_proj_bias"), vec![e, 2 * f]),
+            (format!("{q}.experts.down_proj"), vec![e, f, d]),
+            (format!("{q}.experts.down_proj_bias"), vec![e, d]),
+        ];
+    }
     let mut out = vec![(
         format!("{p}.{}.gate.weight", m.module()),
         vec![m.experts, d],

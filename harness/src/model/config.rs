@@ -59,6 +59,9 @@ pub struct Config {
     /// f32, a norm after attention and on both sides of the MLP, embeddings scaled by
     /// √hidden, GELU (tanh) gating, and the scoring below.
     pub gemma: Option<Gemma>,
+    /// A learned sink logit per attention head, which takes part in the softmax and is then
+    /// dropped (gpt-oss's `self_attn.sinks`).
+    pub attention_sinks: bool,
 }
 
 /// What Gemma 2/3 change in the attention and the head.
@@ -77,7 +80,7 @@ pub struct Gemma {
 
 /// A sparse mixture-of-experts MLP: a router (`experts` × hidden, no bias) picks `top_k` of
 /// `experts` gated MLPs for each token; a shared expert, where there is one, sees every token.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Moe {
     /// Routed experts a MoE layer holds (`num_local_experts`, `num_experts`).
     pub experts: usize,
@@ -99,6 +102,21 @@ pub struct Moe {
     pub dense_layers: Vec<usize>,
     /// How the checkpoint names the tensors.
     pub naming: MoeNaming,
+    /// How the router's logits become the top-k weights.
+    pub routing: Routing,
+    /// gpt-oss's clamped GLU in the experts: (alpha, limit), with biases on the router and on
+    /// every expert's projections. None: SiLU gating, no biases.
+    pub clamped_glu: Option<(f64, f64)>,
+}
+
+/// How a router turns its logits into the top-k experts and their weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert (in f32), then the top k (renormalized with `norm_topk`):
+    /// Mixtral, Qwen.
+    SoftmaxTopK,
+    /// The top k logits, then a softmax over those k: gpt-oss.
+    TopKSoftmax,
 }
 
 /// The tensor names of a MoE layer, as the published checkpoints store them.
@@ -109,6 +127,10 @@ pub enum MoeNaming {
     /// Qwen: `mlp.gate`, `mlp.experts.N.{gate,up,down}_proj`, `mlp.shared_expert.*`,
     /// `mlp.shared_expert_gate`.
     Qwen,
+    /// gpt-oss (transformers' names of the dequantized model): `mlp.router` with a bias, and
+    /// every expert in one tensor each: `mlp.experts.gate_up_proj` (E, hidden, 2·f; gate and
+    /// up interleaved), `mlp.experts.down_proj` (E, f, hidden), and their biases.
+    GptOss,
 }
 
 impl Moe {
@@ -121,7 +143,7 @@ impl Moe {
     pub fn module(&self) -> &'static str {
         match self.naming {
             MoeNaming::Mixtral => "block_sparse_moe",
-            MoeNaming::Qwen => "mlp",
+            MoeNaming::Qwen | MoeNaming::GptOss => "mlp",
         }
     }
 
@@ -132,7 +154,7 @@ impl Moe {
             MoeNaming::Mixtral => {
                 ["w1", "w3", "w2"].map(|w| format!("{p}.{m}.experts.{j}.{w}.weight"))
             }
-            MoeNaming::Qwen => ["gate_proj", "up_proj", "down_proj"]
+            MoeNaming::Qwen | MoeNaming::GptOss => ["gate_proj", "up_proj", "down_proj"]
                 .map(|w| format!("{p}.{m}.experts.{j}.{w}.weight")),
         }
     }
@@ -170,9 +192,14 @@ impl Moe {
         Ok(())
     }
 
-    /// Parameters of one routed expert: gate, up and down, each hidden × expert_size.
+    /// Parameters of one routed expert: gate, up and down, each hidden × expert_size, and
+    /// gpt-oss's biases (2 · expert_size + hidden).
     pub fn expert_params(&self, hidden: usize) -> Checked {
-        Checked::new(3) * hidden * self.expert_size
+        let biases = match self.clamped_glu {
+            Some(_) => Checked::new(2) * self.expert_size + hidden,
+            None => Checked::ZERO,
+        };
+        Checked::new(3) * hidden * self.expert_size + biases
     }
 }
 
@@ -246,6 +273,7 @@ impl Config {
             dropout: false,
             moe: None,
             gemma: None,
+            attention_sinks: false,
         }
     }
 

@@ -80,6 +80,17 @@ pub const GEMMA3: &str = r#"{"architectures": ["Gemma3ForCausalLM"],
  "layer_types": ["sliding_attention", "full_attention"],
  "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true}"#;
 
+/// gpt-oss: biased attention with sinks, a sliding layer (window 8) then a full one, 4
+/// stacked experts of 32 (gate and up interleaved, clamped GLU), top-2 with a biased router.
+pub const GPT_OSS: &str = r#"{"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+ "vocab_size": 256, "hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "max_position_embeddings": 128, "rope_theta": 150000.0,
+ "rope_parameters": {"rope_type": "default", "rope_theta": 150000.0}, "rms_norm_eps": 1e-05,
+ "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
+ "num_local_experts": 4, "num_experts_per_tok": 2, "swiglu_limit": 7.0,
+ "attention_bias": true, "tie_word_embeddings": false}"#;
+
 /// A tiny variant with its hand-derived facts.
 pub struct Tiny {
     pub name: &'static str,
@@ -96,7 +107,7 @@ pub struct Tiny {
     pub lora_modules: u64,
 }
 
-pub const TINIES: [Tiny; 8] = [
+pub const TINIES: [Tiny; 9] = [
     // 2 layers of (q 128×64, k and v 64×64, o 64×128, mlp 3×96×64, norms 128, q/k norms
     // 2×32), tied embedding 256×64, final norm. LoRA on q (64 → 128) and v (64 → 64).
     Tiny {
@@ -197,6 +208,27 @@ pub const TINIES: [Tiny; 8] = [
         json: GEMMA3,
         params: 256 * 64 + 2 * (llama_layer(64, 96, 4, 2, 16) + 2 * 64 + 2 * 16) + 64,
         tensors: 1 + 2 * 13 + 1,
+        kv_elems: 2 * 2 * 2 * 16,
+        sliding: (1, 8),
+        lora_per_rank: 2 * ((64 + 64) + (64 + 32)),
+        lora_modules: 2 * 2,
+    },
+    // Embedding and head 256×64, final norm; 2 layers of the llama layer with one expert's
+    // 3 × 32×64 as its MLP, plus: q/k/v/o biases (64 + 32 + 32 + 64), 4 sinks, the router
+    // (4×64 and 4), 3 more experts and every expert's biases (2 × 32 + 64). Tensors: 2 + 2 ×
+    // (2 norms + 4 projections + 4 biases + sinks + router and its bias + 4 expert stacks) + 1.
+    Tiny {
+        name: "gpt_oss",
+        json: GPT_OSS,
+        params: 2 * 256 * 64
+            + 2 * (llama_layer(64, 32, 4, 2, 16)
+                + 192
+                + 4
+                + (4 * 64 + 4)
+                + 3 * 3 * 64 * 32
+                + 4 * (2 * 32 + 64))
+            + 64,
+        tensors: 2 + 2 * 17 + 1,
         kv_elems: 2 * 2 * 2 * 16,
         sliding: (1, 8),
         lora_per_rank: 2 * ((64 + 64) + (64 + 32)),

@@ -16,8 +16,10 @@
 //! ops (the fused ones are refused in one line).
 use super::llama::{decoder_hf_json, DecoderJson};
 use crate::error::bad_file;
-use crate::model::arch::{checked, no_ops, parse_json, Architecture, Tensors};
-use crate::model::config::{Gemma, HiddenAct, LayerAttention};
+use crate::model::arch::{
+    checked, layer_types, parse_json, reference_trainable, Architecture, Tensors,
+};
+use crate::model::config::{Gemma, HiddenAct};
 use crate::model::{Config, Trainable};
 use crate::vocab::Ops;
 use anyhow::Result;
@@ -56,31 +58,7 @@ impl GemmaJson {
     ) -> Result<Config> {
         let base = self.base.config(arch, model_type, true);
         let period = self.sliding_window_pattern.unwrap_or(period);
-        if period == 0 {
-            return Err(bad_file(
-                path,
-                "sliding_window_pattern must be positive, got 0",
-            ));
-        }
-        let layer_types = match &self.layer_types {
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    LayerAttention::parse(n).ok_or_else(|| {
-                        bad_file(path, format!("unknown layer type `{n}` in layer_types"))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
-            None => (0..base.num_layers)
-                .map(|i| {
-                    if (i + 1).is_multiple_of(period) {
-                        LayerAttention::Full
-                    } else {
-                        LayerAttention::Sliding
-                    }
-                })
-                .collect(),
-        };
+        let layer_types = layer_types(path, self.layer_types.as_deref(), base.num_layers, period)?;
         if let Some(act) = self.hidden_activation.as_deref() {
             if act != "gelu_pytorch_tanh" {
                 return Err(bad_file(
@@ -130,12 +108,6 @@ fn gemma_hf_json(c: &Config, class: &str) -> Value {
     v
 }
 
-/// Gemma runs candle's reference ops only; then the llama decoder's trainable model.
-fn gemma_trainable(c: &Config, t: Tensors, compute: DType, ops: Ops) -> Result<Box<dyn Trainable>> {
-    no_ops("gemma", ops)?;
-    Ok(Box::new(crate::model::Llama::new(c, t, compute)?))
-}
-
 pub struct Gemma2Arch;
 
 impl Architecture for Gemma2Arch {
@@ -164,7 +136,7 @@ impl Architecture for Gemma2Arch {
         compute: DType,
         ops: Ops,
     ) -> Result<Box<dyn Trainable>> {
-        gemma_trainable(c, t, compute, ops)
+        reference_trainable("gemma", c, t, compute, ops)
     }
 }
 
@@ -195,6 +167,6 @@ impl Architecture for Gemma3TextArch {
         compute: DType,
         ops: Ops,
     ) -> Result<Box<dyn Trainable>> {
-        gemma_trainable(c, t, compute, ops)
+        reference_trainable("gemma", c, t, compute, ops)
     }
 }

@@ -147,6 +147,8 @@ struct Layer {
     qkv: Qkv,
     /// Qwen3's per-head RMSNorm weights of q and k (head_dim each).
     qk_norm: Option<(Tensor, Tensor)>,
+    /// gpt-oss's sink logit per head.
+    sinks: Option<Tensor>,
     o: Linear,
     post_norm: Tensor,
     /// Gemma's norms before and after the MLP (its `post_norm` follows the attention).
@@ -298,6 +300,10 @@ impl Llama {
             layers.push(Layer {
                 input_norm: t.take(&format!("{p}.input_layernorm.weight"))?,
                 post_norm: t.take(&format!("{p}.post_attention_layernorm.weight"))?,
+                sinks: match cfg.attention_sinks {
+                    true => Some(t.take(&format!("{p}.self_attn.sinks"))?),
+                    false => None,
+                },
                 ff_norms: match cfg.gemma {
                     Some(_) => Some((
                         t.take(&format!("{p}.pre_feedforward_layernorm.weight"))?,
@@ -358,6 +364,7 @@ impl Llama {
         v: &Tensor,
         pos: usize,
         window: Option<usize>,
+        sinks: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         let fused = self.ops.kernels == Kernels::Fused;
         match self.ops.attention {
@@ -366,8 +373,12 @@ impl Llama {
                     Some(g) => Scoring {
                         scale: Some(1.0 / g.query_pre_attn_scalar.sqrt()),
                         softcap: g.attn_softcap,
+                        sinks,
                     },
-                    None => Scoring::default(),
+                    None => Scoring {
+                        sinks,
+                        ..Scoring::default()
+                    },
                 };
                 attention_scored(q, k, v, Some(Causal { pos, window }), fused, scoring)
             }
@@ -443,7 +454,8 @@ impl Llama {
             }
             _ => (k, v),
         };
-        let attn = l.o.forward(&self.attend(&q, &k, &v, pos, window)?)?;
+        let attn =
+            l.o.forward(&self.attend(&q, &k, &v, pos, window, l.sinks.as_ref())?)?;
         // Gemma normalizes the attention's output, then the MLP's input with its own norm.
         let (x, h) = match &l.ff_norms {
             Some((pre, _)) => {
@@ -547,8 +559,8 @@ impl Decoder for Llama {
     }
 
     fn set_ops(&mut self, ops: Ops) -> Result<()> {
-        if self.cfg.gemma.is_some() {
-            crate::model::arch::no_ops("gemma", ops)?;
+        if self.cfg.gemma.is_some() || self.cfg.attention_sinks {
+            crate::model::arch::no_ops(self.cfg.architecture.name(), ops)?;
         }
         self.ops = ops;
         Ok(())

@@ -6,7 +6,7 @@
 //! (12.9B "active"); the KV cache is the attention's, as Mistral's.
 use super::llama::{decoder_hf_json, DecoderJson};
 use crate::model::arch::{checked, parse_json, Architecture};
-use crate::model::config::{Moe, MoeNaming};
+use crate::model::config::{Moe, MoeNaming, Routing};
 use crate::model::Config;
 use anyhow::Result;
 use serde::Deserialize;
@@ -47,6 +47,8 @@ impl Architecture for MixtralArch {
                     norm_topk: true,
                     dense_layers: vec![],
                     naming: MoeNaming::Mixtral,
+                    routing: Routing::SoftmaxTopK,
+                    clamped_glu: None,
                 }),
                 ..base
             },

@@ -8,6 +8,7 @@ pub mod bert;
 pub mod gemma;
 pub mod gpt2;
 pub mod gpt_bigcode;
+pub mod gpt_oss;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
@@ -40,6 +41,7 @@ pub static REGISTRY: &[&dyn Architecture] = &[
     &super::llm::qwen3_moe::Qwen3MoeArch,
     &super::llm::gemma::Gemma2Arch,
     &super::llm::gemma::Gemma3TextArch,
+    &super::llm::gpt_oss::GptOssArch,
 ];
 
 impl Arch {

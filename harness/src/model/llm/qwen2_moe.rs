@@ -9,7 +9,7 @@
 use super::qwen2::{qwen_hf_json, QwenJson};
 use crate::error::bad_file;
 use crate::model::arch::{checked, parse_json, Architecture};
-use crate::model::config::{Moe, MoeNaming};
+use crate::model::config::{Moe, MoeNaming, Routing};
 use crate::model::Config;
 use anyhow::Result;
 use serde::Deserialize;
@@ -64,6 +64,8 @@ impl QwenMoeJson {
             norm_topk: self.norm_topk_prob.unwrap_or(false),
             dense_layers: dense,
             naming: MoeNaming::Qwen,
+            routing: Routing::SoftmaxTopK,
+            clamped_glu: None,
         })
     }
 }

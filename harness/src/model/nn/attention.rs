@@ -53,13 +53,16 @@ pub fn attention(
 }
 
 /// How eager attention scores its keys beyond the default 1/√head_dim.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Scoring {
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scoring<'a> {
     /// The scale of q·k (None: 1/√head_dim).
     pub scale: Option<f64>,
     /// tanh soft-capping of the scaled scores, before the mask: cap · tanh(scores / cap)
     /// (Gemma 2).
     pub softcap: Option<f64>,
+    /// A sink logit per query head (h): a column every query's softmax includes and then
+    /// drops, so a head can attend to nothing (gpt-oss).
+    pub sinks: Option<&'a Tensor>,
 }
 
 /// [`attention`] with the scores scaled and capped as `scoring` says.
@@ -69,7 +72,7 @@ pub fn attention_scored(
     v: &Tensor,
     causal: Option<Causal>,
     fused_softmax: bool,
-    scoring: Scoring,
+    scoring: Scoring<'_>,
 ) -> Result<Tensor> {
     let (b, h, s, hd) = q.dims4()?;
     let (kvh, total) = (k.dim(1)?, k.dim(2)?);
@@ -91,10 +94,19 @@ pub fn attention_scored(
         }
         _ => scores,
     };
-    let p = if fused_softmax {
-        vramlab_kernels::softmax_last_dim(&scores)?
-    } else {
-        softmax(&scores)?
+    let p = match scoring.sinks {
+        Some(sinks) => {
+            // (h) → (b, kvh, g·s, 1): head kv·g + i's sink beside each of its queries' rows.
+            let col = sinks
+                .to_dtype(scores.dtype())?
+                .reshape((1, kvh, g, 1, 1))?
+                .broadcast_as((b, kvh, g, s, 1))?
+                .reshape((b, kvh, g * s, 1))?;
+            let p = softmax(&Tensor::cat(&[&scores, &col], 3)?)?;
+            p.narrow(3, 0, total)?
+        }
+        None if fused_softmax => vramlab_kernels::softmax_last_dim(&scores)?,
+        None => softmax(&scores)?,
     };
     let out = p.matmul(v)?;
     out.reshape((b, h, s, hd))?

@@ -16,13 +16,19 @@
 //! f32 values a layer (a stream sync on CUDA). The selected weights are gathered from the
 //! probabilities on the device, so the router gets its gradient.
 use super::{Linear, Named};
-use crate::model::config::Moe;
+use crate::model::config::{Moe, MoeNaming, Routing};
 use candle_core::{DType, Result, Tensor, D};
+
+/// An expert's gate and up projections: two matrices, or gpt-oss's one whose output
+/// interleaves them (gate in the even columns, up in the odd ones).
+enum GateUp {
+    Split { gate: Linear, up: Linear },
+    Interleaved(Linear),
+}
 
 /// One gated expert: gate, up and down projections (hidden → size → hidden).
 pub struct Expert {
-    gate: Linear,
-    up: Linear,
+    gate_up: GateUp,
     down: Linear,
 }
 
@@ -30,21 +36,64 @@ impl Expert {
     fn load(t: &mut Named, [g, u, d]: [String; 3]) -> anyhow::Result<Self> {
         let strip = |n: String| n.strip_suffix(".weight").map(str::to_string).unwrap_or(n);
         Ok(Expert {
-            gate: t.linear(&strip(g), false)?,
-            up: t.linear(&strip(u), false)?,
+            gate_up: GateUp::Split {
+                gate: t.linear(&strip(g), false)?,
+                up: t.linear(&strip(u), false)?,
+            },
             down: t.linear(&strip(d), false)?,
         })
     }
 
-    /// x (b, s, d) → (b, s, d); `act` computes the gated product of (gate, up).
+    /// Expert `j` of gpt-oss's stacked tensors (views of them, so gradients reach the stacks):
+    /// `x @ gate_up[j] + bias[j]`, `x @ down[j] + bias[j]`.
+    fn stacked(stacks: &[Tensor; 4], j: usize) -> Result<Self> {
+        let lin = |w: &Tensor, b: &Tensor| -> Result<Linear> {
+            Ok(Linear {
+                w: super::Weight::Dense(w.get(j)?),
+                b: Some(b.get(j)?),
+                transposed: true,
+                lora: None,
+            })
+        };
+        Ok(Expert {
+            gate_up: GateUp::Interleaved(lin(&stacks[0], &stacks[1])?),
+            down: lin(&stacks[2], &stacks[3])?,
+        })
+    }
+
+    /// x (b, s, d) → (b, s, d); `act` computes the gated product of (gate, up), or gpt-oss's
+    /// clamped GLU with (alpha, limit) `glu`.
     fn forward(
         &self,
         x: &Tensor,
         act: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>,
+        glu: Option<(f64, f64)>,
     ) -> Result<Tensor> {
-        self.down
-            .forward(&act(&self.gate.forward(x)?, &self.up.forward(x)?)?)
+        let h = match &self.gate_up {
+            GateUp::Split { gate, up } => act(&gate.forward(x)?, &up.forward(x)?)?,
+            GateUp::Interleaved(gu) => {
+                let y = gu.forward(x)?;
+                let (b, s, two_f) = y.dims3()?;
+                let y = y.reshape((b, s, two_f / 2, 2))?;
+                let gate = y.narrow(3, 0, 1)?.squeeze(3)?;
+                let up = y.narrow(3, 1, 1)?.squeeze(3)?;
+                match glu {
+                    Some((alpha, limit)) => clamped_glu(&gate, &up, alpha, limit)?,
+                    None => act(&gate, &up)?,
+                }
+            }
+        };
+        self.down.forward(&h)
     }
+}
+
+/// gpt-oss's expert activation: gate clamped above at `limit`, up to ±`limit`, then
+/// (up + 1) · gate · σ(alpha · gate).
+fn clamped_glu(gate: &Tensor, up: &Tensor, alpha: f64, limit: f64) -> Result<Tensor> {
+    let gate = gate.minimum(limit)?;
+    let up = up.clamp(-limit, limit)?;
+    let glu = (&gate * candle_nn::ops::sigmoid(&(&gate * alpha)?)?)?;
+    (up + 1.0)? * glu
 }
 
 /// The router, the routed experts and the shared expert of one MoE layer.
@@ -55,15 +104,36 @@ pub struct SparseMoe {
     shared_gate: Option<Linear>,
     top_k: usize,
     norm_topk: bool,
+    routing: Routing,
+    glu: Option<(f64, f64)>,
 }
 
 impl SparseMoe {
     /// Takes layer prefix `p`'s MoE tensors (names as [`Moe`] gives them).
     pub fn load(t: &mut Named, m: &Moe, p: &str) -> anyhow::Result<Self> {
-        let router = t.linear(&format!("{p}.{}.gate", m.module()), false)?;
-        let experts = (0..m.experts)
-            .map(|j| Expert::load(t, m.expert_names(p, j)))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (router, experts) = if m.naming == MoeNaming::GptOss {
+            let q = format!("{p}.mlp.experts");
+            let [a, b, c, d] = [
+                "gate_up_proj",
+                "gate_up_proj_bias",
+                "down_proj",
+                "down_proj_bias",
+            ]
+            .map(|n| t.take(&format!("{q}.{n}")));
+            let stacks = [a?, b?, c?, d?];
+            let experts = (0..m.experts)
+                .map(|j| Expert::stacked(&stacks, j))
+                .collect::<Result<Vec<_>>>()?;
+            (t.linear(&format!("{p}.mlp.router"), true)?, experts)
+        } else {
+            let experts = (0..m.experts)
+                .map(|j| Expert::load(t, m.expert_names(p, j)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            (
+                t.linear(&format!("{p}.{}.gate", m.module()), false)?,
+                experts,
+            )
+        };
         let shared = if m.shared_size > 0 {
             let q = format!("{p}.mlp.shared_expert");
             let names = ["gate_proj", "up_proj", "down_proj"].map(|w| format!("{q}.{w}"));
@@ -83,6 +153,8 @@ impl SparseMoe {
             shared_gate,
             top_k: m.top_k,
             norm_topk: m.norm_topk,
+            routing: m.routing,
+            glu: m.clamped_glu,
         })
     }
 
@@ -94,14 +166,24 @@ impl SparseMoe {
     ) -> Result<Tensor> {
         let (b, s, d) = x.dims3()?;
         let (n, k, dev) = (b * s, self.top_k, x.device());
-        let logits = self.router.forward(x)?.to_dtype(DType::F32)?;
-        let probs = super::softmax(&logits)?.reshape((n, ()))?;
-        let picked = top_k(&probs.to_vec2::<f32>()?, k);
-        let weights = probs.gather(&Tensor::from_vec(picked.clone(), (n, k), dev)?, 1)?;
-        let weights = if self.norm_topk {
-            weights.broadcast_div(&weights.sum_keepdim(D::Minus1)?)?
-        } else {
-            weights
+        let logits = self.router.forward(x)?.reshape((n, ()))?;
+        let (picked, weights) = match self.routing {
+            Routing::SoftmaxTopK => {
+                let probs = super::softmax(&logits.to_dtype(DType::F32)?)?;
+                let picked = top_k(&probs.to_vec2::<f32>()?, k);
+                let w = probs.gather(&Tensor::from_vec(picked.clone(), (n, k), dev)?, 1)?;
+                let w = if self.norm_topk {
+                    w.broadcast_div(&w.sum_keepdim(D::Minus1)?)?
+                } else {
+                    w
+                };
+                (picked, w)
+            }
+            Routing::TopKSoftmax => {
+                let picked = top_k(&logits.to_dtype(DType::F32)?.to_vec2::<f32>()?, k);
+                let top = logits.gather(&Tensor::from_vec(picked.clone(), (n, k), dev)?, 1)?;
+                (picked, super::softmax(&top)?)
+            }
         };
         // The (token, slot) pairs grouped by expert: `order` lists slots t·k + j expert by
         // expert, `tokens` their tokens.
@@ -119,7 +201,7 @@ impl SparseMoe {
                 .count();
             if len > 0 {
                 let xe = xs.narrow(0, start, len)?.unsqueeze(0)?;
-                outs.push(expert.forward(&xe, act)?.squeeze(0)?);
+                outs.push(expert.forward(&xe, act, self.glu)?.squeeze(0)?);
             }
             start += len;
         }
@@ -135,7 +217,7 @@ impl SparseMoe {
         match &self.shared {
             None => Ok(routed),
             Some(shared) => {
-                let y = shared.forward(x, act)?;
+                let y = shared.forward(x, act, None)?;
                 let y = match &self.shared_gate {
                     Some(g) => y.broadcast_mul(&candle_nn::ops::sigmoid(&g.forward(x)?)?)?,
                     None => y,

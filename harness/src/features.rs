@@ -29,6 +29,8 @@ pub struct InferShape {
     pub kv: KvKind,
     pub kv_window: crate::model::config::KvWindow,
     pub dtype_bytes: usize,
+    /// What a multi-head latent attention layer caches (the runtime's choice).
+    pub mla: crate::model::config::MlaCache,
 }
 
 impl Features {
@@ -81,7 +83,7 @@ pub fn infer(
     };
     Features::checked(
         weight,
-        cfg.kv_bytes(held, p.kv_window, p.dtype_bytes) * b,
+        cfg.kv_bytes(held, p.kv_window, p.dtype_bytes, p.mla) * b,
         b * s * cfg.hidden_size * cfg.num_layers * w,
         b * cfg.vocab_size * w,
         Checked::ZERO,
@@ -258,6 +260,7 @@ mod tests {
             kv: KvKind::Preallocated,
             kv_window: Default::default(),
             dtype_bytes: 4,
+            mla: Default::default(),
         };
         let f = infer(&c, &shape, Phase::Prefill, 100).unwrap();
         assert_eq!(f.weight_bytes, 134_515_008 * 4);
@@ -353,6 +356,7 @@ mod tests {
             kv: KvKind::Preallocated,
             kv_window: Default::default(),
             dtype_bytes: 2,
+            mla: Default::default(),
         };
         let e = infer(&c, &shape, Phase::Prefill, 100).unwrap_err();
         assert_eq!(e.figure, "KV cache");

@@ -333,7 +333,12 @@ def run(args) -> int:
             model = None
             meter.trim()
             continue
-        wrong = {str(q.dtype) for q in model.parameters() if q.dtype != dtype}
+        # transformers keeps some modules in f32 whatever the dtype (DeepSeek-V3's router:
+        # `_keep_in_fp32_modules_strict`); anything else in another dtype is a probe bug.
+        keep32 = tuple(getattr(model, "_keep_in_fp32_modules_strict", None) or ()) + tuple(
+            getattr(model, "_keep_in_fp32_modules", None) or ())
+        wrong = {str(q.dtype) for n, q in model.named_parameters()
+                 if q.dtype != dtype and not (q.dtype == torch.float32 and any(k in n for k in keep32))}
         if wrong:
             raise RuntimeError(f"{src}: parameters built as {sorted(wrong)}, not {dtype}")
         nparams = sum(q.numel() for q in model.parameters())

@@ -86,7 +86,12 @@ pub fn gpu_fit(
         // window) and the tokens it holds. A sequence past 2^64 B holds no token.
         let context = q.context as usize;
         let per_sequence = cfg
-            .kv_bytes(context, q.kv_window, q.act_bytes() as usize)
+            .kv_bytes(
+                context,
+                q.kv_window,
+                q.act_bytes() as usize,
+                Default::default(),
+            )
             .get()
             .unwrap_or(u64::MAX)
             .max(1);

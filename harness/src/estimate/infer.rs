@@ -19,6 +19,7 @@ pub fn infer_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
         kv: q.kv_cache,
         kv_window: q.kv_window,
         dtype_bytes: size(q.act_bytes())?,
+        mla: Default::default(),
     };
     let f = feat::infer(c, &shape, Phase::Total, shape.context)?;
     Ok(Features {

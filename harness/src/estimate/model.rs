@@ -115,6 +115,14 @@ pub const PRESETS: &[(&str, &str)] = &[
         "gpt-oss-120b",
         include_str!("../../presets/gpt-oss-120b/config.json"),
     ),
+    (
+        "deepseek-v2-lite",
+        include_str!("../../presets/deepseek-v2-lite/config.json"),
+    ),
+    (
+        "deepseek-v3",
+        include_str!("../../presets/deepseek-v3/config.json"),
+    ),
 ];
 
 /// A model `--model` named: its name and normalized [`Config`]. Every figure `estimate`
@@ -252,11 +260,16 @@ mod tests {
         // 2 (K, V) · 8 KV heads · 256 · 2 B = 8,192 B a token in bf16.
         let c = resolve("gemma-2-9b").unwrap().config;
         let per_layer = 2 * 8 * 256 * 2;
-        let kv = |tokens: usize| c.kv_bytes(tokens, KvWindow::Model, 2).get().unwrap();
+        let kv = |tokens: usize| {
+            c.kv_bytes(tokens, KvWindow::Model, 2, Default::default())
+                .get()
+                .unwrap()
+        };
         assert_eq!(kv(8192), 21 * per_layer * 8192 + 21 * per_layer * 4096);
         assert_eq!(kv(1000), 42 * per_layer * 1000);
         assert_eq!(
-            c.kv_bytes(8192, KvWindow::Full, 2).get(),
+            c.kv_bytes(8192, KvWindow::Full, 2, Default::default())
+                .get(),
             Some(42 * per_layer * 8192)
         );
         // Gemma-3-1B: 26 layers, one full in six (layers 5, 11, 17, 23), window 512.
@@ -268,29 +281,38 @@ mod tests {
 
     #[test]
     fn moe_presets_total_and_active_parameters() {
-        // (total, active) as the model cards round them: Mixtral-8x7B 46.7B / 12.9B,
-        // Mixtral-8x22B 141B / 39B, Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Qwen3-30B-A3B 30.5B /
-        // 3.3B, Qwen3-235B-A22B 235B / 22B. The exact totals are checked against
-        // transformers' own models in tests/moe.rs.
-        for (n, total, active) in [
-            ("mixtral-8x7b", 46.7e9, 12.9e9),
-            ("mixtral-8x22b", 140.6e9, 39.2e9),
-            ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9),
-            ("qwen3-30b-a3b", 30.5e9, 3.3e9),
-            ("qwen3-235b-a22b", 235.1e9, 22.2e9),
-            // gpt-oss's model card: 20.91B / 3.61B and 116.83B / 5.13B, its active count
-            // without the 201,088 × 2,880 embedding (0.58B), which ours includes.
-            ("gpt-oss-20b", 20.91e9, 3.61e9 + 579_133_440.0),
-            ("gpt-oss-120b", 116.83e9, 5.13e9 + 579_133_440.0),
+        // (total, active) as the model cards round them. Mixtral's and Qwen's active counts
+        // include the embedding; gpt-oss's and DeepSeek's leave it out (`false`), ours always
+        // includes it. The exact totals are checked against transformers' own models in
+        // tests/architectures.rs.
+        for (n, total, active, with_embedding) in [
+            ("mixtral-8x7b", 46.7e9, 12.9e9, true),
+            ("mixtral-8x22b", 140.6e9, 39.2e9, true),
+            ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9, true),
+            ("qwen3-30b-a3b", 30.5e9, 3.3e9, true),
+            ("qwen3-235b-a22b", 235.1e9, 22.2e9, true),
+            ("gpt-oss-20b", 20.91e9, 3.61e9, false),
+            ("gpt-oss-120b", 116.83e9, 5.13e9, false),
+            // DeepSeek-V3's 685B on the Hub adds the 14B multi-token-prediction layer, which
+            // inference does not run.
+            ("deepseek-v2-lite", 15.7e9, 2.4e9, false),
+            ("deepseek-v3", 671.0e9, 37.0e9, false),
         ] {
             let c = resolve(n).unwrap().config;
-            let (t, a) = (
-                c.param_count() as f64,
-                c.active_params().get().unwrap() as f64,
-            );
+            let embedding = if with_embedding {
+                0.0
+            } else {
+                (c.vocab_size * c.hidden_size) as f64
+            };
+            let t = c.param_count() as f64;
+            let a = c.active_params().get().unwrap() as f64 - embedding;
             assert!((t / total - 1.0).abs() < 0.002, "{n}: {t}");
-            assert!((a / active - 1.0).abs() < 0.02, "{n}: {a}");
+            assert!((a / active - 1.0).abs() < 0.025, "{n}: {a}");
         }
+        // DeepSeek-V3's multi-token-prediction layer: 685B stored in all.
+        let v3 = resolve("deepseek-v3").unwrap().config;
+        let stored = (v3.params() + v3.mtp_params()).get().unwrap() as f64;
+        assert!((stored / 684.5e9 - 1.0).abs() < 0.002, "{stored}");
     }
 
     #[test]

@@ -298,7 +298,34 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
         let p = format!("model.layers.{i}");
         let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
         push("input_layernorm.weight", vec![d]);
-        if c.fused_qkv {
+        if let Some(m) = &c.mla {
+            // Multi-head latent attention: queries (low-rank or full), the compressed KV
+            // latent with the shared rotary key, its norm, and its expansion to every head.
+            let (h, nope, rope, v) = (
+                c.num_heads,
+                m.qk_nope_head_dim,
+                m.qk_rope_head_dim,
+                m.v_head_dim,
+            );
+            match m.q_lora_rank {
+                Some(r) => {
+                    push("self_attn.q_a_proj.weight", vec![r, d]);
+                    push("self_attn.q_a_layernorm.weight", vec![r]);
+                    push("self_attn.q_b_proj.weight", vec![h * (nope + rope), r]);
+                }
+                None => push("self_attn.q_proj.weight", vec![h * (nope + rope), d]),
+            }
+            push(
+                "self_attn.kv_a_proj_with_mqa.weight",
+                vec![m.kv_lora_rank + rope, d],
+            );
+            push("self_attn.kv_a_layernorm.weight", vec![m.kv_lora_rank]);
+            push(
+                "self_attn.kv_b_proj.weight",
+                vec![h * (nope + v), m.kv_lora_rank],
+            );
+            push("self_attn.o_proj.weight", vec![d, h * v]);
+        } else if c.fused_qkv {
             push("self_attn.qkv_proj.weight", vec![q + 2 * kv, d]);
         } else {
             push("self_attn.q_proj.weight", vec![q, d]);
@@ -314,7 +341,9 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
             push("self_attn.q_norm.weight", vec![hd]);
             push("self_attn.k_norm.weight", vec![hd]);
         }
-        push("self_attn.o_proj.weight", vec![d, q]);
+        if c.mla.is_none() {
+            push("self_attn.o_proj.weight", vec![d, q]);
+        }
         if c.o_bias {
             push("self_attn.o_proj.bias", vec![d]);
         }
@@ -370,7 +399,7 @@ fn moe_shapes(m: &Moe, p: &str, d: usize) -> Vec<(String, Vec<usize>)> {
         out.extend([(g, vec![f, d]), (u, vec![f, d]), (dn, vec![d, f])]);
     }
     if m.shared_size > 0 {
-        let (s, q) = (m.shared_size, format!("{p}.mlp.shared_expert"));
+        let (s, q) = (m.shared_size, m.shared_module(p));
         out.extend([
             (format!("{q}.gate_proj.weight"), vec![s, d]),
             (format!("{q}.up_proj.weight"), vec![s, d]),

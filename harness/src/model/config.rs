@@ -62,6 +62,38 @@ pub struct Config {
     /// A learned sink logit per attention head, which takes part in the softmax and is then
     /// dropped (gpt-oss's `self_attn.sinks`).
     pub attention_sinks: bool,
+    /// DeepSeek's multi-head latent attention (None: q/k/v projections). `head_dim` is then
+    /// the query and key head (qk_nope + qk_rope), `num_kv_heads` every head.
+    pub mla: Option<Mla>,
+    /// Multi-token-prediction layers the checkpoint stores beyond `num_layers` and inference
+    /// does not run (DeepSeek-V3's `num_nextn_predict_layers`); not in the tensor list.
+    pub mtp_layers: usize,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank
+/// projection, keys and values from one compressed latent of `kv_lora_rank` per token plus a
+/// shared rotary key of `qk_rope_head_dim`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mla {
+    /// The queries' low rank (None: a full `q_proj`; DeepSeek-V2-Lite).
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+/// What a KV cache holds a token and layer of multi-head latent attention; runtimes differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MlaCache {
+    /// The compressed latent and the rotary key, (kv_lora_rank + qk_rope_head_dim) values:
+    /// transformers ≥ 5 (its cache is written "while the latent KV is still compressed"),
+    /// vLLM, SGLang. DeepSeek-V3's 576 a token and layer.
+    #[default]
+    Latent,
+    /// K and V expanded to every head, heads · (qk_nope + qk_rope + v_head_dim) values:
+    /// transformers 4.x (the torch-2.2 stack). DeepSeek-V3's 40,960, 71 times more.
+    Expanded,
 }
 
 /// What Gemma 2/3 change in the attention and the head.
@@ -117,6 +149,9 @@ pub enum Routing {
     SoftmaxTopK,
     /// The top k logits, then a softmax over those k: gpt-oss.
     TopKSoftmax,
+    /// DeepSeek-V3's: sigmoid scores plus a learned correction bias choose the top k within
+    /// the best expert groups; the weights are the plain scores, renormalized and scaled.
+    SigmoidGrouped,
 }
 
 /// The tensor names of a MoE layer, as the published checkpoints store them.
@@ -131,6 +166,9 @@ pub enum MoeNaming {
     /// every expert in one tensor each: `mlp.experts.gate_up_proj` (E, hidden, 2·f; gate and
     /// up interleaved), `mlp.experts.down_proj` (E, f, hidden), and their biases.
     GptOss,
+    /// DeepSeek: `mlp.gate`, `mlp.experts.N.{gate,up,down}_proj`, and the shared experts as
+    /// one MLP, `mlp.shared_experts.*` (no gate).
+    DeepSeek,
 }
 
 impl Moe {
@@ -143,7 +181,15 @@ impl Moe {
     pub fn module(&self) -> &'static str {
         match self.naming {
             MoeNaming::Mixtral => "block_sparse_moe",
-            MoeNaming::Qwen | MoeNaming::GptOss => "mlp",
+            MoeNaming::Qwen | MoeNaming::GptOss | MoeNaming::DeepSeek => "mlp",
+        }
+    }
+
+    /// The shared expert's module under layer prefix `p`.
+    pub fn shared_module(&self, p: &str) -> String {
+        match self.naming {
+            MoeNaming::DeepSeek => format!("{p}.mlp.shared_experts"),
+            _ => format!("{p}.mlp.shared_expert"),
         }
     }
 
@@ -154,8 +200,10 @@ impl Moe {
             MoeNaming::Mixtral => {
                 ["w1", "w3", "w2"].map(|w| format!("{p}.{m}.experts.{j}.{w}.weight"))
             }
-            MoeNaming::Qwen | MoeNaming::GptOss => ["gate_proj", "up_proj", "down_proj"]
-                .map(|w| format!("{p}.{m}.experts.{j}.{w}.weight")),
+            MoeNaming::Qwen | MoeNaming::GptOss | MoeNaming::DeepSeek => {
+                ["gate_proj", "up_proj", "down_proj"]
+                    .map(|w| format!("{p}.{m}.experts.{j}.{w}.weight"))
+            }
         }
     }
 
@@ -274,6 +322,8 @@ impl Config {
             moe: None,
             gemma: None,
             attention_sinks: false,
+            mla: None,
+            mtp_layers: 0,
         }
     }
 
@@ -423,6 +473,27 @@ impl Config {
             .expect("Config::validate bounds the parameter count")
     }
 
+    /// Parameters of the multi-token-prediction layers the checkpoint stores and inference
+    /// does not run: each a decoder layer like the last, its own embedding and head (V × d
+    /// each), the projection of the concatenated hidden states (d × 2d) and three norms
+    /// (DeepSeek-V3's `enorm`, `hnorm`, `shared_head.norm`).
+    pub fn mtp_params(&self) -> Checked {
+        if self.mtp_layers == 0 {
+            return Checked::ZERO;
+        }
+        let last = format!("model.layers.{}.", self.num_layers - 1);
+        let layer: Checked = self
+            .tensor_shapes()
+            .iter()
+            .filter(|(n, _)| n.starts_with(&last))
+            .map(|(_, s)| Checked::product(s))
+            .sum();
+        let d = self.hidden_size;
+        let extra =
+            Checked::new(2) * self.vocab_size * d + Checked::new(2) * d * d + Checked::new(3) * d;
+        (layer + extra) * self.mtp_layers
+    }
+
     /// Parameters one token runs through: every stored one, less the routed experts it is not
     /// sent to (experts − top_k per MoE layer). The count MoE model cards give as "active"
     /// (Mixtral-8x7B: 12.9B of 46.7B). Equal to [`Config::params`] for a dense model.
@@ -441,6 +512,19 @@ impl Config {
     /// dtype bytes (what a cache holding every token adds a token).
     pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> Checked {
         Checked::new(2) * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+    }
+
+    /// Values a layer's cache holds a token: K and V of every KV head, or multi-head latent
+    /// attention's latent or expanded form.
+    pub fn kv_values_per_layer_token(&self, mla: MlaCache) -> Checked {
+        match (&self.mla, mla) {
+            (Some(m), MlaCache::Latent) => Checked::from(m.kv_lora_rank) + m.qk_rope_head_dim,
+            (Some(m), MlaCache::Expanded) => {
+                Checked::from(self.num_heads)
+                    * (Checked::from(m.qk_nope_head_dim) + m.qk_rope_head_dim + m.v_head_dim)
+            }
+            (None, _) => Checked::new(2) * self.num_kv_heads * self.head_dim,
+        }
     }
 
     /// The window layer `i` attends within (None: every token).
@@ -470,10 +554,16 @@ impl Config {
     }
 
     /// K and V bytes one sequence's cache holds after `tokens` tokens under `window`: each
-    /// layer's 2 · n_kv · head_dim · dtype bytes a token, times the tokens it holds (a
-    /// windowed layer at most its window).
-    pub fn kv_bytes(&self, tokens: usize, window: KvWindow, dtype_bytes: usize) -> Checked {
-        let per_layer = Checked::new(2) * self.num_kv_heads * self.head_dim * dtype_bytes;
+    /// layer's 2 · n_kv · head_dim · dtype bytes a token (multi-head latent attention: as
+    /// `mla` says), times the tokens it holds (a windowed layer at most its window).
+    pub fn kv_bytes(
+        &self,
+        tokens: usize,
+        window: KvWindow,
+        dtype_bytes: usize,
+        mla: MlaCache,
+    ) -> Checked {
+        let per_layer = self.kv_values_per_layer_token(mla) * dtype_bytes;
         (0..self.num_layers)
             .map(|i| per_layer * self.layer_kv_tokens(i, tokens, window))
             .sum()

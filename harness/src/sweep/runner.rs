@@ -533,6 +533,7 @@ fn infer_shape(p: &Point) -> InferShape {
         kv: p.kv_cache,
         kv_window: p.kv_window,
         dtype_bytes: p.dtypes().1.size_in_bytes(),
+        mla: Default::default(),
     }
 }
 

@@ -274,6 +274,28 @@ pub fn report(a: &Args) -> Result<LlmReport> {
             moe.experts
         ));
     }
+    if let Some(mla) = &m.mla {
+        use crate::model::config::MlaCache;
+        let values = |form| m.kv_values_per_layer_token(form).get().unwrap_or(0);
+        notes.push(format!(
+            "multi-head latent attention: the KV cache holds the compressed latent and the \
+             rotary key, {} + {} = {} values a token and layer (transformers ≥ 5, vLLM, SGLang); \
+             transformers 4.x expands K and V to every head, {} values",
+            mla.kv_lora_rank,
+            mla.qk_rope_head_dim,
+            values(MlaCache::Latent),
+            values(MlaCache::Expanded),
+        ));
+    }
+    if m.mtp_layers > 0 {
+        notes.push(format!(
+            "the checkpoint also stores {} multi-token-prediction layer(s), {} parameters, that \
+             inference does not run (vLLM loads them only for MTP speculative decoding): not in \
+             the weights",
+            m.mtp_layers,
+            m.mtp_params().get().unwrap_or(0)
+        ));
+    }
     if a.context > m.max_position_embeddings as u64 {
         notes.push(format!(
             "context {} exceeds the model's max_position_embeddings {}",

@@ -5,6 +5,7 @@
 //! architecture by `model_type` ([`Arch::of_model_type`]) go through it, so the architecture
 //! files depend on [`super::arch`] and [`super::config`], never the other way round.
 pub mod bert;
+pub mod deepseek;
 pub mod gemma;
 pub mod gpt2;
 pub mod gpt_bigcode;
@@ -42,6 +43,8 @@ pub static REGISTRY: &[&dyn Architecture] = &[
     &super::llm::gemma::Gemma2Arch,
     &super::llm::gemma::Gemma3TextArch,
     &super::llm::gpt_oss::GptOssArch,
+    &super::llm::deepseek::DeepSeekV2Arch,
+    &super::llm::deepseek::DeepSeekV3Arch,
 ];
 
 impl Arch {

@@ -135,7 +135,7 @@ impl SparseMoe {
             )
         };
         let shared = if m.shared_size > 0 {
-            let q = format!("{p}.mlp.shared_expert");
+            let q = m.shared_module(p);
             let names = ["gate_proj", "up_proj", "down_proj"].map(|w| format!("{q}.{w}"));
             Some(Expert::load(t, names)?)
         } else {
@@ -178,6 +178,11 @@ impl SparseMoe {
                     w
                 };
                 (picked, w)
+            }
+            Routing::SigmoidGrouped => {
+                candle_core::bail!(
+                    "DeepSeek-V3's grouped sigmoid routing runs in the estimate only"
+                )
             }
             Routing::TopKSoftmax => {
                 let picked = top_k(&logits.to_dtype(DType::F32)?.to_vec2::<f32>()?, k);

@@ -110,7 +110,15 @@ fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> Checked {
 /// ZeRO stage it is DeepSpeed's: 16-bit weights and gradients (2 + 2 B) and an optimizer state
 /// of K = 12 B (f32 master weights and both moments); stage 1 shards the optimizer state,
 /// stage 2 also the gradients, stage 3 (= FSDP) also the weights, each over `gpus`.
-pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdown, Overflow> {
+/// `bnb_state`: a bitsandbytes optimizer's whole state (`optimizer::bitsandbytes_state`, per
+/// tensor), in place of the moments' bytes per parameter.
+pub fn model_states(
+    p: u64,
+    t: u64,
+    adapters: u64,
+    bnb_state: Option<u64>,
+    q: &Query,
+) -> Result<Breakdown, Overflow> {
     let n = q.gpus.max(1);
     let shard = |bytes: Checked, sharded: bool, figure: &str| {
         if sharded { bytes.div_ceil(n) } else { bytes }.bytes(figure)
@@ -129,11 +137,13 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
     // Under a ZeRO stage's mixed precision the state also holds the f32 master weights.
     let master = if zero_mixed { wb } else { 0 };
     let opt_per_param = match q.optimizer {
+        _ if bnb_state.is_some() => master,
         o if o.is_adamw() => 2 * wb + master,
         o if o.is_sgd() => master,
         _ => 0,
     };
     let (p, t) = (Checked::from(p), Checked::from(t));
+    let opt = t * opt_per_param + bnb_state.unwrap_or(0);
     let grads = if q.optimizer.updates() {
         t * g
     } else {
@@ -149,7 +159,7 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
             0
         },
         gradients: shard(grads, s2, "gradients")?,
-        optimizer: shard(t * opt_per_param, s1, "optimizer state")?,
+        optimizer: shard(opt, s1, "optimizer state")?,
         ..Default::default()
     };
     if !q.offload {
@@ -183,7 +193,19 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         adapters,
         ..
     } = counts;
-    let states = model_states(p, t, adapters, q)?;
+    let bnb = super::optimizer::bitsandbytes_state(c, q.trainable, q.optimizer)?;
+    // QLoRA's base at bitsandbytes' NF4 bytes, where the query does not carry them already.
+    let qlora;
+    let q = match (q.trainable, q.weight_bytes) {
+        (Trainable::Qlora(_), None) => {
+            qlora = q
+                .with_checkpoint(c, &crate::model::quant::Checkpoint::qlora())
+                .expect("bitsandbytes 4-bit stores every shape");
+            &qlora
+        }
+        _ => q,
+    };
+    let states = model_states(p, t, adapters, bnb, q)?;
     let (b, s) = (q.batch, q.context);
     let aw = q.act_bytes();
     let scores = q.attention == Attention::Eager;
@@ -283,6 +305,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         logits,
         gathered,
         step_transient,
+        dequant: q.dequant_bytes,
         source: "analytic".into(),
         ..device_terms(q)
     }
@@ -294,10 +317,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
 /// the bytes outside the layers, with the token ids and the labels, int64 each). The loss's own
 /// tensors are the `logits` row.
 fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
-    let lora = match q.trainable {
-        Trainable::Lora(r) => Some(u64::from(r)),
-        Trainable::Full | Trainable::FrozenEmbeddings => None,
-    };
+    let lora = q.trainable.lora_rank().map(u64::from);
     let (layer, outside) = c
         .architecture
         .torch_saved_per_token(c, q.act_bytes(), lora)?;
@@ -365,7 +385,8 @@ fn lm_head_bytes(c: &Config, q: &Query, recompute: Checked) -> Result<u64, Overf
 /// The AdamW step's transient bytes over `t` updated parameters (ARCHITECTURE.md §9): candle-nn's
 /// about 14 × the largest tensor (measured on CPU, docs/src/results/cpu-train-smollm2-kernels.md);
 /// torch foreach 1 × the parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the
-/// largest tensor; fused none. SGD keeps no state and has no transient here.
+/// largest tensor; fused none, and bitsandbytes' optimizers none (one in-place kernel a tensor,
+/// `optimizer::`). SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
     let wb = q.state_bytes();
     let largest = Checked::from(feat::counts(c, q.trainable)?.largest_tensor.min(t)) * wb;
@@ -376,6 +397,9 @@ fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
         // In place, one kernel (vramlab-kernels' on candle, `fused=True` on torch); SGD
         // keeps no state.
         Optimizer::AdamwFused
+        | Optimizer::Adamw8bit
+        | Optimizer::PagedAdamw
+        | Optimizer::PagedAdamw8bit
         | Optimizer::None
         | Optimizer::Sgd
         | Optimizer::SgdForeach
@@ -415,7 +439,7 @@ mod tests {
     use crate::estimate::{Compute, Mode, OptimizerImpl, Precision, Trainable};
 
     fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
-        super::model_states(p, t, adapters, q).unwrap()
+        super::model_states(p, t, adapters, None, q).unwrap()
     }
 
     #[test]

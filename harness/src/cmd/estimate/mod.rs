@@ -7,6 +7,7 @@ mod emulated;
 mod generation;
 mod json;
 mod llm;
+mod loaded;
 mod overflow;
 mod report;
 mod text;

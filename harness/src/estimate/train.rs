@@ -656,6 +656,91 @@ mod tests {
         }
     }
 
+    /// QLoRA (`qlora-r16`) on Llama-3.1-8B: the 224 linears of the layers in NF4 with double
+    /// quantization, by bitsandbytes' rule per matrix of n weights (n/2 packed, a 64 B code
+    /// table, a byte per 64-block, an f32 offset, an f32 per 256 blocks and a 1 KiB map), the
+    /// embedding, head and norms in bf16, the rank-16 adapters (6,815,744, PEFT's count) in bf16
+    /// with their gradients and AdamW's bf16 moments, and the dequantization buffer of the
+    /// largest matrix (14,336 × 4,096) in bf16.
+    #[test]
+    fn qlora_nf4_base_and_adapter_states() {
+        let m = preset("llama-3.1-8b");
+        let nf4 = |n: u64| n / 2 + 64 + n / 64 + 4 + (n / 64).div_ceil(256) * 4 + 1024;
+        let (sq, kv, mlp) = (4096 * 4096, 1024 * 4096, 14_336 * 4096);
+        let base = 32 * (2 * nf4(sq) + 2 * nf4(kv) + 3 * nf4(mlp));
+        let dense = (2 * 128_256 * 4096 + 32 * 2 * 4096 + 4096) * 2;
+        let adapters = 6_815_744;
+        let t = Query {
+            mode: Mode::Train,
+            trainable: Trainable::Qlora(16),
+            optimizer_impl: OptimizerImpl::Fused,
+            context: 512,
+            ..q()
+        };
+        let e = estimate(&m, &t, None);
+        assert_eq!(e.weights, base + dense + adapters * 2);
+        assert_eq!(e.optimizer, adapters * 2 * 2);
+        assert_eq!(e.dequant, mlp * 2);
+        let states = super::model_states(m.param_count(), adapters, adapters, None, &t).unwrap();
+        assert_eq!(states.gradients, adapters * 2);
+        // The same base as the query carries it from `estimate`'s flags.
+        let k = crate::model::quant::Checkpoint::qlora();
+        assert_eq!(
+            t.with_checkpoint(&m, &k).unwrap().weight_bytes,
+            Some(base + dense)
+        );
+    }
+
+    /// bitsandbytes' optimizers on the same adapters: AdamW8bit keeps two bytes an element and
+    /// an f32 absmax per 256 for both moments (every adapter here has 4,096 elements or more:
+    /// A 16 × 4,096, B 4,096 × 16 and 1,024 × 16), plus the two shared 1 KiB maps; PagedAdamW
+    /// keeps f32 moments whatever the parameter's dtype (8 B an element).
+    #[test]
+    fn eight_bit_and_paged_adamw_state() {
+        let m = preset("llama-3.1-8b");
+        let adapters: u64 = 6_815_744;
+        let blocks_per_layer = (3 * 65_536 + 16_384) / 256;
+        let at = |optimizer| {
+            estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    trainable: Trainable::Qlora(16),
+                    optimizer,
+                    context: 512,
+                    ..q()
+                },
+                None,
+            )
+        };
+        let e = at(Optimizer::Adamw8bit);
+        assert_eq!(
+            e.optimizer,
+            2 * adapters + 32 * 2 * blocks_per_layer * 4 + 2048
+        );
+        assert_eq!(e.step_transient, 0);
+        assert_eq!(at(Optimizer::PagedAdamw8bit).optimizer, e.optimizer);
+        assert_eq!(at(Optimizer::PagedAdamw).optimizer, 8 * adapters);
+        // Full training of SmolLM2-135M: its 61 norms of 576 stay 32-bit (under
+        // `min_8bit_size`); every matrix is whole 256-blocks.
+        let m = preset("smollm2-135m");
+        let norms = 61 * 576;
+        let matrices = m.param_count() - norms;
+        let full = estimate(
+            &m,
+            &Query {
+                mode: Mode::Train,
+                optimizer: Optimizer::Adamw8bit,
+                ..q()
+            },
+            None,
+        );
+        assert_eq!(
+            full.optimizer,
+            2 * matrices + 2 * (matrices / 256) * 4 + 8 * norms + 2048
+        );
+    }
+
     /// FSDP's CPU offload moves each rank's shards of weights, gradients and optimizer state to
     /// the host, byte for byte (the ZeRO layout of mixed precision: 2 + 2 + 12 B per parameter
     /// over N), and with them the optimizer step; what the units all-gather, the activations

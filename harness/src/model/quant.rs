@@ -109,7 +109,7 @@ impl Format {
     pub fn matrix_bytes(&self, e: u64, out: u64, inp: u64) -> Result<u64, String> {
         let n = out * inp;
         let whole = |what: &str, v: u64, by: u64| {
-            if v % by == 0 {
+            if v.is_multiple_of(by) {
                 Ok(())
             } else {
                 Err(format!("{what} {v} is not a multiple of {by}"))

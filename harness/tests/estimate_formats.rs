@@ -2,32 +2,21 @@
 //! bitsandbytes' optimizers, through the real binary: a published AWQ checkpoint's tensors to
 //! the byte, the report's weights row and JSON format, and the flags each refuses in one line.
 mod common;
-use common::vramlab;
+use common::{named_u64, ok_stdout, one_line_exit_2, vramlab};
 use serde_json::Value;
 
 const AWQ: &str = "harness/tests/data/qwen2.5-0.5b-instruct-awq";
 
 fn json(args: &[&str]) -> Value {
-    let out = vramlab()
-        .arg("estimate")
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let out = vramlab().arg("estimate").args(args).arg("--json").output();
+    serde_json::from_slice(&ok_stdout(out.unwrap())).unwrap()
 }
 
 fn refused(args: &[&str], needle: &str) {
-    let out = vramlab().arg("estimate").args(args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains(needle), "expected `{needle}` in {err}");
+    one_line_exit_2(
+        &vramlab().arg("estimate").args(args).output().unwrap(),
+        needle,
+    );
 }
 
 /// Qwen/Qwen2.5-0.5B-Instruct-AWQ (revision db09cd27ead7fee40cdee309693cf83601b9c899, its
@@ -83,13 +72,10 @@ fn a_published_awq_checkpoint_to_the_byte() {
     );
     assert_eq!(v["breakdown"][0]["bytes"].as_u64(), Some(published));
     // The dequantization buffer: the largest matrix (4,864 × 896) in bf16.
-    let dequant = v["breakdown"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "dequantization buffer")
-        .unwrap();
-    assert_eq!(dequant["bytes"].as_u64(), Some(4864 * 896 * 2));
+    assert_eq!(
+        named_u64(&v, "breakdown", "dequantization buffer", "bytes"),
+        4864 * 896 * 2
+    );
 }
 
 #[test]

@@ -78,6 +78,31 @@ fn a_published_awq_checkpoint_to_the_byte() {
     );
 }
 
+/// gpt-oss-20b's MXFP4 experts (the preset's `quantization_config`): the weights are its
+/// published `model.safetensors.index.json`'s `metadata.total_size`, 13,761,264,768 B
+/// (openai/gpt-oss-20b), to the byte. Full training dequantizes them (bf16 weights).
+#[test]
+fn gpt_oss_mxfp4_is_its_published_total_size() {
+    let v = json(&["--model", "gpt-oss-20b", "--context", "1024"]);
+    assert_eq!(v["weights"]["bytes"].as_u64(), Some(13_761_264_768));
+    assert_eq!(
+        v["breakdown"][0]["name"],
+        "weights (mxfp4 experts, bf16 rest)"
+    );
+    let train = json(&[
+        "--model",
+        "gpt-oss-20b",
+        "--mode",
+        "train",
+        "--context",
+        "256",
+    ]);
+    assert!(train["weights"].is_null());
+    assert!(train["notes"]
+        .to_string()
+        .contains("dequantized for full training"));
+}
+
 #[test]
 fn qlora_and_paged_optimizers_say_what_they_are() {
     let v = json(&[

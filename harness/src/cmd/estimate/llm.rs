@@ -224,6 +224,10 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         }
     };
     notes.extend(super::loaded::optimizer_note(&q));
+    notes.extend(super::loaded::dequantized_note(
+        checkpoint.as_ref(),
+        loaded.as_ref(),
+    ));
     // A figure past 2^64 B: bad input, naming the flags that cause it.
     let bad = |o: Overflow| {
         let sizes = [

@@ -6,7 +6,7 @@ use super::report::{QuantWeights, Row};
 use super::Args;
 use crate::error::InputError;
 use crate::estimate::{Mode, Precision, Query, Runtime, Trainable};
-use crate::model::quant::{Checkpoint, Plan};
+use crate::model::quant::{Checkpoint, Format, Plan};
 use crate::model::Config;
 use anyhow::Result;
 
@@ -55,6 +55,11 @@ pub fn loaded(a: &Args, quant: Option<&Checkpoint>, gguf: bool) -> Result<Option
         )));
     }
     if !qlora && a.mode == Mode::Train && !matches!(a.trainable, Trainable::Lora(_)) {
+        // Full training of gpt-oss dequantizes its MXFP4 experts at load
+        // (`Mxfp4Config(dequantize=True)`): dense weights (`dequantized_note`).
+        if quant.is_some_and(|k| k.format == Format::Mxfp4) {
+            return Ok(None);
+        }
         return Err(arg(format!(
             "{what}: a quantized checkpoint's weights do not train; train LoRA adapters on it \
              (--trainable lora-rN)"
@@ -168,6 +173,19 @@ impl Loaded {
             ));
         }
         notes
+    }
+}
+
+/// The note of a quantized checkpoint estimated dense (`loaded` None): MXFP4 dequantized for
+/// full training.
+pub fn dequantized_note(quant: Option<&Checkpoint>, l: Option<&Loaded>) -> Option<String> {
+    match (quant, l) {
+        (Some(k), None) => Some(format!(
+            "the {} weights are dequantized for full training (transformers' \
+             Mxfp4Config(dequantize=True)): every weight in --precision",
+            k.format
+        )),
+        _ => None,
     }
 }
 

@@ -177,7 +177,7 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
     }
     let shapes = cfg.tensor_shapes();
     let adapters = match trainable {
-        Trainable::Lora(r) => shapes
+        Trainable::Lora(r) | Trainable::Qlora(r) => shapes
             .iter()
             .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
             .map(|(_, i, o)| (Checked::from(i) + o) * u64::from(r))
@@ -196,10 +196,7 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
     // A decoder layer's tensors have the layer's index in their name (model.layers.3.…).
     let outside: Checked = shapes
         .iter()
-        .filter(|(n, _)| {
-            !n.split('.')
-                .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-        })
+        .filter(|(n, _)| !crate::model::in_layer(n))
         .map(|(_, s)| Checked::product(s))
         .sum();
     let c = (|| {

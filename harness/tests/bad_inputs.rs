@@ -186,7 +186,31 @@ fn lora_rank_zero() {
 fn unknown_trainable_set() {
     scenario(
         "unknown-trainable.toml",
-        "line 9: unknown trainable set `lora`, expected `full`, `frozen-embeddings` or `lora-rN`",
+        "line 9: unknown trainable set `lora`, expected `full`, `frozen-embeddings`, `lora-rN` or `qlora-rN`",
+    );
+}
+
+/// QLoRA and bitsandbytes' optimizers are estimated, not swept.
+#[test]
+fn estimate_only_training_choices() {
+    scenario(
+        "qlora-sweep.toml",
+        "[sweep] trainable `qlora-r16` (QLoRA on a bitsandbytes NF4 base) is estimate-only for now",
+    );
+    scenario(
+        "optimizer-8bit.toml",
+        "[sweep] optimizer `adamw-8bit` (bitsandbytes) is estimate-only for now",
+    );
+}
+
+/// A `quantization_config` of a method vramlab does not know: one line naming the file and it.
+#[test]
+fn unknown_quant_method() {
+    let file = format!("{DIR}/config-quant-unknown.json");
+    fails(
+        &os(&["estimate", "--model", &file]),
+        &file,
+        "quant_method `hqq` is not a format vramlab knows",
     );
 }
 

@@ -9,6 +9,10 @@ pub struct Breakdown {
     pub weights: u64,
     /// Transient 16-bit copies of f32 master weights (mixed precision).
     pub weight_copies: u64,
+    /// A checkpoint format that multiplies by a dequantized copy of each weight (AWQ, GPTQ,
+    /// bitsandbytes 4-bit without a fused kernel): the largest quantized matrix in the compute
+    /// dtype, one product at a time (`model::quant::Format::dequantizes_per_matmul`).
+    pub dequant: u64,
     pub kv: u64,
     pub activations: u64,
     pub logits: u64,
@@ -91,6 +95,7 @@ impl Breakdown {
         vec![
             ("weights", self.weights),
             ("weight copies (16-bit)", self.weight_copies),
+            ("dequantization buffer", self.dequant),
             ("KV cache", self.kv),
             ("activations", self.activations),
             ("logits", self.logits),

@@ -66,6 +66,7 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         kv: f.kv_bytes,
         activations: mlp.max(scores).bytes("activations")?,
         logits: (Checked::from(q.batch) * c.vocab_size * 4u64).bytes("logits")?,
+        dequant: q.dequant_bytes,
         source: "analytic".into(),
         ..device_terms(q)
     })

@@ -12,8 +12,9 @@
 //! One file per job: [`query`] (what is asked), [`breakdown`] (the rows of the answer),
 //! [`infer`] and [`train`] (the analytic estimates), [`device`] (the device rows and the
 //! allocator's reserve), [`fitted`] (fitted constants over the analytic rows: [`estimate`]),
-//! [`gpu`] (the GPU verdicts on the catalogue of `crate::gpu`), [`formats`] (`--best-format`); [`model`]
-//! resolves `--model` (a Hub id through [`hub`]) and [`generate`] is the generation estimate.
+//! [`gpu`] (the GPU verdicts on the catalogue of `crate::gpu`), [`formats`] (`--best-format`),
+//! [`optimizer`] (bitsandbytes' optimizer state); [`model`] resolves `--model` (a Hub id
+//! through [`hub`]) and [`generate`] is the generation estimate.
 pub mod breakdown;
 pub mod device;
 pub mod fitted;
@@ -23,6 +24,7 @@ pub mod gpu;
 pub mod hub;
 pub mod infer;
 pub mod model;
+pub mod optimizer;
 pub mod query;
 #[cfg(test)]
 mod test_support;

@@ -3,6 +3,7 @@
 //! (every architecture of the registry).
 use super::hub::{self, HubId};
 use crate::error::{bad_file, InputError};
+use crate::model::quant::Checkpoint;
 use crate::model::{gguf, Config};
 use anyhow::Result;
 use serde_json::Value;
@@ -137,6 +138,10 @@ pub struct Resolved {
     /// A Hub model's stored checkpoint bytes (its index's `metadata.total_size`, or its single
     /// `model.safetensors`'s size), where the Hub gives them; shown, never used in a figure.
     pub stored_bytes: Option<u64>,
+    /// The checkpoint's `quantization_config` (AWQ, GPTQ, MXFP4, FP8, bitsandbytes), read here
+    /// and not into [`Config`], which describes the architecture: the format the weights are
+    /// loaded in (`model::quant`).
+    pub quant: Option<Checkpoint>,
 }
 
 impl Resolved {
@@ -146,6 +151,7 @@ impl Resolved {
             config: Config::from_json(path, v)?,
             gguf: None,
             stored_bytes: None,
+            quant: Checkpoint::from_config_json(path, v)?,
         })
     }
 }
@@ -182,6 +188,7 @@ pub fn resolve(spec: &str) -> Result<Resolved> {
                 config: gguf::config(&file)?,
                 gguf: Some(file),
                 stored_bytes: None,
+                quant: None,
             });
         }
         return Resolved::from_json(&name, &file, &read_json(&file)?);

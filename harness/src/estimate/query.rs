@@ -1,7 +1,8 @@
 //! The query `estimate` answers ([`Query`]): one configuration's mode, precision, shape,
 //! training and sharding choices, runtime and device, and the vocabulary its fields take.
 use crate::fit::Runtime;
-use crate::model::KvKind;
+use crate::model::quant::Checkpoint;
+use crate::model::{Config, KvKind};
 use serde::Serialize;
 
 /// The device a query is for: CUDA GPUs (the catalog), or the CPU (candle's CPU backend, to
@@ -54,6 +55,9 @@ pub struct Query {
     /// The pinned software stack (torch on CUDA): whose emulated runs the built-in allocator
     /// reserve was fitted on.
     pub stack: Stack,
+    /// The per-matmul dequantization buffer of a checkpoint format that multiplies by a
+    /// dequantized copy of each weight (0 otherwise): [`Query::with_checkpoint`].
+    pub dequant_bytes: u64,
 }
 
 impl Query {
@@ -90,11 +94,25 @@ impl Default for Query {
             compute: Compute::F32,
             weight_bytes: None,
             stack: Stack::Default,
+            dequant_bytes: 0,
         }
     }
 }
 
 impl Query {
+    /// This query with the weights of `cfg` loaded in checkpoint format `k` (a
+    /// `quantization_config`, or QLoRA's NF4 base): their exact bytes, the dense tensors at
+    /// [`Query::state_bytes`], and the format's dequantization buffer in the compute dtype.
+    /// An error names the first tensor the format cannot store.
+    pub fn with_checkpoint(&self, cfg: &Config, k: &Checkpoint) -> Result<Query, String> {
+        let plan = k.plan(cfg, self.state_bytes())?;
+        Ok(Query {
+            weight_bytes: Some(plan.bytes()),
+            dequant_bytes: plan.dequant_bytes(self.act_bytes()),
+            ..*self
+        })
+    }
+
     /// The optimizer as the query's runtime runs it: on torch, `sgd` and `adamw` take
     /// `--optimizer-impl` (`adamw` + `foreach` = `adamw-foreach`, what the torch probe's rows
     /// record); everything else as given.

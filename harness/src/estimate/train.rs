@@ -110,7 +110,15 @@ fn autocast_extra(c: &Config, b: u64, s: u64, scores: bool) -> Checked {
 /// ZeRO stage it is DeepSpeed's: 16-bit weights and gradients (2 + 2 B) and an optimizer state
 /// of K = 12 B (f32 master weights and both moments); stage 1 shards the optimizer state,
 /// stage 2 also the gradients, stage 3 (= FSDP) also the weights, each over `gpus`.
-pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdown, Overflow> {
+/// `bnb_state`: a bitsandbytes optimizer's whole state (`optimizer::bitsandbytes_state`, per
+/// tensor), in place of the moments' bytes per parameter.
+pub fn model_states(
+    p: u64,
+    t: u64,
+    adapters: u64,
+    bnb_state: Option<u64>,
+    q: &Query,
+) -> Result<Breakdown, Overflow> {
     let n = q.gpus.max(1);
     let shard = |bytes: Checked, sharded: bool, figure: &str| {
         if sharded { bytes.div_ceil(n) } else { bytes }.bytes(figure)
@@ -129,11 +137,13 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
     // Under a ZeRO stage's mixed precision the state also holds the f32 master weights.
     let master = if zero_mixed { wb } else { 0 };
     let opt_per_param = match q.optimizer {
+        _ if bnb_state.is_some() => master,
         o if o.is_adamw() => 2 * wb + master,
         o if o.is_sgd() => master,
         _ => 0,
     };
     let (p, t) = (Checked::from(p), Checked::from(t));
+    let opt = t * opt_per_param + bnb_state.unwrap_or(0);
     let grads = if q.optimizer.updates() {
         t * g
     } else {
@@ -149,7 +159,7 @@ pub fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Result<Breakdow
             0
         },
         gradients: shard(grads, s2, "gradients")?,
-        optimizer: shard(t * opt_per_param, s1, "optimizer state")?,
+        optimizer: shard(opt, s1, "optimizer state")?,
         ..Default::default()
     };
     if !q.offload {
@@ -183,7 +193,19 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         adapters,
         ..
     } = counts;
-    let states = model_states(p, t, adapters, q)?;
+    let bnb = super::optimizer::bitsandbytes_state(c, q.trainable, q.optimizer)?;
+    // QLoRA's base at bitsandbytes' NF4 bytes, where the query does not carry them already.
+    let qlora;
+    let q = match (q.trainable, q.weight_bytes) {
+        (Trainable::Qlora(_), None) => {
+            qlora = q
+                .with_checkpoint(c, &crate::model::quant::Checkpoint::qlora())
+                .expect("bitsandbytes 4-bit stores every shape");
+            &qlora
+        }
+        _ => q,
+    };
+    let states = model_states(p, t, adapters, bnb, q)?;
     let (b, s) = (q.batch, q.context);
     let aw = q.act_bytes();
     let scores = q.attention == Attention::Eager;
@@ -283,6 +305,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         logits,
         gathered,
         step_transient,
+        dequant: q.dequant_bytes,
         source: "analytic".into(),
         ..device_terms(q)
     }
@@ -294,10 +317,7 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
 /// the bytes outside the layers, with the token ids and the labels, int64 each). The loss's own
 /// tensors are the `logits` row.
 fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
-    let lora = match q.trainable {
-        Trainable::Lora(r) => Some(u64::from(r)),
-        Trainable::Full | Trainable::FrozenEmbeddings => None,
-    };
+    let lora = q.trainable.lora_rank().map(u64::from);
     let (layer, outside) = c
         .architecture
         .torch_saved_per_token(c, q.act_bytes(), lora)?;
@@ -365,7 +385,8 @@ fn lm_head_bytes(c: &Config, q: &Query, recompute: Checked) -> Result<u64, Overf
 /// The AdamW step's transient bytes over `t` updated parameters (ARCHITECTURE.md §9): candle-nn's
 /// about 14 × the largest tensor (measured on CPU, docs/src/results/cpu-train-smollm2-kernels.md);
 /// torch foreach 1 × the parameter bytes (the `_foreach_sqrt` of v); for-loop one temporary of the
-/// largest tensor; fused none. SGD keeps no state and has no transient here.
+/// largest tensor; fused none, and bitsandbytes' optimizers none (one in-place kernel a tensor,
+/// `optimizer::`). SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
     let wb = q.state_bytes();
     let largest = Checked::from(feat::counts(c, q.trainable)?.largest_tensor.min(t)) * wb;
@@ -376,6 +397,9 @@ fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
         // In place, one kernel (vramlab-kernels' on candle, `fused=True` on torch); SGD
         // keeps no state.
         Optimizer::AdamwFused
+        | Optimizer::Adamw8bit
+        | Optimizer::PagedAdamw
+        | Optimizer::PagedAdamw8bit
         | Optimizer::None
         | Optimizer::Sgd
         | Optimizer::SgdForeach
@@ -415,7 +439,7 @@ mod tests {
     use crate::estimate::{Compute, Mode, OptimizerImpl, Precision, Trainable};
 
     fn model_states(p: u64, t: u64, adapters: u64, q: &Query) -> Breakdown {
-        super::model_states(p, t, adapters, q).unwrap()
+        super::model_states(p, t, adapters, None, q).unwrap()
     }
 
     #[test]
@@ -630,6 +654,91 @@ mod tests {
             assert_eq!(e.optimizer, 2 * adapters * cb, "{compute}");
             assert_eq!(e.weight_copies, 0);
         }
+    }
+
+    /// QLoRA (`qlora-r16`) on Llama-3.1-8B: the 224 linears of the layers in NF4 with double
+    /// quantization, by bitsandbytes' rule per matrix of n weights (n/2 packed, a 64 B code
+    /// table, a byte per 64-block, an f32 offset, an f32 per 256 blocks and a 1 KiB map), the
+    /// embedding, head and norms in bf16, the rank-16 adapters (6,815,744, PEFT's count) in bf16
+    /// with their gradients and AdamW's bf16 moments, and the dequantization buffer of the
+    /// largest matrix (14,336 × 4,096) in bf16.
+    #[test]
+    fn qlora_nf4_base_and_adapter_states() {
+        let m = preset("llama-3.1-8b");
+        let nf4 = |n: u64| n / 2 + 64 + n / 64 + 4 + (n / 64).div_ceil(256) * 4 + 1024;
+        let (sq, kv, mlp) = (4096 * 4096, 1024 * 4096, 14_336 * 4096);
+        let base = 32 * (2 * nf4(sq) + 2 * nf4(kv) + 3 * nf4(mlp));
+        let dense = (2 * 128_256 * 4096 + 32 * 2 * 4096 + 4096) * 2;
+        let adapters = 6_815_744;
+        let t = Query {
+            mode: Mode::Train,
+            trainable: Trainable::Qlora(16),
+            optimizer_impl: OptimizerImpl::Fused,
+            context: 512,
+            ..q()
+        };
+        let e = estimate(&m, &t, None);
+        assert_eq!(e.weights, base + dense + adapters * 2);
+        assert_eq!(e.optimizer, adapters * 2 * 2);
+        assert_eq!(e.dequant, mlp * 2);
+        let states = super::model_states(m.param_count(), adapters, adapters, None, &t).unwrap();
+        assert_eq!(states.gradients, adapters * 2);
+        // The same base as the query carries it from `estimate`'s flags.
+        let k = crate::model::quant::Checkpoint::qlora();
+        assert_eq!(
+            t.with_checkpoint(&m, &k).unwrap().weight_bytes,
+            Some(base + dense)
+        );
+    }
+
+    /// bitsandbytes' optimizers on the same adapters: AdamW8bit keeps two bytes an element and
+    /// an f32 absmax per 256 for both moments (every adapter here has 4,096 elements or more:
+    /// A 16 × 4,096, B 4,096 × 16 and 1,024 × 16), plus the two shared 1 KiB maps; PagedAdamW
+    /// keeps f32 moments whatever the parameter's dtype (8 B an element).
+    #[test]
+    fn eight_bit_and_paged_adamw_state() {
+        let m = preset("llama-3.1-8b");
+        let adapters: u64 = 6_815_744;
+        let blocks_per_layer = (3 * 65_536 + 16_384) / 256;
+        let at = |optimizer| {
+            estimate(
+                &m,
+                &Query {
+                    mode: Mode::Train,
+                    trainable: Trainable::Qlora(16),
+                    optimizer,
+                    context: 512,
+                    ..q()
+                },
+                None,
+            )
+        };
+        let e = at(Optimizer::Adamw8bit);
+        assert_eq!(
+            e.optimizer,
+            2 * adapters + 32 * 2 * blocks_per_layer * 4 + 2048
+        );
+        assert_eq!(e.step_transient, 0);
+        assert_eq!(at(Optimizer::PagedAdamw8bit).optimizer, e.optimizer);
+        assert_eq!(at(Optimizer::PagedAdamw).optimizer, 8 * adapters);
+        // Full training of SmolLM2-135M: its 61 norms of 576 stay 32-bit (under
+        // `min_8bit_size`); every matrix is whole 256-blocks.
+        let m = preset("smollm2-135m");
+        let norms = 61 * 576;
+        let matrices = m.param_count() - norms;
+        let full = estimate(
+            &m,
+            &Query {
+                mode: Mode::Train,
+                optimizer: Optimizer::Adamw8bit,
+                ..q()
+            },
+            None,
+        );
+        assert_eq!(
+            full.optimizer,
+            2 * matrices + 2 * (matrices / 256) * 4 + 8 * norms + 2048
+        );
     }
 
     /// FSDP's CPU offload moves each rank's shards of weights, gradients and optimizer state to

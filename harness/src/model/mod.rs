@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod kv;
 pub mod llm;
 pub mod nn;
+pub mod quant;
 pub mod source;
 pub mod synth;
 pub mod trainable;
@@ -38,8 +39,16 @@ pub fn is_frozen(cfg: &Config, set: crate::vocab::Trainable, name: &str) -> bool
     match set {
         Trainable::Full => false,
         Trainable::FrozenEmbeddings => cfg.architecture.is_embedding(name),
-        Trainable::Lora(_) => !name.contains(".lora_"),
+        Trainable::Lora(_) | Trainable::Qlora(_) => !name.contains(".lora_"),
     }
+}
+
+/// Whether tensor `name` lies inside the decoder (or encoder) layers: its name holds a layer
+/// index (`model.layers.3.…`, `h.3.…`). What is outside is FSDP's root unit and stays dense
+/// under a checkpoint's quantization.
+pub fn in_layer(name: &str) -> bool {
+    name.split('.')
+        .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// For a LoRA target weight `name` of `shape`: its module name and (in, out) features.

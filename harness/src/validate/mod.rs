@@ -227,6 +227,7 @@ fn model_ref(words: &str) -> Option<ModelRef> {
                             config,
                             gguf: None,
                             stored_bytes: None,
+                            quant: None,
                         }))
                     })
                 }
@@ -468,7 +469,9 @@ fn estimate_row(
     };
     let over = |o: estimate::Overflow| fail(o.to_string());
     let b = match (metric, &mref) {
-        (Metric::ModelStates, ModelRef::Params(p)) => model_states(*p, *p, 0, &q).map_err(over)?,
+        (Metric::ModelStates, ModelRef::Params(p)) => {
+            model_states(*p, *p, 0, None, &q).map_err(over)?
+        }
         (Metric::LayerActivations, ModelRef::Config(c)) => {
             let (Some(b), Some(s)) = (r.batch, r.seq_len) else {
                 return Err(fail("batch or sequence length not stated".into()));

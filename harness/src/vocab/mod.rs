@@ -121,7 +121,12 @@ mod tests {
             Trainable::Full,
             Trainable::FrozenEmbeddings,
             Trainable::Lora(8),
+            Trainable::Qlora(64),
         ]);
+        assert_eq!(Optimizer::Adamw8bit.as_str(), "adamw-8bit");
+        assert_eq!(Optimizer::PagedAdamw.as_str(), "paged-adamw");
+        assert_eq!(Optimizer::PagedAdamw8bit.as_str(), "paged-adamw-8bit");
+        assert!("qlora-r0".parse::<Trainable>().is_err());
         same(&all::<KvKind>());
         same(&all::<KvWindow>());
         same(&all::<PoolRelease>());

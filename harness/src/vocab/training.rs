@@ -29,11 +29,27 @@ vocab! {
         SgdForLoop,
         /// `torch.optim.SGD(fused=True)`.
         SgdFused,
+        /// bitsandbytes' `AdamW8bit`: both moments as uint8 with an f32 absmax per 256
+        /// elements (block-wise); tensors under 4,096 elements (`min_8bit_size`) keep f32
+        /// moments. One fused kernel a tensor updates in place (estimate only).
+        #[serde(rename = "adamw-8bit")]
+        #[strum(serialize = "adamw-8bit")]
+        #[value(name = "adamw-8bit")]
+        Adamw8bit,
+        /// bitsandbytes' `PagedAdamW`: f32 moments (8 B a parameter) in CUDA unified memory,
+        /// which the driver may evict to the host under memory pressure (estimate only).
+        PagedAdamw,
+        /// bitsandbytes' `PagedAdamW8bit`: `adamw-8bit`'s state, paged as `paged-adamw`
+        /// (estimate only).
+        #[serde(rename = "paged-adamw-8bit")]
+        #[strum(serialize = "paged-adamw-8bit")]
+        #[value(name = "paged-adamw-8bit")]
+        PagedAdamw8bit,
     }
 }
 
 impl Optimizer {
-    /// Whether it keeps AdamW's two moments per parameter.
+    /// Whether it keeps AdamW's two moments per parameter (bitsandbytes' too).
     pub fn is_adamw(&self) -> bool {
         matches!(
             self,
@@ -41,7 +57,22 @@ impl Optimizer {
                 | Optimizer::AdamwFused
                 | Optimizer::AdamwForeach
                 | Optimizer::AdamwForLoop
+        ) || self.is_bitsandbytes()
+    }
+    /// Whether it is one of bitsandbytes' AdamW optimizers (torch only, estimate only).
+    pub fn is_bitsandbytes(&self) -> bool {
+        matches!(
+            self,
+            Optimizer::Adamw8bit | Optimizer::PagedAdamw | Optimizer::PagedAdamw8bit
         )
+    }
+    /// Whether its moments are 8-bit (block-wise quantized).
+    pub fn is_8bit(&self) -> bool {
+        matches!(self, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit)
+    }
+    /// Whether its state lives in CUDA unified memory (paged to the host under pressure).
+    pub fn is_paged(&self) -> bool {
+        matches!(self, Optimizer::PagedAdamw | Optimizer::PagedAdamw8bit)
     }
     /// Whether it is SGD (no state), in any implementation.
     pub fn is_sgd(&self) -> bool {
@@ -65,6 +96,10 @@ impl Optimizer {
     /// The torch implementation of this optimizer (`adamw` + `foreach` = `adamw-foreach`);
     /// `none` stays `none`.
     pub fn torch(&self, imp: OptimizerImpl) -> Optimizer {
+        if self.is_bitsandbytes() {
+            // bitsandbytes' optimizers are their own implementation.
+            return *self;
+        }
         match (self.is_adamw(), self.is_sgd(), imp) {
             (true, _, OptimizerImpl::Foreach) => Optimizer::AdamwForeach,
             (true, _, OptimizerImpl::ForLoop) => Optimizer::AdamwForLoop,
@@ -103,14 +138,16 @@ vocab! {
     }
 }
 
-/// What a training point updates: `full`, `frozen-embeddings`, or `lora-rN` (rank-N LoRA
-/// adapters on the architecture's LoRA targets, base weights frozen).
+/// What a training point updates: `full`, `frozen-embeddings`, `lora-rN` (rank-N LoRA
+/// adapters on the architecture's LoRA targets, base weights frozen), or `qlora-rN` (the same
+/// adapters on a base loaded by bitsandbytes in NF4 with double quantization; estimate only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Trainable {
     Full,
     FrozenEmbeddings,
     Lora(u32),
+    Qlora(u32),
 }
 
 /// The largest LoRA rank a scenario may ask for.
@@ -122,15 +159,21 @@ impl std::str::FromStr for Trainable {
         match s {
             "full" => Ok(Trainable::Full),
             "frozen-embeddings" => Ok(Trainable::FrozenEmbeddings),
-            _ => match s.strip_prefix("lora-r").map(str::parse::<u32>) {
-                Some(Ok(r)) if (1..=MAX_LORA_RANK).contains(&r) => Ok(Trainable::Lora(r)),
-                Some(_) => Err(format!(
-                    "LoRA rank in `{s}` must be an integer from 1 to {MAX_LORA_RANK}"
-                )),
-                None => Err(format!(
-                    "unknown trainable set `{s}`, expected `full`, `frozen-embeddings` or `lora-rN` (e.g. `lora-r8`)"
-                )),
-            },
+            _ => {
+                let (rank, set): (_, fn(u32) -> Trainable) = match s.strip_prefix("qlora-r") {
+                    Some(r) => (Some(r), Trainable::Qlora),
+                    None => (s.strip_prefix("lora-r"), Trainable::Lora),
+                };
+                match rank.map(str::parse::<u32>) {
+                    Some(Ok(r)) if (1..=MAX_LORA_RANK).contains(&r) => Ok(set(r)),
+                    Some(_) => Err(format!(
+                        "LoRA rank in `{s}` must be an integer from 1 to {MAX_LORA_RANK}"
+                    )),
+                    None => Err(format!(
+                        "unknown trainable set `{s}`, expected `full`, `frozen-embeddings`, `lora-rN` or `qlora-rN` (e.g. `lora-r8`)"
+                    )),
+                }
+            }
         }
     }
 }
@@ -143,6 +186,7 @@ impl std::fmt::Display for Trainable {
             Trainable::Full => f.write_str("full"),
             Trainable::FrozenEmbeddings => f.write_str("frozen-embeddings"),
             Trainable::Lora(r) => write!(f, "lora-r{r}"),
+            Trainable::Qlora(r) => write!(f, "qlora-r{r}"),
         }
     }
 }
@@ -159,6 +203,15 @@ impl Trainable {
             Trainable::Full => TrainableKind::Full,
             Trainable::FrozenEmbeddings => TrainableKind::FrozenEmbeddings,
             Trainable::Lora(_) => TrainableKind::Lora,
+            Trainable::Qlora(_) => TrainableKind::Qlora,
+        }
+    }
+
+    /// The rank of its LoRA adapters (`lora-rN` and `qlora-rN`), if any.
+    pub fn lora_rank(&self) -> Option<u32> {
+        match self {
+            Trainable::Lora(r) | Trainable::Qlora(r) => Some(*r),
+            Trainable::Full | Trainable::FrozenEmbeddings => None,
         }
     }
 }
@@ -170,6 +223,8 @@ vocab! {
         Full,
         FrozenEmbeddings,
         Lora,
+        /// LoRA on a bitsandbytes NF4 base (estimate only).
+        Qlora,
     }
 }
 

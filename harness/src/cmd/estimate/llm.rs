@@ -52,6 +52,7 @@ fn quantized_weights(
         bytes,
         bits_per_weight: bytes as f64 * 8.0 / m.param_count() as f64,
         types: crate::model::gguf::plan_types(&plan, compute),
+        format: None,
     }))
 }
 
@@ -83,6 +84,7 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         backend: a.backend,
         optimizer_impl: a.optimizer_impl,
         stack: a.stack.unwrap_or_default(),
+        dequant_bytes: 0,
     }
 }
 
@@ -172,7 +174,10 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         config: m,
         gguf,
         stored_bytes,
+        quant: checkpoint,
     } = estimate::resolve(&a.model)?;
+    let loaded = super::loaded::loaded(a, checkpoint.as_ref(), gguf.is_some())?;
+    super::loaded::not_emulated(a, loaded.as_ref())?;
     let precision = a.precision.unwrap_or(if gguf.is_some() {
         Precision::Native
     } else {
@@ -205,6 +210,24 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         }
     };
     let q = query(a, precision, quant.as_ref().map(|w| w.bytes));
+    // A quantized checkpoint or QLoRA's base: the format's exact bytes and its
+    // dequantization buffer.
+    let (q, quant, formatted) = match &loaded {
+        None => (q, quant, None),
+        Some(l) => {
+            let plan = l.plan(a, &m, &q)?;
+            let q = q
+                .with_checkpoint(&m, &l.checkpoint)
+                .map_err(|e| InputError::arg(format!("--model {}: {e}", a.model)))?;
+            notes.extend(l.notes(&plan, &q));
+            (q, Some(l.weights(&plan, &m, &q)), Some((l, plan)))
+        }
+    };
+    notes.extend(super::loaded::optimizer_note(&q));
+    notes.extend(super::loaded::dequantized_note(
+        checkpoint.as_ref(),
+        loaded.as_ref(),
+    ));
     // A figure past 2^64 B: bad input, naming the flags that cause it.
     let bad = |o: Overflow| {
         let sizes = [
@@ -346,7 +369,13 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         headroom: a.headroom,
         source: e.source.clone(),
         constants: used,
-        breakdown: Row::all(&e.rows()),
+        breakdown: {
+            let mut rows = Row::all(&e.rows());
+            if let Some((l, plan)) = &formatted {
+                l.rename_weights_row(plan, &q, &mut rows);
+            }
+            rows
+        },
         host_offloaded_bytes: q.offload.then_some(e.host_offloaded),
         total_bytes: total,
         allocated_bytes: e.allocated().map_err(bad)?,

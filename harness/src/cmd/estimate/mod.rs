@@ -7,6 +7,7 @@ mod emulated;
 mod generation;
 mod json;
 mod llm;
+mod loaded;
 mod overflow;
 mod report;
 mod text;
@@ -67,7 +68,12 @@ pub struct Args {
     )]
     pub compute: Compute,
 
-    /// Training only.
+    /// Training only: the optimizer. torch's (adamw and sgd take --optimizer-impl), or
+    /// bitsandbytes' (--runtime torch, estimate only): adamw-8bit keeps both moments in uint8
+    /// with an f32 absmax per 256 elements (tensors under 4,096 elements keep f32 moments);
+    /// paged-adamw keeps f32 moments in CUDA unified memory, counted on the GPU, which the
+    /// driver can evict to the host under memory pressure; paged-adamw-8bit pages the 8-bit
+    /// state.
     #[arg(long, value_enum, default_value = "adamw", help_heading = "Training")]
     pub optimizer: Optimizer,
     /// Training with torch: how AdamW's step runs (its transient: foreach ≈ the parameter
@@ -77,8 +83,11 @@ pub struct Args {
     /// Training only: activation checkpointing (keep each layer's input, recompute in backward).
     #[arg(long, help_heading = "Training")]
     pub checkpointing: bool,
-    /// Training only: what is updated: full, frozen-embeddings, or lora-rN (rank-N LoRA on the
-    /// query and value projections; gradients and optimizer state cover the adapters only).
+    /// Training only: what is updated: full, frozen-embeddings, lora-rN (rank-N LoRA on the
+    /// query and value projections; gradients and optimizer state cover the adapters only), or
+    /// qlora-rN (the same adapters on a base that bitsandbytes loads in NF4 with double
+    /// quantization, computing in --precision bf16, f16 or f32: the base at its exact NF4
+    /// bytes, plus a dequantization buffer; estimate only).
     #[arg(long, default_value = "full", value_parser = parse_trainable, help_heading = "Training")]
     pub trainable: Trainable,
     /// GPUs the training job spans.
@@ -268,7 +277,11 @@ pub fn model_long_help() -> String {
          safetensors index are fetched from $HF_ENDPOINT (default https://huggingface.co) \
          with $HF_TOKEN into $VRAMLAB_HUB_CACHE (default ~/.cache/vramlab/hub); \
          HF_HUB_OFFLINE=1 reads that cache only. A path that exists, or a preset name, wins \
-         over a Hub id.\n\n",
+         over a Hub id. A config.json with a quantization_config (quant_method mxfp4, fp8, \
+         awq, gptq or bitsandbytes) gives the weights as transformers loads them: each \
+         quantized tensor's exact bytes (scales, zeros and tables included), the rest in \
+         --precision, and for awq, gptq and bitsandbytes 4-bit a dequantization buffer (the \
+         largest weight, dequantized in the compute dtype).\n\n",
     );
     s.push_str("Presets (published config.json files, built in): ");
     s.push_str(&presets.join(", "));

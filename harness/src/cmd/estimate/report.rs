@@ -139,6 +139,8 @@ pub struct QuantWeights {
     pub bits_per_weight: f64,
     /// (type, tensors, bytes) per kept type.
     pub types: Vec<(&'static str, usize, u64)>,
+    /// A checkpoint's `quantization_config` format (or QLoRA's NF4 base); None for GGUF types.
+    pub format: Option<crate::model::quant::Format>,
 }
 
 /// The model of a generation report.

@@ -17,6 +17,7 @@ pub fn is_pipeline_source(src: &str) -> bool {
 /// The axes of a fine-tuning table (mode = "train" on a diffusion pipeline): one line naming
 /// the key for each mistake (the model itself is checked when the sweep reads it).
 pub(super) fn validate_finetune(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
+    super::validate::estimate_only(s)?;
     if s.mode.len() > 1 {
         return Err((
             "mode",

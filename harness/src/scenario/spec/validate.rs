@@ -80,6 +80,28 @@ impl Spec {
     }
 }
 
+/// QLoRA (`qlora-rN`) and bitsandbytes' optimizers are estimated, not measured: a scenario
+/// naming them is refused with the `vramlab estimate` command that answers for them.
+pub(super) fn estimate_only(s: &SweepSpec) -> std::result::Result<(), (&'static str, String)> {
+    if let Some(t) = s
+        .trainable
+        .iter()
+        .find(|t| t.kind() == crate::vocab::TrainableKind::Qlora)
+    {
+        return Err((
+            "trainable",
+            format!("[sweep] trainable `{t}` (QLoRA on a bitsandbytes NF4 base) is estimate-only for now: `vramlab estimate --mode train --trainable {t}`"),
+        ));
+    }
+    if let Some(o) = s.optimizer.iter().find(|o| o.is_bitsandbytes()) {
+        return Err((
+            "optimizer",
+            format!("[sweep] optimizer `{o}` (bitsandbytes) is estimate-only for now: `vramlab estimate --mode train --optimizer {o}`"),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) const MAX_BATCH: i64 = 1 << 20;
 pub(super) const MAX_CONTEXT: i64 = 1 << 27;
 pub(super) const MAX_REPEATS: i64 = 10_000;
@@ -162,6 +184,7 @@ fn validate_sweep(
         }
         let train = s.mode.contains(&Mode::Train);
         if train {
+            estimate_only(s)?;
             nonempty("optimizer", s.optimizer.len())?;
             if let Some(o) = s.optimizer.iter().find(|o| !o.is_scenario_choice()) {
                 return Err((

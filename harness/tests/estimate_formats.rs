@@ -1,0 +1,189 @@
+//! `vramlab estimate` on checkpoint formats as loaded (`quantization_config`), QLoRA and
+//! bitsandbytes' optimizers, through the real binary: a published AWQ checkpoint's tensors to
+//! the byte, the report's weights row and JSON format, and the flags each refuses in one line.
+mod common;
+use common::{named_u64, ok_stdout, one_line_exit_2, vramlab};
+use serde_json::Value;
+
+const AWQ: &str = "harness/tests/data/qwen2.5-0.5b-instruct-awq";
+
+fn json(args: &[&str]) -> Value {
+    let out = vramlab().arg("estimate").args(args).arg("--json").output();
+    serde_json::from_slice(&ok_stdout(out.unwrap())).unwrap()
+}
+
+fn refused(args: &[&str], needle: &str) {
+    one_line_exit_2(
+        &vramlab().arg("estimate").args(args).output().unwrap(),
+        needle,
+    );
+}
+
+/// Qwen/Qwen2.5-0.5B-Instruct-AWQ (revision db09cd27ead7fee40cdee309693cf83601b9c899, its
+/// `config.json` in harness/tests/data): the shapes and dtypes of layer 0's tensors as the
+/// published `model.safetensors` stores them (int32 `qweight` and `qzeros`, f16 `scales`,
+/// biases and norms). Every layer has these; outside the layers the f16 embedding (151,936 ×
+/// 896, tied to the head) and the final norm. The estimate's weights are these bytes exactly.
+#[test]
+fn a_published_awq_checkpoint_to_the_byte() {
+    let layer0: &[(&str, &[u64], u64)] = &[
+        ("input_layernorm.weight", &[896], 2),
+        ("mlp.down_proj.qweight", &[4864, 112], 4),
+        ("mlp.down_proj.qzeros", &[38, 112], 4),
+        ("mlp.down_proj.scales", &[38, 896], 2),
+        ("mlp.gate_proj.qweight", &[896, 608], 4),
+        ("mlp.gate_proj.qzeros", &[7, 608], 4),
+        ("mlp.gate_proj.scales", &[7, 4864], 2),
+        ("mlp.up_proj.qweight", &[896, 608], 4),
+        ("mlp.up_proj.qzeros", &[7, 608], 4),
+        ("mlp.up_proj.scales", &[7, 4864], 2),
+        ("post_attention_layernorm.weight", &[896], 2),
+        ("self_attn.k_proj.bias", &[128], 2),
+        ("self_attn.k_proj.qweight", &[896, 16], 4),
+        ("self_attn.k_proj.qzeros", &[7, 16], 4),
+        ("self_attn.k_proj.scales", &[7, 128], 2),
+        ("self_attn.o_proj.qweight", &[896, 112], 4),
+        ("self_attn.o_proj.qzeros", &[7, 112], 4),
+        ("self_attn.o_proj.scales", &[7, 896], 2),
+        ("self_attn.q_proj.bias", &[896], 2),
+        ("self_attn.q_proj.qweight", &[896, 112], 4),
+        ("self_attn.q_proj.qzeros", &[7, 112], 4),
+        ("self_attn.q_proj.scales", &[7, 896], 2),
+        ("self_attn.v_proj.bias", &[128], 2),
+        ("self_attn.v_proj.qweight", &[896, 16], 4),
+        ("self_attn.v_proj.qzeros", &[7, 16], 4),
+        ("self_attn.v_proj.scales", &[7, 128], 2),
+    ];
+    let layer: u64 = layer0
+        .iter()
+        .map(|(_, shape, b)| shape.iter().product::<u64>() * b)
+        .sum();
+    let published = 24 * layer + 151_936 * 896 * 2 + 896 * 2;
+    let v = json(&["--model", AWQ, "--context", "1024"]);
+    let weights = &v["weights"];
+    assert_eq!(weights["bytes"].as_u64(), Some(published));
+    assert_eq!(
+        weights["format"],
+        serde_json::json!({"method": "awq", "bits": 4, "group": 128})
+    );
+    assert_eq!(
+        v["breakdown"][0]["name"],
+        "weights (awq linears, bf16 rest)"
+    );
+    assert_eq!(v["breakdown"][0]["bytes"].as_u64(), Some(published));
+    // The dequantization buffer: the largest matrix (4,864 × 896) in bf16.
+    assert_eq!(
+        named_u64(&v, "breakdown", "dequantization buffer", "bytes"),
+        4864 * 896 * 2
+    );
+}
+
+/// gpt-oss-20b's MXFP4 experts (the preset's `quantization_config`): the weights are its
+/// published `model.safetensors.index.json`'s `metadata.total_size`, 13,761,264,768 B
+/// (openai/gpt-oss-20b), to the byte. Full training dequantizes them (bf16 weights).
+#[test]
+fn gpt_oss_mxfp4_is_its_published_total_size() {
+    let v = json(&["--model", "gpt-oss-20b", "--context", "1024"]);
+    assert_eq!(v["weights"]["bytes"].as_u64(), Some(13_761_264_768));
+    assert_eq!(
+        v["breakdown"][0]["name"],
+        "weights (mxfp4 experts, bf16 rest)"
+    );
+    let train = json(&[
+        "--model",
+        "gpt-oss-20b",
+        "--mode",
+        "train",
+        "--context",
+        "256",
+    ]);
+    assert!(train["weights"].is_null());
+    assert!(train["notes"]
+        .to_string()
+        .contains("dequantized for full training"));
+}
+
+#[test]
+fn qlora_and_paged_optimizers_say_what_they_are() {
+    let v = json(&[
+        "--model",
+        "qwen2.5-0.5b",
+        "--mode",
+        "train",
+        "--trainable",
+        "qlora-r8",
+        "--optimizer",
+        "paged-adamw-8bit",
+        "--context",
+        "512",
+    ]);
+    assert_eq!(
+        v["breakdown"][0]["name"],
+        "weights (nf4 linears, bf16 rest and adapters)"
+    );
+    assert_eq!(v["weights"]["format"]["method"], "bnb4");
+    assert_eq!(v["query"]["optimizer"], "paged-adamw-8bit");
+    assert_eq!(v["query"]["trainable"], "qlora-r8");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("paged"), "{notes}");
+    assert!(notes.contains("evict"), "{notes}");
+}
+
+#[test]
+fn what_the_formats_refuse() {
+    refused(
+        &["--model", AWQ, "--mode", "train", "--trainable", "qlora-r8"],
+        "QLoRA quantizes a dense checkpoint to NF4 at load",
+    );
+    refused(
+        &["--model", AWQ, "--mode", "train"],
+        "a quantized checkpoint's weights do not train",
+    );
+    refused(
+        &["--model", AWQ, "--precision", "q4k"],
+        "--precision q4k is not for it",
+    );
+    refused(
+        &["--model", "qwen2.5-0.5b", "--trainable", "qlora-r8"],
+        "it needs --mode train",
+    );
+    refused(
+        &[
+            "--model",
+            "qwen2.5-0.5b",
+            "--mode",
+            "train",
+            "--trainable",
+            "qlora-r8",
+            "--precision",
+            "mixed-bf16",
+        ],
+        "--precision mixed-bf16 is not for it",
+    );
+    refused(
+        &[
+            "--model",
+            "qwen2.5-0.5b",
+            "--mode",
+            "train",
+            "--optimizer",
+            "adamw-8bit",
+            "--runtime",
+            "candle",
+        ],
+        "bitsandbytes' optimizers run under PyTorch",
+    );
+    refused(
+        &[
+            "--model",
+            "qwen2.5-0.5b",
+            "--mode",
+            "train",
+            "--trainable",
+            "qlora-r8",
+            "--emulate",
+            "a100-80gb",
+        ],
+        "needs its CUDA kernels",
+    );
+}

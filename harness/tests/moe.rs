@@ -91,26 +91,32 @@ fn bad_moe_keys_are_one_line_errors() {
     ] {
         let mut v = preset.clone();
         v[key] = value;
-        let path = dir.path().join("config.json");
-        std::fs::write(&path, v.to_string()).unwrap();
-        let out = vramlab()
-            .args(["estimate", "--model"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        one_line_exit_2(&out, needle);
-        assert!(String::from_utf8_lossy(&out.stderr).contains("config.json"));
+        estimate_fails(dir.path(), &v, needle);
     }
     let mut v = preset;
     v.as_object_mut().unwrap().remove("num_experts");
-    let path = dir.path().join("config.json");
+    estimate_fails(dir.path(), &v, "missing config key `num_experts`");
+    // DeepSeek without its latent rank.
+    let mut v: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("harness/presets/deepseek-v3/config.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    v.as_object_mut().unwrap().remove("kv_lora_rank");
+    estimate_fails(dir.path(), &v, "missing config key `kv_lora_rank`");
+}
+
+/// `estimate --model DIR/config.json` of `v` fails in one line naming the file and `needle`.
+fn estimate_fails(dir: &std::path::Path, v: &Value, needle: &str) {
+    let path = dir.join("config.json");
     std::fs::write(&path, v.to_string()).unwrap();
     let out = vramlab()
         .args(["estimate", "--model"])
         .arg(&path)
         .output()
         .unwrap();
-    one_line_exit_2(&out, "missing config key `num_experts`");
+    one_line_exit_2(&out, needle);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config.json"));
 }
 
 /// The instant estimate against transformers' MoE models on PyTorch's allocator over the

@@ -101,6 +101,10 @@ pub trait Architecture: Sync + Send {
     /// ([`llama_saved_per_token`], and outside the final RMSNorm: its f32 input and root, and
     /// where the head trains its 16-bit cast and its output, which `lm_head` saves).
     fn torch_saved_per_token(&self, c: &Config, e: u64, lora: Option<u64>) -> Option<(u64, u64)> {
+        // Gemma's four norms and soft-capping, gpt-oss's sinks and MLA are not this layer.
+        if c.gemma.is_some() || c.attention_sinks || c.mla.is_some() {
+            return None;
+        }
         let (h, trained) = (c.hidden_size as u64, lora.is_none());
         let head = if trained { e * h } else { 0 };
         let outside = rms_norm_saved(h, 1, e, trained) + head;
@@ -112,7 +116,8 @@ pub trait Architecture: Sync + Send {
         name.contains("embed")
     }
     /// The model for training (tensors are variables; activations in `compute`). Default:
-    /// the llama decoder family's model.
+    /// the llama decoder family's model (the reference ops only for a variant vramlab-kernels
+    /// does not compute: Gemma's norms, gpt-oss's sinks).
     fn trainable(
         &self,
         c: &Config,
@@ -120,6 +125,9 @@ pub trait Architecture: Sync + Send {
         compute: DType,
         ops: Ops,
     ) -> Result<Box<dyn Trainable>> {
+        if c.reference_ops_only() {
+            no_ops(self.name(), ops)?;
+        }
         Ok(Box::new(super::Llama::new(c, t, compute)?.with_ops(ops)))
     }
     /// The model for inference. Default: the llama decoder family's model.
@@ -268,20 +276,6 @@ pub fn layer_types(
             })
             .collect()),
     }
-}
-
-/// The llama decoder's trainable model for a variant whose quirks vramlab-kernels' fused ops
-/// and flash attention do not compute (Gemma's norms, gpt-oss's sinks): the default `Ops`
-/// only, anything else refused in one line naming `name`.
-pub fn reference_trainable(
-    name: &str,
-    c: &Config,
-    t: Tensors,
-    compute: DType,
-    ops: Ops,
-) -> Result<Box<dyn Trainable>> {
-    no_ops(name, ops)?;
-    Ok(Box::new(super::Llama::new(c, t, compute)?))
 }
 
 /// The decoder family's tensors (HF names), in load order, for every variant the normalized

@@ -473,6 +473,13 @@ impl Config {
             .expect("Config::validate bounds the parameter count")
     }
 
+    /// Whether the llama decoder runs this config with candle's reference ops and eager
+    /// attention only: vramlab-kernels' fused RMSNorm and flash attention compute neither
+    /// Gemma's (1 + w) norms and soft-capping nor gpt-oss's sinks.
+    pub fn reference_ops_only(&self) -> bool {
+        self.gemma.is_some() || self.attention_sinks
+    }
+
     /// Parameters of the multi-token-prediction layers the checkpoint stores and inference
     /// does not run: each a decoder layer like the last, its own embedding and head (V × d
     /// each), the projection of the concatenated hidden states (d × 2d) and three norms

@@ -16,14 +16,10 @@
 //! ops (the fused ones are refused in one line).
 use super::llama::{decoder_hf_json, DecoderJson};
 use crate::error::bad_file;
-use crate::model::arch::{
-    checked, layer_types, parse_json, reference_trainable, Architecture, Tensors,
-};
+use crate::model::arch::{checked, layer_types, parse_json, Architecture};
 use crate::model::config::{Gemma, HiddenAct};
-use crate::model::{Config, Trainable};
-use crate::vocab::Ops;
+use crate::model::Config;
 use anyhow::Result;
-use candle_core::DType;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
@@ -124,20 +120,6 @@ impl Architecture for Gemma2Arch {
     fn to_hf_json(&self, c: &Config) -> Value {
         gemma_hf_json(c, "Gemma2ForCausalLM")
     }
-    /// Gemma's layer saves more than the llama accounting (four norms, soft-capping): the
-    /// estimate uses Korthikanti's per-layer figure.
-    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<(u64, u64)> {
-        None
-    }
-    fn trainable(
-        &self,
-        c: &Config,
-        t: Tensors,
-        compute: DType,
-        ops: Ops,
-    ) -> Result<Box<dyn Trainable>> {
-        reference_trainable("gemma", c, t, compute, ops)
-    }
 }
 
 pub struct Gemma3TextArch;
@@ -156,17 +138,5 @@ impl Architecture for Gemma3TextArch {
     }
     fn to_hf_json(&self, c: &Config) -> Value {
         gemma_hf_json(c, "Gemma3ForCausalLM")
-    }
-    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<(u64, u64)> {
-        None
-    }
-    fn trainable(
-        &self,
-        c: &Config,
-        t: Tensors,
-        compute: DType,
-        ops: Ops,
-    ) -> Result<Box<dyn Trainable>> {
-        reference_trainable("gemma", c, t, compute, ops)
     }
 }

@@ -18,14 +18,10 @@
 //! in eager attention only (vramlab-kernels' flash attention and fused ops are refused).
 use super::llama::{decoder_hf_json, DecoderJson};
 use crate::error::bad_file;
-use crate::model::arch::{
-    checked, layer_types, parse_json, reference_trainable, Architecture, Tensors,
-};
+use crate::model::arch::{checked, layer_types, parse_json, Architecture};
 use crate::model::config::{Moe, MoeNaming, Routing};
-use crate::model::{Config, Trainable};
-use crate::vocab::Ops;
+use crate::model::Config;
 use anyhow::Result;
-use candle_core::DType;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
@@ -104,19 +100,5 @@ impl Architecture for GptOssArch {
             }
         }
         v
-    }
-    /// gpt-oss's layer (sinks, clamped GLU, stacked experts) is not the llama accounting: the
-    /// estimate uses Korthikanti's per-layer figure.
-    fn torch_saved_per_token(&self, _: &Config, _: u64, _: Option<u64>) -> Option<(u64, u64)> {
-        None
-    }
-    fn trainable(
-        &self,
-        c: &Config,
-        t: Tensors,
-        compute: DType,
-        ops: Ops,
-    ) -> Result<Box<dyn Trainable>> {
-        reference_trainable("gpt_oss", c, t, compute, ops)
     }
 }

@@ -559,7 +559,7 @@ impl Decoder for Llama {
     }
 
     fn set_ops(&mut self, ops: Ops) -> Result<()> {
-        if self.cfg.gemma.is_some() || self.cfg.attention_sinks {
+        if self.cfg.reference_ops_only() {
             crate::model::arch::no_ops(self.cfg.architecture.name(), ops)?;
         }
         self.ops = ops;

@@ -274,18 +274,17 @@ impl Llama {
             let mlp = match &cfg.moe {
                 Some(m) if m.is_sparse(i) => Mlp::Sparse(SparseMoe::load(&mut t, m, &p)?),
                 _ => {
-                    let mut lin = |m: &str| t.linear(&format!("{p}.{m}"), false);
                     let gate_up = if cfg.fused_gate_up {
-                        GateUp::Fused(lin("mlp.gate_up_proj")?)
+                        GateUp::Fused(lin("mlp.gate_up_proj", false)?)
                     } else {
                         GateUp::Split {
-                            gate: lin("mlp.gate_proj")?,
-                            up: lin("mlp.up_proj")?,
+                            gate: lin("mlp.gate_proj", false)?,
+                            up: lin("mlp.up_proj", false)?,
                         }
                     };
                     Mlp::Dense {
                         gate_up,
-                        down: lin("mlp.down_proj")?,
+                        down: lin("mlp.down_proj", false)?,
                     }
                 }
             };

@@ -126,6 +126,66 @@ fn published_parameter_counts_by_hand() {
     }
 }
 
+/// The multimodal presets, by hand: the text decoder, plus the vision tower and projector the
+/// checkpoint stores; and their KV cache by layer kind.
+#[test]
+fn multimodal_presets_by_hand() {
+    // Llama-4-Scout: V 202,048, d 5,120, 48 layers of 40 heads × 128 with 8 KV heads, every
+    // layer MoE: 16 experts of 8,192 (gate_up 16 × 5,120 × 16,384, down 16 × 8,192 × 5,120),
+    // the router 16 × 5,120 and a shared expert of 8,192, untied head.
+    let attn = 2 * 5120 * 5120 + 2 * 5120 * 1024;
+    let moe = 3 * 16 * 5120 * 8192 + 16 * 5120 + 3 * 5120 * 8192;
+    let text = 2 * 202_048 * 5120 + 48 * (attn + moe + 2 * 5120) + 5120;
+    assert_eq!(text, 107_769_861_120);
+    // Its ViT: d 1,408, f 5,632, 34 layers, 336-pixel images in 14-pixel patches (576 and a
+    // class token); per layer 4 biased d × d projections, a biased GELU MLP and two biased
+    // LayerNorms; the pixel-shuffle adapter (5,632 → 4,096 → 4,096) and the projector to the
+    // text width (4,096 → 5,120).
+    let (d, f) = (1408, 5632);
+    let layer = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 4 * d;
+    let vit = d + 577 * d + d * 3 * 14 * 14 + 4 * d + 34 * layer + f * 4096 + 4096 * 4096;
+    let vision = vit + 4096 * 5120;
+    assert_eq!(vision, 871_932_416);
+    let c = preset("llama-4-scout");
+    assert_eq!(c.param_count(), text + vision);
+    // Active: 15 idle experts a layer.
+    assert_eq!(
+        c.active_params().get(),
+        Some(text + vision - 48 * 15 * 3 * 5120 * 8192)
+    );
+    // KV at 32,768 tokens in bf16: 36 chunked layers hold their chunk of 8,192, the 12 NoPE
+    // layers every token; 2 · 8 · 128 · 2 B a layer and token.
+    let per = 2 * 8 * 128 * 2;
+    assert_eq!(
+        c.kv_bytes(32_768, KvWindow::Model, 2, Default::default())
+            .get(),
+        Some(per * (36 * 8192 + 12 * 32_768))
+    );
+
+    // Gemma-3-27B: V 262,208, d 5,376, f 21,504, 62 layers of 32 heads × 128 with 16 KV heads,
+    // four norms and q/k norms a layer, tied embedding; SigLIP: d 1,152, f 4,304, 27 layers,
+    // 896-pixel images in 14-pixel patches (4,096), a biased convolutional patch embedding,
+    // post LayerNorm; the projector 1,152 × 5,376 and its RMSNorm.
+    let layer = llama_layer(5376, 21_504, 32, 16, 128) + 2 * 5376 + 2 * 128;
+    let text = 262_208 * 5376 + 62 * layer + 5376;
+    let (d, f) = (1152, 4304);
+    let siglip = d * 3 * 14 * 14
+        + d
+        + 4096 * d
+        + 27 * (4 * (d * d + d) + (d * f + f) + (f * d + d) + 4 * d)
+        + 2 * d;
+    let c = preset("gemma-3-27b");
+    assert_eq!(c.param_count(), text + siglip + d * 5376 + d);
+    assert_eq!(c.param_count(), 27_432_406_640);
+    // 52 sliding layers (window 1,024) and 10 full ones.
+    let per = 2 * 16 * 128 * 2;
+    assert_eq!(
+        c.kv_bytes(32_768, KvWindow::Model, 2, Default::default())
+            .get(),
+        Some(per * (52 * 1024 + 10 * 32_768))
+    );
+}
+
 /// Writes the tiny configs as `<dir>/<name>.json`.
 fn write_tinies(dir: &Path) {
     for t in &TINIES {

@@ -86,12 +86,7 @@ pub fn gpu_fit(
         // window) and the tokens it holds. A sequence past 2^64 B holds no token.
         let context = q.context as usize;
         let per_sequence = cfg
-            .kv_bytes(
-                context,
-                q.kv_window,
-                q.act_bytes() as usize,
-                Default::default(),
-            )
+            .kv_bytes(context, q.kv_window, q.act_bytes() as usize, q.mla_cache())
             .get()
             .unwrap_or(u64::MAX)
             .max(1);

@@ -1,7 +1,7 @@
 //! The analytic inference estimate: the features of an inference point and the breakdown
 //! they give (weights, KV cache, the prefill's largest transient, the logits).
 use super::device::device_terms;
-use super::{Attention, Breakdown, Overflow, Query};
+use super::{Attention, Breakdown, Overflow, Query, Runtime};
 use crate::checked::Checked;
 use crate::features::{self as feat, Features, InferShape};
 use crate::model::Config;
@@ -19,7 +19,7 @@ pub fn infer_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
         kv: q.kv_cache,
         kv_window: q.kv_window,
         dtype_bytes: size(q.act_bytes())?,
-        mla: Default::default(),
+        mla: q.mla_cache(),
     };
     let f = feat::infer(c, &shape, Phase::Total, shape.context)?;
     Ok(Features {
@@ -42,8 +42,8 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     let dense = bs
         * (Checked::new(mlp_tensors) * c.intermediate_size * w + Checked::new(8) * c.hidden_size);
     let mlp = match &c.moe {
-        Some(m) if m.dense_layers.is_empty() => moe_transient(c, m, bs, w),
-        Some(m) => dense.max(moe_transient(c, m, bs, w)),
+        Some(m) if m.dense_layers.is_empty() => moe_transient(c, m, bs, w, q.runtime),
+        Some(m) => dense.max(moe_transient(c, m, bs, w, q.runtime)),
         None => dense,
     };
     let scores = match q.attention {
@@ -81,9 +81,24 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
 /// permutation and weight (20), its gathered input (hidden · w) and the larger of the gate/up
 /// output with SiLU's output and the product (4 · expert_size · w) or the down projection's
 /// output with its f32 weighting (hidden · (w + 4)). A shared expert runs on every token
-/// afterwards (3 · its size · w, as a dense MLP).
-fn moe_transient(c: &Config, m: &crate::model::config::Moe, tokens: Checked, w: u64) -> Checked {
-    let (d, f, k) = (c.hidden_size as u64, m.expert_size as u64, m.top_k as u64);
+/// afterwards (3 · its size · w, as a dense MLP). Under `runtime` torch a model whose
+/// transformers implementation runs every expert on every token ([`Moe::dense_dispatch`],
+/// Llama 4) has E rows a token instead of k.
+///
+/// [`Moe::dense_dispatch`]: crate::model::config::Moe::dense_dispatch
+fn moe_transient(
+    c: &Config,
+    m: &crate::model::config::Moe,
+    tokens: Checked,
+    w: u64,
+    runtime: Runtime,
+) -> Checked {
+    let (d, f) = (c.hidden_size as u64, m.expert_size as u64);
+    // transformers' Llama 4 runs every expert on every token: E rows a token.
+    let k = match runtime {
+        Runtime::Torch if m.dense_dispatch() => m.experts as u64,
+        _ => m.top_k as u64,
+    };
     let per_token = Checked::new(m.experts as u64) * (w + 4) + 12 * k + 8 * d;
     let per_row = Checked::new(20) + d * w + (4 * f * w).max(d * (w + 4));
     let routed = tokens * per_token + tokens * k * per_row;

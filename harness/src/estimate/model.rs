@@ -124,6 +124,14 @@ pub const PRESETS: &[(&str, &str)] = &[
         "deepseek-v3",
         include_str!("../../presets/deepseek-v3/config.json"),
     ),
+    (
+        "llama-4-scout",
+        include_str!("../../presets/llama-4-scout/config.json"),
+    ),
+    (
+        "gemma-3-27b",
+        include_str!("../../presets/gemma-3-27b/config.json"),
+    ),
 ];
 
 /// A model `--model` named: its name and normalized [`Config`]. Every figure `estimate`

@@ -1,6 +1,7 @@
 //! The query `estimate` answers ([`Query`]): one configuration's mode, precision, shape,
 //! training and sharding choices, runtime and device, and the vocabulary its fields take.
 use crate::fit::Runtime;
+use crate::model::config::MlaCache;
 use crate::model::quant::Checkpoint;
 use crate::model::{Config, KvKind};
 use serde::Serialize;
@@ -61,6 +62,15 @@ pub struct Query {
 }
 
 impl Query {
+    /// How a multi-head-latent-attention cache holds a token: the compressed latent (vLLM,
+    /// SGLang, transformers ≥ 5, and vramlab's own), or K and V expanded to every head
+    /// (transformers 4.x, the older stacks under `runtime` torch).
+    pub fn mla_cache(&self) -> MlaCache {
+        match self.runtime {
+            Runtime::Torch if self.stack.transformers_major() < 5 => MlaCache::Expanded,
+            _ => MlaCache::Latent,
+        }
+    }
     /// Bytes per element of activations, KV and logits.
     pub fn act_bytes(&self) -> u64 {
         self.precision.dtypes(self.compute).1.size_in_bytes() as u64

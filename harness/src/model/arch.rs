@@ -352,19 +352,23 @@ pub fn decoder_shapes(c: &Config) -> Vec<(String, Vec<usize>)> {
         match &c.moe {
             Some(m) if m.is_sparse(i) => out.extend(moe_shapes(m, &p, d)),
             _ => {
+                let m = c.mlp_module();
                 if c.fused_gate_up {
-                    push("mlp.gate_up_proj.weight", vec![2 * f, d]);
+                    push(&format!("{m}.gate_up_proj.weight"), vec![2 * f, d]);
                 } else {
-                    push("mlp.gate_proj.weight", vec![f, d]);
-                    push("mlp.up_proj.weight", vec![f, d]);
+                    push(&format!("{m}.gate_proj.weight"), vec![f, d]);
+                    push(&format!("{m}.up_proj.weight"), vec![f, d]);
                 }
-                push("mlp.down_proj.weight", vec![d, f]);
+                push(&format!("{m}.down_proj.weight"), vec![d, f]);
             }
         }
     }
     out.push(("model.norm.weight".to_string(), vec![d]));
     if !c.tie_word_embeddings {
         out.push(("lm_head.weight".to_string(), vec![c.vocab_size, d]));
+    }
+    if let Some(v) = &c.vision {
+        out.extend(v.shapes(d));
     }
     out
 }
@@ -382,6 +386,18 @@ fn moe_shapes(m: &Moe, p: &str, d: usize) -> Vec<(String, Vec<usize>)> {
             (format!("{q}.experts.gate_up_proj_bias"), vec![e, 2 * f]),
             (format!("{q}.experts.down_proj"), vec![e, f, d]),
             (format!("{q}.experts.down_proj_bias"), vec![e, d]),
+        ];
+    }
+    if m.naming == MoeNaming::Llama4 {
+        let q = format!("{p}.feed_forward");
+        let s = m.shared_size;
+        return vec![
+            (format!("{q}.experts.gate_up_proj"), vec![e, d, 2 * f]),
+            (format!("{q}.experts.down_proj"), vec![e, f, d]),
+            (format!("{q}.router.weight"), vec![e, d]),
+            (format!("{q}.shared_expert.gate_proj.weight"), vec![s, d]),
+            (format!("{q}.shared_expert.up_proj.weight"), vec![s, d]),
+            (format!("{q}.shared_expert.down_proj.weight"), vec![d, s]),
         ];
     }
     let mut out = vec![(

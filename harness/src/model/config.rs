@@ -3,6 +3,7 @@
 //! shape invariants and the counts. Reading a file and dispatching on `model_type`
 //! (`Config::from_file`, `Config::from_json`) live with the registry, in `model/llm/mod.rs`.
 use super::arch::{Arch, Architecture};
+pub use super::vision::{Vision, VisionKind};
 use crate::checked::Checked;
 pub use crate::vocab::KvWindow;
 use serde_json::Value;
@@ -68,6 +69,29 @@ pub struct Config {
     /// Multi-token-prediction layers the checkpoint stores beyond `num_layers` and inference
     /// does not run (DeepSeek-V3's `num_nextn_predict_layers`); not in the tensor list.
     pub mtp_layers: usize,
+    /// Chunked local attention (Llama 4's `attention_chunk_size`): a `Chunked` layer's query
+    /// attends only to the keys of its own chunk of this many tokens, so its KV cache never
+    /// needs more.
+    pub attention_chunk: Option<usize>,
+    /// Llama 4's attention (None: the llama family's).
+    pub llama4: Option<Llama4Attention>,
+    /// The vision tower a multimodal checkpoint stores beside the text decoder (Llama 4,
+    /// Gemma 3): in the tensor list and the weights, never run by a text query.
+    pub vision: Option<Vision>,
+}
+
+/// Llama 4's attention: RoPE on most layers and none (NoPE) on every fourth, an L2 norm of
+/// q and k (no weight) on the RoPE layers, and the NoPE layers' queries scaled up with the
+/// position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Llama4Attention {
+    /// Whether layer i rotates q and k (transformers' `no_rope_layers`, 1 = RoPE).
+    pub rope_layers: Vec<bool>,
+    /// The L2 norm of q and k per head on the RoPE layers (`use_qk_norm`).
+    pub l2_qk_norm: bool,
+    /// The NoPE layers' query scale, 1 + attn_scale · ln(1 + ⌊(p + 1) / floor_scale⌋) at
+    /// position p: (attn_scale, floor_scale) where `attn_temperature_tuning` is on.
+    pub temperature: Option<(f64, f64)>,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank
@@ -152,6 +176,9 @@ pub enum Routing {
     /// DeepSeek-V3's: sigmoid scores plus a learned correction bias choose the top k within
     /// the best expert groups; the weights are the plain scores, renormalized and scaled.
     SigmoidGrouped,
+    /// Llama 4's: the top k logits, each through a sigmoid, scale the expert's input (not its
+    /// output).
+    SigmoidTopKInput,
 }
 
 /// The tensor names of a MoE layer, as the published checkpoints store them.
@@ -169,6 +196,10 @@ pub enum MoeNaming {
     /// DeepSeek: `mlp.gate`, `mlp.experts.N.{gate,up,down}_proj`, and the shared experts as
     /// one MLP, `mlp.shared_experts.*` (no gate).
     DeepSeek,
+    /// Llama 4: `feed_forward.router`, every expert in two stacked tensors,
+    /// `feed_forward.experts.gate_up_proj` (E, hidden, 2·f; gate then up) and
+    /// `feed_forward.experts.down_proj` (E, f, hidden), and `feed_forward.shared_expert.*`.
+    Llama4,
 }
 
 impl Moe {
@@ -182,6 +213,7 @@ impl Moe {
         match self.naming {
             MoeNaming::Mixtral => "block_sparse_moe",
             MoeNaming::Qwen | MoeNaming::GptOss | MoeNaming::DeepSeek => "mlp",
+            MoeNaming::Llama4 => "feed_forward",
         }
     }
 
@@ -189,18 +221,31 @@ impl Moe {
     pub fn shared_module(&self, p: &str) -> String {
         match self.naming {
             MoeNaming::DeepSeek => format!("{p}.mlp.shared_experts"),
-            _ => format!("{p}.mlp.shared_expert"),
+            _ => format!("{p}.{}.shared_expert", self.module()),
         }
     }
 
-    /// Routed expert `j`'s (gate, up, down) weight names under layer prefix `p`.
+    /// Whether transformers runs every expert on every token (Llama 4: the routed input is
+    /// zero for the experts a token is not sent to): E rows a token instead of k.
+    pub fn dense_dispatch(&self) -> bool {
+        self.naming == MoeNaming::Llama4
+    }
+
+    /// Whether the checkpoint stores every expert in one tensor per projection (gpt-oss,
+    /// Llama 4) rather than one module per expert.
+    pub fn stacked(&self) -> bool {
+        matches!(self.naming, MoeNaming::GptOss | MoeNaming::Llama4)
+    }
+
+    /// Routed expert `j`'s (gate, up, down) weight names under layer prefix `p` (for the
+    /// [`Moe::stacked`] namings, the names a per-expert checkpoint would use).
     pub fn expert_names(&self, p: &str, j: usize) -> [String; 3] {
         let m = self.module();
         match self.naming {
             MoeNaming::Mixtral => {
                 ["w1", "w3", "w2"].map(|w| format!("{p}.{m}.experts.{j}.{w}.weight"))
             }
-            MoeNaming::Qwen | MoeNaming::GptOss | MoeNaming::DeepSeek => {
+            MoeNaming::Qwen | MoeNaming::GptOss | MoeNaming::DeepSeek | MoeNaming::Llama4 => {
                 ["gate_proj", "up_proj", "down_proj"]
                     .map(|w| format!("{p}.{m}.experts.{j}.{w}.weight"))
             }
@@ -258,6 +303,8 @@ pub enum LayerAttention {
     Full,
     /// The last `sliding_window` tokens (`sliding_attention`).
     Sliding,
+    /// The tokens of the query's own chunk of `attention_chunk` (`chunked_attention`, Llama 4).
+    Chunked,
 }
 
 impl LayerAttention {
@@ -266,14 +313,19 @@ impl LayerAttention {
         match self {
             LayerAttention::Full => "full_attention",
             LayerAttention::Sliding => "sliding_attention",
+            LayerAttention::Chunked => "chunked_attention",
         }
     }
 
     /// Reads transformers' name; None for another.
     pub fn parse(s: &str) -> Option<Self> {
-        [LayerAttention::Full, LayerAttention::Sliding]
-            .into_iter()
-            .find(|a| a.as_str() == s)
+        [
+            LayerAttention::Full,
+            LayerAttention::Sliding,
+            LayerAttention::Chunked,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
     }
 }
 
@@ -324,6 +376,9 @@ impl Config {
             attention_sinks: false,
             mla: None,
             mtp_layers: 0,
+            attention_chunk: None,
+            llama4: None,
+            vision: None,
         }
     }
 
@@ -393,6 +448,46 @@ impl Config {
             return Err(
                 "layer_types has sliding_attention layers but sliding_window is null".into(),
             );
+        }
+        if self.attention_chunk.is_none() && self.layer_types.contains(&LayerAttention::Chunked) {
+            return Err(
+                "layer_types has chunked_attention layers but attention_chunk_size is null".into(),
+            );
+        }
+        if self.attention_chunk == Some(0) {
+            return Err("attention_chunk_size must be positive or null, got 0".into());
+        }
+        for (key, v) in [
+            ("sliding_window", self.sliding_window),
+            ("attention_chunk_size", self.attention_chunk),
+        ] {
+            // Phi-3.5's window (262,144) is twice its context: harmless. One beyond both the
+            // context and a million tokens is a corrupt value.
+            if let Some(w) = v.filter(|&w| w > self.max_position_embeddings.max(1 << 20)) {
+                return Err(format!(
+                    "{key} = {w} is larger than the context limit (max_position_embeddings = {}) and a million tokens",
+                    self.max_position_embeddings
+                ));
+            }
+        }
+        if let Some(l) = &self.llama4 {
+            if l.rope_layers.len() != self.num_layers {
+                return Err(format!(
+                    "no_rope_layers lists {} layers, the model has {}",
+                    l.rope_layers.len(),
+                    self.num_layers
+                ));
+            }
+            if let Some((scale, floor)) = l.temperature {
+                if !(scale.is_finite() && floor.is_finite() && floor >= 1.0) {
+                    return Err(format!(
+                        "attn_scale ({scale}) must be finite and floor_scale ({floor}) at least 1"
+                    ));
+                }
+            }
+        }
+        if let Some(v) = &self.vision {
+            v.validate()?;
         }
         if self.head_dim == 0 {
             return Err(format!(
@@ -474,10 +569,11 @@ impl Config {
     }
 
     /// Whether the llama decoder runs this config with candle's reference ops and eager
-    /// attention only: vramlab-kernels' fused RMSNorm and flash attention compute neither
-    /// Gemma's (1 + w) norms and soft-capping nor gpt-oss's sinks.
+    /// attention only: vramlab-kernels' fused RMSNorm, RoPE and flash attention compute
+    /// neither Gemma's (1 + w) norms and soft-capping, gpt-oss's sinks, nor Llama 4's paired
+    /// RoPE, NoPE layers and chunked masks.
     pub fn reference_ops_only(&self) -> bool {
-        self.gemma.is_some() || self.attention_sinks
+        self.gemma.is_some() || self.attention_sinks || self.llama4.is_some()
     }
 
     /// Parameters of the multi-token-prediction layers the checkpoint stores and inference
@@ -534,18 +630,41 @@ impl Config {
         }
     }
 
-    /// The window layer `i` attends within (None: every token).
+    /// The sliding window layer `i` attends within (None: every token, or its chunk).
     pub fn layer_window(&self, i: usize) -> Option<usize> {
         match self.layer_types.get(i) {
-            Some(LayerAttention::Full) => None,
+            Some(LayerAttention::Full | LayerAttention::Chunked) => None,
             _ => self.sliding_window,
+        }
+    }
+
+    /// The chunk layer `i` attends within (Llama 4's chunked layers; None: another kind).
+    pub fn layer_chunk(&self, i: usize) -> Option<usize> {
+        match self.layer_types.get(i) {
+            Some(LayerAttention::Chunked) => self.attention_chunk,
+            _ => None,
+        }
+    }
+
+    /// The most tokens layer `i` ever attends to, and so its cache needs per sequence: its
+    /// sliding window or its chunk (None: every token).
+    pub fn layer_span(&self, i: usize) -> Option<usize> {
+        self.layer_window(i).or(self.layer_chunk(i))
+    }
+
+    /// The module that holds layer MLPs (`feed_forward` in Llama 4, `mlp` elsewhere; Mixtral's
+    /// sparse ones are under [`Moe::module`]).
+    pub fn mlp_module(&self) -> &'static str {
+        match &self.moe {
+            Some(m) if m.naming == MoeNaming::Llama4 => "feed_forward",
+            _ => "mlp",
         }
     }
 
     /// Tokens layer `i`'s KV cache holds per sequence after `tokens` tokens, under `window`:
     /// all of them with full attention, at most its sliding window with [`KvWindow::Model`].
     pub fn layer_kv_tokens(&self, i: usize, tokens: usize, window: KvWindow) -> usize {
-        match (window, self.layer_window(i)) {
+        match (window, self.layer_span(i)) {
             (KvWindow::Model, Some(w)) => tokens.min(w),
             _ => tokens,
         }

@@ -32,6 +32,25 @@ struct LayerCache {
     kv: Option<(Tensor, Tensor)>,
 }
 
+/// Of the keys and values (b, n_kv, held, hd) a layer's cache returned to a decode step at
+/// position `pos`, those a layer of chunked attention (chunk `c`) sees: its own chunk's, the
+/// last `pos mod c + 1` tokens. A cache in position order holds them last; a full
+/// `preallocated` ring of c slots (`ring`, [`KvCache::ring_ordered`]) holds token i at slot
+/// i mod c, and a chunk starts at a multiple of c, so they are its first slots.
+pub fn chunk_keys(
+    ring: bool,
+    (k, v): (Tensor, Tensor),
+    pos: usize,
+    chunk: usize,
+) -> Result<(Tensor, Tensor)> {
+    let (held, n) = (k.dim(2)?, pos % chunk + 1);
+    let start = match ring && pos >= chunk {
+        true => 0,
+        false => held - n.min(held),
+    };
+    Ok((k.narrow(2, start, n)?, v.narrow(2, start, n)?))
+}
+
 impl KvCache {
     /// A cache for `context` tokens of `batch` sequences, each layer capped at its sliding
     /// window under [`KvWindow::Model`] (a model that interleaves local and global layers
@@ -171,6 +190,12 @@ impl KvCache {
                 }
             }
         }
+    }
+
+    /// Whether `layer`'s cache returns a decode step its tokens in slot order (a capped
+    /// `preallocated` ring) rather than in position order.
+    pub fn ring_ordered(&self, layer: usize) -> bool {
+        self.kind == KvKind::Preallocated && self.layers[layer].ring
     }
 
     /// Marks `s` more tokens as held, after every layer appended them.

@@ -14,6 +14,7 @@ pub mod quant;
 pub mod source;
 pub mod synth;
 pub mod trainable;
+pub mod vision;
 pub mod weights;
 
 pub use arch::{Arch, Architecture, Decoder, Encoder, InferenceModel, Role};

@@ -173,6 +173,13 @@ vocab! {
 }
 
 impl Stack {
+    /// The transformers major version the stack pins (5, 4, 4).
+    pub fn transformers_major(self) -> u64 {
+        match self {
+            Stack::Default => 5,
+            Stack::Torch22 | Stack::Torch110 => 4,
+        }
+    }
     /// The torch release the stack pins, as (major, minor).
     pub fn torch(self) -> (u64, u64) {
         match self {

@@ -91,6 +91,20 @@ pub const GPT_OSS: &str = r#"{"architectures": ["GptOssForCausalLM"], "model_typ
  "num_local_experts": 4, "num_experts_per_tok": 2, "swiglu_limit": 7.0,
  "attention_bias": true, "tie_word_embeddings": false}"#;
 
+/// Llama 4's text decoder: layer 0 rotates in pairs, L2-normalizes q and k and attends within
+/// chunks of 8 (so the 12-token reference prompt spans two), with a MoE of 4 stacked experts
+/// of 32, top-2 scaling each expert's input by its sigmoid, and a shared expert of 32; layer 1
+/// is NoPE, attends to every token with its queries scaled from position 3 on (floor_scale 4),
+/// and has a dense MLP of 96 (`intermediate_size_mlp`). Untied head.
+pub const LLAMA4: &str = r#"{"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text",
+ "vocab_size": 256, "hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 96,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "max_position_embeddings": 128, "rope_theta": 500000.0, "rms_norm_eps": 1e-05,
+ "num_local_experts": 4, "num_experts_per_tok": 2, "moe_layers": [0],
+ "no_rope_layers": [1, 0], "attention_chunk_size": 8, "use_qk_norm": true,
+ "attn_temperature_tuning": true, "floor_scale": 4, "attn_scale": 0.1,
+ "tie_word_embeddings": false}"#;
+
 /// A tiny variant with its hand-derived facts.
 pub struct Tiny {
     pub name: &'static str,
@@ -107,7 +121,7 @@ pub struct Tiny {
     pub lora_modules: u64,
 }
 
-pub const TINIES: [Tiny; 9] = [
+pub const TINIES: [Tiny; 10] = [
     // 2 layers of (q 128×64, k and v 64×64, o 64×128, mlp 3×96×64, norms 128, q/k norms
     // 2×32), tied embedding 256×64, final norm. LoRA on q (64 → 128) and v (64 → 64).
     Tiny {
@@ -229,6 +243,26 @@ pub const TINIES: [Tiny; 9] = [
                 + 4 * (2 * 32 + 64))
             + 64,
         tensors: 2 + 2 * 17 + 1,
+        kv_elems: 2 * 2 * 2 * 16,
+        sliding: (1, 8),
+        lora_per_rank: 2 * ((64 + 64) + (64 + 32)),
+        lora_modules: 2 * 2,
+    },
+    // Embedding and head 256×64, final norm. Layer 0: the llama layer with the shared
+    // expert's 3 × 32×64 as its MLP, 4 routed experts (gate_up 4×64×64, down 4×32×64) and the
+    // router 4×64; layer 1: the llama layer with a 96-wide MLP. Tensors: 2 + (2 norms + 4
+    // projections + 2 expert stacks + router + 3 shared) + (2 + 4 + 3) + 1. The chunked layer
+    // holds at most its chunk of 8.
+    Tiny {
+        name: "llama4",
+        json: LLAMA4,
+        params: 2 * 256 * 64
+            + llama_layer(64, 32, 4, 2, 16)
+            + 4 * 3 * 64 * 32
+            + 4 * 64
+            + llama_layer(64, 96, 4, 2, 16)
+            + 64,
+        tensors: 2 + 12 + 9 + 1,
         kv_elems: 2 * 2 * 2 * 16,
         sliding: (1, 8),
         lora_per_rank: 2 * ((64 + 64) + (64 + 32)),

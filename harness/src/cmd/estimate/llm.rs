@@ -11,7 +11,7 @@ use crate::estimate::{
 };
 use crate::fit::Constants;
 use crate::model::Config;
-use crate::vocab::Checkpointing;
+use crate::vocab::{Checkpointing, Runtime};
 use anyhow::Result;
 
 /// The exact weights of a quantized `precision` (None for a dense one).
@@ -283,32 +283,73 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         }
     }
     if let Some(moe) = &m.moe {
+        let form = if a.runtime == Runtime::Torch && moe.dense_dispatch() {
+            format!(
+                "transformers' own for this model, which runs every expert on every token: \
+                 tokens × {} rows (vLLM and vramlab's candle model group them: tokens × {})",
+                moe.experts, moe.top_k
+            )
+        } else {
+            format!(
+                "the grouped form's (transformers' default, vLLM's, vramlab's candle model): \
+                 tokens × {} routed rows whatever the routing, which bounds the eager \
+                 per-expert loop's worst case (all tokens at one expert; balanced: tokens × k / \
+                 {} an expert)",
+                moe.top_k, moe.experts
+            )
+        };
         notes.push(format!(
             "mixture of experts: the weights hold all {} experts a layer ({} parameters); a token \
-             runs through {} ({} active). The activations are the grouped form's (transformers' \
-             default, vramlab's candle model): tokens × {} routed rows whatever the routing, \
-             which bounds the eager per-expert loop's worst case (all tokens at one expert; \
-             balanced: tokens × k / {} an expert)",
+             runs through {} ({} active). The activations are {form}",
             moe.experts,
             m.param_count(),
             moe.top_k,
             m.active_params().get().unwrap_or(0),
-            moe.top_k,
-            moe.experts
+        ));
+    }
+    if let Some(v) = &m.vision {
+        let params: Checked = v
+            .shapes(m.hidden_size)
+            .iter()
+            .map(|(_, s)| Checked::product(s))
+            .sum();
+        notes.push(format!(
+            "the checkpoint stores a {} vision tower and projector, {} parameters, in the \
+             weights (transformers and vLLM load it); a text query never runs it",
+            v.kind.model_type(),
+            params.get().unwrap_or(0)
+        ));
+    }
+    if let Some(c) = m.attention_chunk {
+        let chunked = (0..m.num_layers)
+            .filter(|&i| m.layer_chunk(i).is_some())
+            .count();
+        notes.push(format!(
+            "chunked attention: {chunked} of {} layers attend within their own chunk of {c} \
+             tokens and cache at most {c} tokens a sequence; the other {} attend to every token",
+            m.num_layers,
+            m.num_layers - chunked
         ));
     }
     if let Some(mla) = &m.mla {
         use crate::model::config::MlaCache;
         let values = |form| m.kv_values_per_layer_token(form).get().unwrap_or(0);
-        notes.push(format!(
-            "multi-head latent attention: the KV cache holds the compressed latent and the \
-             rotary key, {} + {} = {} values a token and layer (transformers ≥ 5, vLLM, SGLang); \
-             transformers 4.x expands K and V to every head, {} values",
-            mla.kv_lora_rank,
-            mla.qk_rope_head_dim,
-            values(MlaCache::Latent),
-            values(MlaCache::Expanded),
-        ));
+        let (latent, expanded) = (values(MlaCache::Latent), values(MlaCache::Expanded));
+        notes.push(match q.mla_cache() {
+            MlaCache::Latent => format!(
+                "multi-head latent attention: the KV cache holds the compressed latent and the \
+                 rotary key, {} + {} = {latent} values a token and layer, as vLLM, SGLang and \
+                 transformers ≥ 5 cache it (transformers 4.x expanded K and V to every head: \
+                 {expanded} values)",
+                mla.kv_lora_rank, mla.qk_rope_head_dim,
+            ),
+            MlaCache::Expanded => format!(
+                "multi-head latent attention: the KV cache holds K and V expanded to every head, \
+                 {expanded} values a token and layer, as the {} stack's transformers 4.x caches \
+                 it (vLLM, SGLang and transformers ≥ 5 cache the latent: {latent} values)",
+                q.stack,
+            ),
+        });
     }
     if m.mtp_layers > 0 {
         notes.push(format!(

@@ -18,10 +18,11 @@ use super::llama::{decoder_hf_json, DecoderJson};
 use crate::error::bad_file;
 use crate::model::arch::{checked, layer_types, parse_json, Architecture};
 use crate::model::config::{Gemma, HiddenAct};
+use crate::model::vision::{multimodal_parts, nest_multimodal, VisionKind};
 use crate::model::Config;
 use anyhow::Result;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::Path;
 
 /// The keys of a Gemma 2/3 text `config.json`.
@@ -122,6 +123,29 @@ impl Architecture for Gemma2Arch {
     }
 }
 
+/// transformers' `Gemma3TextConfig` defaults for the keys that change memory or the model
+/// (the published multimodal configs give few text keys).
+fn gemma3_defaults() -> Vec<(&'static str, Value)> {
+    vec![
+        ("vocab_size", json!(262_208)),
+        ("hidden_size", json!(2304)),
+        ("intermediate_size", json!(9216)),
+        ("num_hidden_layers", json!(26)),
+        ("num_attention_heads", json!(8)),
+        ("num_key_value_heads", json!(4)),
+        ("head_dim", json!(256)),
+        ("max_position_embeddings", json!(131_072)),
+        ("rms_norm_eps", json!(1e-6)),
+        ("rope_theta", json!(1_000_000.0)),
+        ("rope_local_base_freq", json!(10_000.0)),
+        ("query_pre_attn_scalar", json!(256)),
+        ("sliding_window", json!(4096)),
+        ("tie_word_embeddings", json!(true)),
+    ]
+}
+
+/// Gemma 3's text decoder (`gemma3_text`), and the multimodal `gemma3` whose `text_config` it
+/// is, with its SigLIP tower counted as stored.
 pub struct Gemma3TextArch;
 
 impl Architecture for Gemma3TextArch {
@@ -129,14 +153,30 @@ impl Architecture for Gemma3TextArch {
         "gemma3_text"
     }
     fn model_types(&self) -> &'static [&'static str] {
-        &["gemma3_text"]
+        &["gemma3_text", "gemma3"]
     }
     fn parse(&self, path: &Path, v: &Value) -> Result<Config> {
-        let j: GemmaJson = parse_json(path, v)?;
-        let c = j.config(path, v, &Gemma3TextArch, "gemma3_text", 6)?;
-        checked(path, Config { qk_norm: true, ..c })
+        let (text, vision) = multimodal_parts(path, v, VisionKind::Siglip, &gemma3_defaults())?;
+        let j: GemmaJson = parse_json(path, &text)?;
+        let model_type = v["model_type"].as_str().unwrap_or("gemma3_text");
+        let c = j.config(path, &text, &Gemma3TextArch, model_type, 6)?;
+        checked(
+            path,
+            Config {
+                qk_norm: true,
+                vision,
+                ..c
+            },
+        )
     }
     fn to_hf_json(&self, c: &Config) -> Value {
-        gemma_hf_json(c, "Gemma3ForCausalLM")
+        let mut v = gemma_hf_json(c, "Gemma3ForCausalLM");
+        v["model_type"] = "gemma3_text".into();
+        nest_multimodal(
+            v,
+            c.vision.as_ref(),
+            "gemma3",
+            "Gemma3ForConditionalGeneration",
+        )
     }
 }

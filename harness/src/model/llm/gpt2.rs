@@ -355,7 +355,10 @@ impl Gpt2 {
             Some(cache) => cache.append(i, &k, &v)?,
             None => (k, v),
         };
-        let causal = Causal { pos, window: None };
+        let causal = Causal {
+            pos,
+            ..Causal::default()
+        };
         let x = (x + l
             .attn_proj
             .forward(&attention(&q, &k, &v, Some(causal), false)?)?)?;

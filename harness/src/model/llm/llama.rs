@@ -10,10 +10,11 @@
 //! `attention = "flash"` runs its tiled attention, which never materializes the scores.
 use crate::model::arch::{checked, parse_json, Architecture, Decoder, Tensors};
 use crate::model::config::HiddenAct;
+use crate::model::kv::chunk_keys;
 use crate::model::nn::moe::SparseMoe;
 use crate::model::nn::{
-    attention_scored, embedding, gemma_rms_norm, lm_loss, rms_norm, split_heads, Causal, Linear,
-    Named, QTensors, Scoring, Weight,
+    attention_scored, embedding, gemma_rms_norm, lm_loss, rms_norm, split_heads, unit_rms, Causal,
+    Linear, Named, QTensors, Scoring, Weight,
 };
 use crate::model::{Config, KvCache, Trainable};
 use crate::vocab::{Attention, Kernels, Ops, QMatmul};
@@ -235,6 +236,38 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Ten
     x.broadcast_mul(cos)? + rotate_half(x)?.broadcast_mul(sin)?
 }
 
+/// RoPE on adjacent pairs (x₂ᵢ, x₂ᵢ₊₁) in f32, cast back: Llama 4's complex product
+/// (`view_as_complex` of the last dimension in pairs). The tables' first halves hold each
+/// pair's angle.
+fn apply_rope_pairs(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, h, s, hd) = x.dims4()?;
+    let half = hd / 2;
+    let f32 = |t: &Tensor| t.narrow(D::Minus1, 0, half)?.to_dtype(DType::F32);
+    let (cos, sin) = (f32(cos)?, f32(sin)?);
+    let x32 = x.to_dtype(DType::F32)?.reshape((b, h, s, half, 2))?;
+    let x1 = x32.narrow(4, 0, 1)?.squeeze(4)?;
+    let x2 = x32.narrow(4, 1, 1)?.squeeze(4)?;
+    let r1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
+    let r2 = (x1.broadcast_mul(&sin)? + x2.broadcast_mul(&cos)?)?;
+    Tensor::stack(&[r1, r2], 4)?
+        .reshape((b, h, s, hd))?
+        .to_dtype(x.dtype())
+}
+
+/// Llama 4's query scale on its NoPE layers for positions pos..pos+s, as (1, 1, s, 1) in f32:
+/// 1 + attn_scale · ln(1 + ⌊(p + 1) / floor_scale⌋).
+fn nope_temperature(
+    (scale, floor): (f64, f64),
+    pos: usize,
+    s: usize,
+    dev: &Device,
+) -> candle_core::Result<Tensor> {
+    let t: Vec<f32> = (pos..pos + s)
+        .map(|p| (1.0 + scale * (((p + 1) as f64) / floor).floor().ln_1p()) as f32)
+        .collect();
+    Tensor::from_vec(t, (1, 1, s, 1), dev)
+}
+
 impl Llama {
     /// Builds the model from HF-named tensors (consumed); activations run in `compute`.
     /// Tensors may be variables (training) or plain (inference).
@@ -274,17 +307,18 @@ impl Llama {
             let mlp = match &cfg.moe {
                 Some(m) if m.is_sparse(i) => Mlp::Sparse(SparseMoe::load(&mut t, m, &p)?),
                 _ => {
+                    let m = cfg.mlp_module();
                     let gate_up = if cfg.fused_gate_up {
-                        GateUp::Fused(lin("mlp.gate_up_proj", false)?)
+                        GateUp::Fused(lin(&format!("{m}.gate_up_proj"), false)?)
                     } else {
                         GateUp::Split {
-                            gate: lin("mlp.gate_proj", false)?,
-                            up: lin("mlp.up_proj", false)?,
+                            gate: lin(&format!("{m}.gate_proj"), false)?,
+                            up: lin(&format!("{m}.up_proj"), false)?,
                         }
                     };
                     Mlp::Dense {
                         gate_up,
-                        down: lin("mlp.down_proj", false)?,
+                        down: lin(&format!("{m}.down_proj"), false)?,
                     }
                 }
             };
@@ -348,21 +382,20 @@ impl Llama {
     }
 
     fn rope(&self, x: &Tensor, (cos, sin): &(Tensor, Tensor)) -> candle_core::Result<Tensor> {
-        match self.ops.kernels {
-            Kernels::Reference => apply_rope(x, cos, sin),
-            Kernels::Fused => vramlab_kernels::rope(x, cos, sin),
+        match (self.ops.kernels, &self.cfg.llama4) {
+            (_, Some(_)) => apply_rope_pairs(x, cos, sin),
+            (Kernels::Reference, None) => apply_rope(x, cos, sin),
+            (Kernels::Fused, None) => vramlab_kernels::rope(x, cos, sin),
         }
     }
 
-    /// q (b, h, s, hd), k and v (b, kvh, total, hd) → (b, s, h·hd), causal for queries at
-    /// pos..pos+s.
+    /// q (b, h, s, hd), k and v (b, kvh, total, hd) → (b, s, h·hd), under the mask `causal`.
     fn attend(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        pos: usize,
-        window: Option<usize>,
+        causal: Causal,
         sinks: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         let fused = self.ops.kernels == Kernels::Fused;
@@ -379,7 +412,7 @@ impl Llama {
                         ..Scoring::default()
                     },
                 };
-                attention_scored(q, k, v, Some(Causal { pos, window }), fused, scoring)
+                attention_scored(q, k, v, Some(causal), fused, scoring)
             }
             // Refused by the scenario (`sdpa` is the torch probe's).
             Attention::Sdpa => Err(candle_core::Error::Msg(
@@ -394,7 +427,7 @@ impl Llama {
                 let scale = 1.0 / (hd as f32).sqrt();
                 let mask = vramlab_kernels::AttnMask {
                     causal: true,
-                    window,
+                    window: causal.window,
                 };
                 vramlab_kernels::flash_attention(q, k, v, scale, mask)?.reshape((b, s, h * hd))
             }
@@ -438,7 +471,31 @@ impl Llama {
             Some((qn, kn)) => (self.norm(&q, qn)?, self.norm(&k, kn)?),
             None => (q, k),
         };
-        let (q, k) = (self.rope(&q, rope)?, self.rope(&k, rope)?);
+        // Llama 4: RoPE and then the L2 norm of q and k on most layers; on its NoPE layers
+        // neither, and the queries scaled with the position.
+        let l4 = self.cfg.llama4.as_ref();
+        let rotates = l4.is_none_or(|a| a.rope_layers[i]);
+        let (q, k) = match rotates {
+            true => (self.rope(&q, rope)?, self.rope(&k, rope)?),
+            false => (q, k),
+        };
+        let (q, k) = match l4 {
+            Some(a) if a.l2_qk_norm && rotates => {
+                let eps = self.cfg.norm_eps;
+                (unit_rms(&q, eps)?, unit_rms(&k, eps)?)
+            }
+            _ => (q, k),
+        };
+        let q = match l4.and_then(|a| a.temperature) {
+            Some(t) if !rotates => {
+                let scale = nope_temperature(t, pos, q.dim(2)?, q.device())?;
+                q.to_dtype(DType::F32)?
+                    .broadcast_mul(&scale)?
+                    .to_dtype(q.dtype())?
+            }
+            _ => q,
+        };
+        let ring = cache.as_ref().map(|c| c.ring_ordered(i));
         let (k, v) = match cache {
             Some(cache) => cache.append(i, &k, &v)?,
             None => (k, v),
@@ -453,8 +510,15 @@ impl Llama {
             }
             _ => (k, v),
         };
+        // A chunked layer's decode step sees its own chunk's keys.
+        let chunk = self.cfg.layer_chunk(i);
+        let (k, v) = match (chunk, ring) {
+            (Some(c), Some(ring)) if q.dim(2)? == 1 => chunk_keys(ring, (k, v), pos, c)?,
+            _ => (k, v),
+        };
+        let causal = Causal { pos, window, chunk };
         let attn =
-            l.o.forward(&self.attend(&q, &k, &v, pos, window, l.sinks.as_ref())?)?;
+            l.o.forward(&self.attend(&q, &k, &v, causal, l.sinks.as_ref())?)?;
         // Gemma normalizes the attention's output, then the MLP's input with its own norm.
         let (x, h) = match &l.ff_norms {
             Some((pre, _)) => {

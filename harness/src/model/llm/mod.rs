@@ -11,6 +11,7 @@ pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod gpt_oss;
 pub mod llama;
+pub mod llama4;
 pub mod mistral;
 pub mod mixtral;
 pub mod phi3;
@@ -45,6 +46,7 @@ pub static REGISTRY: &[&dyn Architecture] = &[
     &super::llm::gpt_oss::GptOssArch,
     &super::llm::deepseek::DeepSeekV2Arch,
     &super::llm::deepseek::DeepSeekV3Arch,
+    &super::llm::llama4::Llama4Arch,
 ];
 
 impl Arch {

@@ -5,11 +5,13 @@ use crate::vocab::Attention;
 use candle_core::{DType, Result, Tensor};
 
 /// A causal mask for queries at positions pos..pos+s over keys at positions 0..total: a query
-/// at position p sees keys in (p - window, p] (all keys up to p without a window).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// at position p sees keys in (p - window, p] (all keys up to p without a window), and with a
+/// chunk c only those of its own chunk, [c·⌊p/c⌋, p] (Llama 4's chunked layers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Causal {
     pub pos: usize,
     pub window: Option<usize>,
+    pub chunk: Option<usize>,
 }
 
 /// Additive causal mask (s, total) for queries at positions pos..pos+s.
@@ -21,11 +23,12 @@ pub fn causal_mask(
     dev: &candle_core::Device,
 ) -> Result<Tensor> {
     let w = c.window.unwrap_or(usize::MAX);
+    let chunk = c.chunk.unwrap_or(usize::MAX);
     let m: Vec<f32> = (0..s)
         .flat_map(|i| {
             let p = c.pos + i;
             (0..total).map(move |j| {
-                if j > p || p - j >= w {
+                if j > p || p - j >= w || j / chunk != p / chunk {
                     f32::NEG_INFINITY
                 } else {
                     0.0

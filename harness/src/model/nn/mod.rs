@@ -107,11 +107,17 @@ impl Named {
 
 /// RMSNorm in f32, cast back (HF's LlamaRMSNorm).
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let y = unit_rms(x, eps)?;
+    y.broadcast_mul(&cast_like(w, &y)?)
+}
+
+/// x over its root mean square (last dimension) in f32, cast back: RMSNorm without a weight
+/// (Llama 4's `Llama4TextL2Norm` of q and k).
+pub fn unit_rms(x: &Tensor, eps: f64) -> Result<Tensor> {
     let x32 = x.to_dtype(DType::F32)?;
     let var = x32.sqr()?.mean_keepdim(D::Minus1)?;
-    let y = x32.broadcast_div(&(var + eps)?.sqrt()?)?;
-    let y = y.to_dtype(x.dtype())?;
-    y.broadcast_mul(&cast_like(w, &y)?)
+    x32.broadcast_div(&(var + eps)?.sqrt()?)?
+        .to_dtype(x.dtype())
 }
 
 /// Gemma's RMSNorm: normalized and scaled by (1 + weight) in f32, then cast back (HF's

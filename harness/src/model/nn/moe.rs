@@ -1,4 +1,5 @@
-//! A sparse mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE) in its grouped form:
+//! A sparse mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, Llama 4) in its
+//! grouped form:
 //! route, permute the tokens so that each expert's are contiguous, run each expert on its
 //! slice, weight the outputs and add them back to their tokens. The routing itself follows
 //! transformers: router logits in the compute dtype, softmax in f32, the `top_k` most probable
@@ -19,11 +20,19 @@ use super::{Linear, Named};
 use crate::model::config::{Moe, MoeNaming, Routing};
 use candle_core::{DType, Result, Tensor, D};
 
-/// An expert's gate and up projections: two matrices, or gpt-oss's one whose output
-/// interleaves them (gate in the even columns, up in the odd ones).
+/// An expert's gate and up projections: two matrices, or one stacked matrix whose output holds
+/// both as `Stacking` says.
 enum GateUp {
     Split { gate: Linear, up: Linear },
-    Interleaved(Linear),
+    Stacked(Linear, Stacking),
+}
+
+/// How a stacked gate/up output holds the two: gpt-oss interleaves them (gate in the even
+/// columns, up in the odd ones), Llama 4 concatenates them (gate, then up).
+#[derive(Clone, Copy)]
+enum Stacking {
+    Interleaved,
+    Halves,
 }
 
 /// One gated expert: gate, up and down projections (hidden → size → hidden).
@@ -44,20 +53,21 @@ impl Expert {
         })
     }
 
-    /// Expert `j` of gpt-oss's stacked tensors (views of them, so gradients reach the stacks):
-    /// `x @ gate_up[j] + bias[j]`, `x @ down[j] + bias[j]`.
-    fn stacked(stacks: &[Tensor; 4], j: usize) -> Result<Self> {
-        let lin = |w: &Tensor, b: &Tensor| -> Result<Linear> {
+    /// Expert `j` of stacked tensors (views of them, so gradients reach the stacks):
+    /// `x @ gate_up[j] (+ bias[j])`, `x @ down[j] (+ bias[j])`; `stacks` holds gate_up and
+    /// down, then their biases where there are (gpt-oss).
+    fn stacked(stacks: &[Tensor], how: Stacking, j: usize) -> Result<Self> {
+        let lin = |w: usize| -> Result<Linear> {
             Ok(Linear {
-                w: super::Weight::Dense(w.get(j)?),
-                b: Some(b.get(j)?),
+                w: super::Weight::Dense(stacks[w].get(j)?),
+                b: stacks.get(w + 2).map(|b| b.get(j)).transpose()?,
                 transposed: true,
                 lora: None,
             })
         };
         Ok(Expert {
-            gate_up: GateUp::Interleaved(lin(&stacks[0], &stacks[1])?),
-            down: lin(&stacks[2], &stacks[3])?,
+            gate_up: GateUp::Stacked(lin(0)?, how),
+            down: lin(1)?,
         })
     }
 
@@ -71,12 +81,20 @@ impl Expert {
     ) -> Result<Tensor> {
         let h = match &self.gate_up {
             GateUp::Split { gate, up } => act(&gate.forward(x)?, &up.forward(x)?)?,
-            GateUp::Interleaved(gu) => {
+            GateUp::Stacked(gu, how) => {
                 let y = gu.forward(x)?;
                 let (b, s, two_f) = y.dims3()?;
-                let y = y.reshape((b, s, two_f / 2, 2))?;
-                let gate = y.narrow(3, 0, 1)?.squeeze(3)?;
-                let up = y.narrow(3, 1, 1)?.squeeze(3)?;
+                let f = two_f / 2;
+                let (gate, up) = match how {
+                    Stacking::Interleaved => {
+                        let y = y.reshape((b, s, f, 2))?;
+                        (
+                            y.narrow(3, 0, 1)?.squeeze(3)?,
+                            y.narrow(3, 1, 1)?.squeeze(3)?,
+                        )
+                    }
+                    Stacking::Halves => (y.narrow(2, 0, f)?, y.narrow(2, f, f)?),
+                };
                 match glu {
                     Some((alpha, limit)) => clamped_glu(&gate, &up, alpha, limit)?,
                     None => act(&gate, &up)?,
@@ -111,20 +129,31 @@ pub struct SparseMoe {
 impl SparseMoe {
     /// Takes layer prefix `p`'s MoE tensors (names as [`Moe`] gives them).
     pub fn load(t: &mut Named, m: &Moe, p: &str) -> anyhow::Result<Self> {
-        let (router, experts) = if m.naming == MoeNaming::GptOss {
-            let q = format!("{p}.mlp.experts");
-            let [a, b, c, d] = [
-                "gate_up_proj",
-                "gate_up_proj_bias",
-                "down_proj",
-                "down_proj_bias",
-            ]
-            .map(|n| t.take(&format!("{q}.{n}")));
-            let stacks = [a?, b?, c?, d?];
+        let (router, experts) = if m.stacked() {
+            let q = format!("{p}.{}", m.module());
+            // gpt-oss's biases (on the router and every expert's projections).
+            let biased = m.clamped_glu.is_some();
+            let names: &[&str] = match biased {
+                true => &[
+                    "gate_up_proj",
+                    "down_proj",
+                    "gate_up_proj_bias",
+                    "down_proj_bias",
+                ],
+                false => &["gate_up_proj", "down_proj"],
+            };
+            let stacks = names
+                .iter()
+                .map(|n| t.take(&format!("{q}.experts.{n}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let how = match m.naming {
+                MoeNaming::GptOss => Stacking::Interleaved,
+                _ => Stacking::Halves,
+            };
             let experts = (0..m.experts)
-                .map(|j| Expert::stacked(&stacks, j))
+                .map(|j| Expert::stacked(&stacks, how, j))
                 .collect::<Result<Vec<_>>>()?;
-            (t.linear(&format!("{p}.mlp.router"), true)?, experts)
+            (t.linear(&format!("{q}.router"), biased)?, experts)
         } else {
             let experts = (0..m.experts)
                 .map(|j| Expert::load(t, m.expert_names(p, j)))
@@ -184,19 +213,31 @@ impl SparseMoe {
                     "DeepSeek-V3's grouped sigmoid routing runs in the estimate only"
                 )
             }
-            Routing::TopKSoftmax => {
+            Routing::TopKSoftmax | Routing::SigmoidTopKInput => {
                 let picked = top_k(&logits.to_dtype(DType::F32)?.to_vec2::<f32>()?, k);
                 let top = logits.gather(&Tensor::from_vec(picked.clone(), (n, k), dev)?, 1)?;
-                (picked, super::softmax(&top)?)
+                let w = match self.routing {
+                    Routing::TopKSoftmax => super::softmax(&top)?,
+                    _ => candle_nn::ops::sigmoid(&top.to_dtype(DType::F32)?)?,
+                };
+                (picked, w)
             }
         };
+        // Llama 4 weights each expert's input, the others its output.
+        let on_input = self.routing == Routing::SigmoidTopKInput;
         // The (token, slot) pairs grouped by expert: `order` lists slots t·k + j expert by
         // expert, `tokens` their tokens.
         let mut order: Vec<u32> = (0..(n * k) as u32).collect();
         order.sort_by_key(|&slot| picked[slot as usize]);
         let tokens: Vec<u32> = order.iter().map(|&slot| slot / k as u32).collect();
         let tokens_t = Tensor::new(tokens.as_slice(), dev)?;
+        let w = weights
+            .flatten_all()?
+            .index_select(&Tensor::new(order.as_slice(), dev)?, 0)?
+            .to_dtype(x.dtype())?
+            .unsqueeze(1)?;
         let xs = x.reshape((n, d))?.index_select(&tokens_t, 0)?;
+        let xs = if on_input { xs.broadcast_mul(&w)? } else { xs };
         let mut outs = Vec::new();
         let mut start = 0;
         for (j, expert) in self.experts.iter().enumerate() {
@@ -211,11 +252,7 @@ impl SparseMoe {
             start += len;
         }
         let ys = Tensor::cat(&outs, 0)?;
-        let w = weights
-            .flatten_all()?
-            .index_select(&Tensor::new(order.as_slice(), dev)?, 0)?
-            .to_dtype(x.dtype())?;
-        let ys = ys.broadcast_mul(&w.unsqueeze(1)?)?;
+        let ys = if on_input { ys } else { ys.broadcast_mul(&w)? };
         let routed = Tensor::zeros((n, d), x.dtype(), dev)?
             .index_add(&tokens_t, &ys, 0)?
             .reshape((b, s, d))?;

@@ -78,9 +78,11 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
 /// loop too (one expert's tokens at a time: tokens · k / E balanced, all tokens at worst).
 /// The router's logits and f32 probabilities (E · (w + 4)), top-k's f32 weights and int64
 /// indices (12 · k), the f32 norm copies and residual (8 · hidden) a token; a row's sort keys,
-/// permutation and weight (20), its gathered input (hidden · w) and the larger of the gate/up
-/// output with SiLU's output and the product (4 · expert_size · w) or the down projection's
-/// output with its f32 weighting (hidden · (w + 4)). A shared expert runs on every token
+/// permutation and weight (20), its gathered input (hidden · w, alive to the end) and the
+/// larger of the gate/up output with SiLU's output and the product (4 · expert_size · w) or,
+/// at the end, the down projection's output beside the weighted outputs and their
+/// un-permuted copy (hidden · (w + 2 · w′), w′ the weighting's width: w, or 4 where the
+/// router's weights are f32, DeepSeek's). A shared expert runs on every token
 /// afterwards (3 · its size · w, as a dense MLP). Under `runtime` torch a model whose
 /// transformers implementation runs every expert on every token ([`Moe::dense_dispatch`],
 /// Llama 4) has E rows a token instead of k.
@@ -100,7 +102,10 @@ fn moe_transient(
         _ => m.top_k as u64,
     };
     let per_token = Checked::new(m.experts as u64) * (w + 4) + 12 * k + 8 * d;
-    let per_row = Checked::new(20) + d * w + (4 * f * w).max(d * (w + 4));
+    // The weighting's width: DeepSeek's routers keep their weights in f32, so the weighted
+    // outputs and their un-permuted copy are f32.
+    let weighted = if m.f32_routing_weights() { w.max(4) } else { w };
+    let per_row = Checked::new(20) + d * w + (4 * f * w).max(d * w + 2 * d * weighted);
     let routed = tokens * per_token + tokens * k * per_row;
     let shared = tokens * (Checked::new(3) * m.shared_size * w + 8 * d);
     routed.max(shared)

@@ -231,6 +231,13 @@ impl Moe {
         self.naming == MoeNaming::Llama4
     }
 
+    /// Whether transformers' router hands the experts f32 weights (DeepSeek's, computed and
+    /// scaled in f32), so the weighted outputs are f32; the others cast them to the
+    /// activations' dtype.
+    pub fn f32_routing_weights(&self) -> bool {
+        self.naming == MoeNaming::DeepSeek
+    }
+
     /// Whether the checkpoint stores every expert in one tensor per projection (gpt-oss,
     /// Llama 4) rather than one module per expert.
     pub fn stacked(&self) -> bool {
@@ -473,7 +480,7 @@ impl Config {
         if let Some(l) = &self.llama4 {
             if l.rope_layers.len() != self.num_layers {
                 return Err(format!(
-                    "no_rope_layers lists {} layers, the model has {}",
+                    "Llama 4's RoPE layers list {} layers, the model has {}",
                     l.rope_layers.len(),
                     self.num_layers
                 ));

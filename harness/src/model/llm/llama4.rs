@@ -102,6 +102,15 @@ impl Architecture for Llama4Arch {
                 .map(|i| !(i + 1).is_multiple_of(j.no_rope_layer_interval))
                 .collect(),
         };
+        if rope_layers.len() != layers {
+            return Err(bad_file(
+                path,
+                format!(
+                    "no_rope_layers lists {} layers, the model has {layers}",
+                    rope_layers.len()
+                ),
+            ));
+        }
         let moe_layers = j.moe_layers.unwrap_or_else(|| {
             (j.interleave_moe_layer_step - 1..layers)
                 .step_by(j.interleave_moe_layer_step)
@@ -182,7 +191,11 @@ impl Architecture for Llama4Arch {
             v["attn_temperature_tuning"] = a.temperature.is_some().into();
             if let Some((scale, floor)) = a.temperature {
                 v["attn_scale"] = scale.into();
-                v["floor_scale"] = floor.into();
+                // transformers' strict config takes an integer.
+                v["floor_scale"] = match floor.fract() == 0.0 {
+                    true => (floor as u64).into(),
+                    false => floor.into(),
+                };
             }
         }
         nest_multimodal(

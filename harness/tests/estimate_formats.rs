@@ -103,6 +103,45 @@ fn gpt_oss_mxfp4_is_its_published_total_size() {
         .contains("dequantized for full training"));
 }
 
+/// What vLLM holds of gpt-oss-20b follows the `--gpu`'s MXFP4 kernel: on an A100 (Marlin) the
+/// experts are padded to hidden 3,072 and intermediate 2,944, which adds 768 experts × (their
+/// padded − their stored bytes); on an H100 (Triton) nothing. A vLLM user on an A100 quotes
+/// "Model loading took 13.72 GiB" (myoceane.fr, April 2026): within 2%.
+#[test]
+fn gpt_oss_in_vllm_follows_the_gpus_kernel() {
+    let stored = 13_761_264_768u64;
+    // Per expert: gate_up 2I × H and down H × I at 4.25 bits, biases (2I + H) in bf16.
+    let per = |h: u64, i: u64| 3 * i * h * 17 / 32 + (2 * i + h) * 2;
+    let a100 = json(&[
+        "--model",
+        "gpt-oss-20b",
+        "--gpu",
+        "a100-80gb",
+        "--context",
+        "1024",
+    ]);
+    let v = &a100["weights"]["vllm"];
+    assert_eq!(v["kernel"], "Marlin");
+    assert_eq!(
+        (v["hidden"].as_u64(), v["intermediate"].as_u64()),
+        (Some(3072), Some(2944))
+    );
+    let marlin = stored + 768 * (per(3072, 2944) - per(2880, 2880));
+    assert_eq!(v["bytes"].as_u64(), Some(marlin));
+    let quoted = 13.72 * (1u64 << 30) as f64;
+    assert!((marlin as f64 / quoted - 1.0).abs() < 0.02);
+    let h100 = json(&[
+        "--model",
+        "gpt-oss-20b",
+        "--gpu",
+        "h100",
+        "--context",
+        "1024",
+    ]);
+    assert_eq!(h100["weights"]["vllm"]["bytes"].as_u64(), Some(stored));
+    assert!(json(&["--model", "gpt-oss-20b", "--context", "1024"])["weights"]["vllm"].is_null());
+}
+
 #[test]
 fn qlora_and_paged_optimizers_say_what_they_are() {
     let v = json(&[

@@ -29,6 +29,7 @@ pub mod query;
 #[cfg(test)]
 mod test_support;
 pub mod train;
+pub mod vllm;
 
 pub use crate::checked::Overflow;
 pub use crate::fit::Runtime;

@@ -53,6 +53,7 @@ fn quantized_weights(
         bits_per_weight: bytes as f64 * 8.0 / m.param_count() as f64,
         types: crate::model::gguf::plan_types(&plan, compute),
         format: None,
+        vllm: None,
     }))
 }
 
@@ -86,6 +87,44 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         stack: a.stack.unwrap_or_default(),
         dequant_bytes: 0,
     }
+}
+
+/// What vLLM holds of an MXFP4 checkpoint of stacked experts on the catalogued `--gpu` (its
+/// kernel's padding), with a note saying so; None for another format, model or GPU.
+fn vllm_mxfp4(
+    a: &Args,
+    m: &Config,
+    plan: &crate::model::quant::Plan,
+    q: &estimate::Query,
+    notes: &mut Vec<String>,
+) -> Option<super::report::VllmWeights> {
+    // vLLM's ROCm kernels (AITER) pad otherwise: NVIDIA GPUs only.
+    let g = crate::gpu::by_name(a.gpu.as_deref()?)
+        .filter(|g| g.vendor == crate::gpu::Vendor::Nvidia)?;
+    let v = estimate::vllm::mxfp4_weights(m, plan, q.state_bytes(), g.compute_capability)?;
+    let padding = match v.bytes == plan.bytes() {
+        true => "which needs no padding".to_string(),
+        false => format!(
+            "padded to hidden {} and intermediate {}",
+            v.hidden, v.intermediate
+        ),
+    };
+    notes.push(format!(
+        "vLLM 0.33 on the {} (sm{}{}) runs these experts through its {} MXFP4 kernel, \
+         {padding}: its weights take {} (the checkpoint's {})",
+        g.label,
+        g.compute_capability.0,
+        g.compute_capability.1,
+        v.kernel.name(),
+        crate::units::gb_gib(v.bytes),
+        crate::units::gb_gib(plan.bytes()),
+    ));
+    Some(super::report::VllmWeights {
+        kernel: v.kernel.name(),
+        hidden: v.hidden,
+        intermediate: v.intermediate,
+        bytes: v.bytes,
+    })
 }
 
 /// `--gpu`'s name and bytes, if given.
@@ -220,7 +259,9 @@ pub fn report(a: &Args) -> Result<LlmReport> {
                 .with_checkpoint(&m, &l.checkpoint)
                 .map_err(|e| InputError::arg(format!("--model {}: {e}", a.model)))?;
             notes.extend(l.notes(&plan, &q));
-            (q, Some(l.weights(&plan, &m, &q)), Some((l, plan)))
+            let mut weights = l.weights(&plan, &m, &q);
+            weights.vllm = vllm_mxfp4(a, &m, &plan, &q, &mut notes);
+            (q, Some(weights), Some((l, plan)))
         }
     };
     notes.extend(super::loaded::optimizer_note(&q));

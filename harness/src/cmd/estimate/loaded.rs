@@ -126,6 +126,7 @@ impl Loaded {
                 (self.dense(q), plan.dense, plan.dense_bytes),
             ],
             format: Some(plan.format),
+            vllm: None,
         }
     }
 

@@ -141,6 +141,19 @@ pub struct QuantWeights {
     pub types: Vec<(&'static str, usize, u64)>,
     /// A checkpoint's `quantization_config` format (or QLoRA's NF4 base); None for GGUF types.
     pub format: Option<crate::model::quant::Format>,
+    /// What vLLM holds of an MXFP4 checkpoint on the `--gpu`, its experts padded to its
+    /// kernel's tiles; None elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vllm: Option<VllmWeights>,
+}
+
+/// vLLM's weights of an MXFP4 checkpoint on a GPU ([`crate::estimate::vllm`]).
+#[derive(Serialize)]
+pub struct VllmWeights {
+    pub kernel: &'static str,
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub bytes: u64,
 }
 
 /// The model of a generation report.

@@ -3,7 +3,7 @@
 use crate::checked::{Checked, Overflow};
 use crate::model::{Config, KvKind};
 use crate::record::Phase;
-use crate::vocab::Trainable;
+use crate::vocab::{LoraTargets, Trainable};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Features {
@@ -154,6 +154,15 @@ pub struct Counts {
 /// hash of the whole config's `Debug` form (every field, so a changed field is a new key)
 /// and the trainable set. An overflow: a config whose counts exceed 64 bits.
 pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
+    counts_in(cfg, trainable, LoraTargets::DEFAULT)
+}
+
+/// [`counts`] with LoRA adapters on `targets` (`--lora-targets`).
+pub fn counts_in(
+    cfg: &Config,
+    trainable: Trainable,
+    targets: LoraTargets,
+) -> Result<Counts, Overflow> {
     use std::hash::{Hash, Hasher};
     struct HashWrite<'a>(&'a mut std::hash::DefaultHasher);
     impl std::fmt::Write for HashWrite<'_> {
@@ -169,6 +178,7 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
     let mut h = std::hash::DefaultHasher::new();
     std::fmt::write(&mut HashWrite(&mut h), format_args!("{cfg:?}")).expect("hashing cannot fail");
     trainable.hash(&mut h);
+    targets.hash(&mut h);
     let key = h.finish();
     let mut memo = MEMO.get();
     let overflow = || Overflow::new("parameter count");
@@ -179,7 +189,7 @@ pub fn counts(cfg: &Config, trainable: Trainable) -> Result<Counts, Overflow> {
     let adapters = match trainable {
         Trainable::Lora(r) | Trainable::Qlora(r) => shapes
             .iter()
-            .filter_map(|(n, s)| crate::model::lora_target(cfg, n, s))
+            .filter_map(|(n, s)| crate::model::lora_target_in(cfg, n, s, targets))
             .map(|(_, i, o)| (Checked::from(i) + o) * u64::from(r))
             .sum(),
         _ => Checked::ZERO,

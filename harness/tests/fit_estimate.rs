@@ -846,6 +846,8 @@ fn the_analytic_allocated_meets_the_emulated_corpus() {
                 .checkpointing
                 .unwrap_or(vramlab::vocab::Checkpointing::None),
             trainable: r.trainable.unwrap_or(vramlab::estimate::Trainable::Full),
+            // The corpus's probe added its adapters as forward hooks in the model's dtype.
+            peft_f32_adapters: false,
             attention: r.attention,
             kv_cache: r.kv_cache.unwrap_or(vramlab::model::KvKind::Preallocated),
             kv_window: vramlab::estimate::KvWindow::Full,

@@ -286,3 +286,143 @@ fn the_instant_estimate_agrees_with_the_emulated_gpu_on_moe() {
         );
     }
 }
+
+/// `estimate --json` of a `lora-r16` training step of `model` on `targets`, under torch.
+fn lora_r16(model: &str, targets: &str, more: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "--model",
+        model,
+        "--mode",
+        "train",
+        "--trainable",
+        "lora-r16",
+        "--lora-targets",
+        targets,
+        "--runtime",
+        "torch",
+    ];
+    args.extend_from_slice(more);
+    estimate_json(&args)
+}
+
+/// The adapters of `--trainable lora-r16` on `targets`, from the weights row (the base at bf16
+/// plus the adapters at the same width).
+fn adapters(model: &str, targets: &str) -> u64 {
+    let j = lora_r16(model, targets, &[]);
+    let weights = j["breakdown"][0]["bytes"].as_u64().unwrap();
+    (weights - 2 * u(&j["model"]["params"])) / 2
+}
+
+/// `--lora-targets`' adapters by hand: r · (in + out) a module; peft adapts transformers' stacked
+/// experts (E, in, out) with A (r·E × in) and B (out × r·E), one A for the fused gate/up.
+#[test]
+fn lora_targets_count_their_adapters_by_hand() {
+    // Llama-3.1-8B, all-linear: q (4096 → 4096), k and v (4096 → 1024), o (4096 → 4096),
+    // gate and up (4096 → 14336), down (14336 → 4096), 32 layers.
+    let per_layer =
+        (4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 2 * (4096 + 14_336) + (14_336 + 4096);
+    assert_eq!(adapters("llama-3.1-8b", "all-linear"), 16 * 32 * per_layer);
+    assert_eq!(
+        adapters("llama-3.1-8b", "peft"),
+        16 * 32 * ((4096 + 4096) + (4096 + 1024))
+    );
+    // Qwen3-30B-A3B's experts: 128 of 768 on d 2048, 48 layers; gate/up (2048 → 2 × 768) and
+    // down (768 → 2048) per expert.
+    assert_eq!(
+        adapters("qwen3-30b-a3b", "experts"),
+        16 * 48 * 128 * ((2048 + 2 * 768) + (768 + 2048))
+    );
+    // Mixtral's per-expert checkpoint stacks the same way at load (8 of 14336 on d 4096).
+    assert_eq!(
+        adapters("mixtral-8x7b", "experts"),
+        16 * 32 * 8 * ((4096 + 2 * 14_336) + (14_336 + 4096))
+    );
+    // What the targets cannot be: one line, exit 2.
+    for (args, needle) in [
+        (
+            &[
+                "--model",
+                "mixtral-8x7b",
+                "--trainable",
+                "lora-r8",
+                "--lora-targets",
+                "gate",
+            ][..],
+            "no module of --model mixtral-8x7b",
+        ),
+        (
+            &[
+                "--model",
+                "gpt2",
+                "--trainable",
+                "lora-r8",
+                "--lora-targets",
+                "q",
+            ][..],
+            "gpt2 takes peft's default",
+        ),
+        (
+            &["--model", "gpt2", "--lora-targets", "q"][..],
+            "adapters need --trainable",
+        ),
+    ] {
+        let out = vramlab()
+            .args(["estimate", "--mode", "train", "--runtime", "torch"])
+            .args(args)
+            .output()
+            .unwrap();
+        one_line_exit_2(&out, needle);
+    }
+    // An unknown name is clap's usage error (exit 2, with its pointer to --help).
+    let out = vramlab()
+        .args(["estimate", "--model", "gpt2", "--trainable", "lora-r8"])
+        .args(["--lora-targets", "wq"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown LoRA target `wq` (known: peft,"),
+        "{err}"
+    );
+}
+
+/// LoRA through peft on the emulated GPU, as `--lora-targets` estimates it: peft ≥ 0.12's f32
+/// adapters (each saves an f32 copy of its input) on Llama-3.1-8B, peft's default and all
+/// linear layers, within 1% of `max_memory_allocated`; and Qwen3-30B-A3B's experts through
+/// `target_parameters`, whose merged expert weights each layer keeps for the backward (57 GB
+/// here), within 4% (the estimate is 2% under: not yet explained).
+#[test]
+#[ignore = "needs the torch environment (scripts/test.sh)"]
+fn lora_targets_agree_with_peft_on_the_emulated_gpu() {
+    for (model, targets, shape, tolerance) in [
+        ("llama-3.1-8b", "peft", ["4", "2048"], 0.01),
+        ("llama-3.1-8b", "all-linear", ["4", "2048"], 0.01),
+        ("qwen3-30b-a3b", "experts", ["2", "1024"], 0.04),
+    ] {
+        let python = torch_python();
+        let j = lora_r16(
+            model,
+            targets,
+            &[
+                "--batch",
+                shape[0],
+                "--context",
+                shape[1],
+                "--gpu",
+                "h200",
+                "--emulate",
+                "h200",
+                "--python",
+                &python,
+            ],
+        );
+        let e = &j["emulated"];
+        assert_eq!(e["status"], "ok", "{model} {targets}: {e}");
+        let err = u(&j["allocated_bytes"]) as f64 / u(&e["max_memory_allocated"]) as f64 - 1.0;
+        assert!(
+            err.abs() <= tolerance,
+            "{model} {targets}: allocated {err:+.4}"
+        );
+    }
+}

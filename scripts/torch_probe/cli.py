@@ -345,7 +345,7 @@ def run(args) -> int:
         shape = shape_of(model.config)
         base.update(architecture=model.config.model_type, param_count=nparams)
         lkw = logits_kw(model)
-        warm_up(torch, transformers, model, group, device, lkw, args.lora)
+        warm_up(torch, transformers, model, group, device, lkw, args.lora, args.lora_targets)
         for p in group:
             cols = dict(base, **point_cols(p, args.torch_optim), started_at=now_rfc3339())
             meter.trim()
@@ -358,9 +358,9 @@ def run(args) -> int:
                 # (oneDNN) keep per-shape state the first time a shape runs.
                 if p["mode"] == "train":
                     train_point(torch, model, p, device, NullMeter(), args.torch_optim, rehearse=True,
-                                lora_impl=args.lora)
+                                lora_impl=args.lora, lora_targets=args.lora_targets)
                     rows = train_point(torch, model, p, device, meter, args.torch_optim,
-                                       lora_impl=args.lora)
+                                       lora_impl=args.lora, lora_targets=args.lora_targets)
                 elif p["mode"] == "encode":
                     encode_point(torch, model, p, device, NullMeter())
                     rows = encode_point(torch, model, p, device, meter)
@@ -486,6 +486,10 @@ def parser() -> argparse.ArgumentParser:
                     help="a lora-rN point's adapters: forward hooks on the query and value "
                     "projections (vramlab's definition, the default) or peft's get_peft_model with "
                     "its defaults, as labs run it (recorded in the manifest)")
+    ap.add_argument("--lora-targets", metavar="LIST", default=None,
+                    help="with --lora peft: the modules to adapt, as vramlab's --lora-targets "
+                    "writes them (q,k,v,o,gate,up,down,experts; experts through peft's "
+                    "target_parameters); default: peft's own")
     ap.add_argument("--no-onednn", action="store_true",
                     help="cpu: turn oneDNN off (no per-shape kernel state; bf16 much slower)")
     ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")

@@ -222,7 +222,8 @@ def within_memory(torch, device, run, *args, **kwargs) -> bool:
         return False
 
 
-def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "hooks"):
+def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "hooks",
+            lora_targets: str | None = None):
     """One-off costs (oneDNN/BLAS buffers, cuBLAS handles, lazily built kernels) land outside
     every measured phase: a prefill and decode at the group's largest inference shape, an
     encoder's forward at its largest encode shape, and a forward + backward at its largest
@@ -248,7 +249,8 @@ def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "ho
         for big in sorted(train, key=lambda p: (p["batch"] // p["train"]["grad_accum"], p["context"]),
                           reverse=True):
             if within_memory(torch, device, train_point, torch, model, big, device, NullMeter(),
-                             "foreach", rehearse=True, lora_impl=lora_impl):
+                             "foreach", rehearse=True, lora_impl=lora_impl,
+                             lora_targets=lora_targets):
                 break
             model.zero_grad(set_to_none=True)
     elif train:
@@ -388,7 +390,30 @@ def add_lora(torch, model, rank: int) -> list:
     return added
 
 
-def add_peft_lora(model, rank: int):
+# `--lora-targets` words (harness/src/vocab/training.rs, LoraTarget) as peft's module names;
+# `experts` is the stacked expert tensors of transformers >= 5, through `target_parameters`.
+PEFT_MODULES = {"q": ("q_proj", "q_a_proj", "q_b_proj"), "k": ("k_proj", "kv_a_proj_with_mqa",
+                "kv_b_proj"), "v": ("v_proj", "kv_a_proj_with_mqa", "kv_b_proj"),
+                "o": ("o_proj",), "gate": ("gate_proj",), "up": ("up_proj",),
+                "down": ("down_proj",)}
+FUSED_MODULES = {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "gate": "gate_up_proj",
+                 "up": "gate_up_proj"}
+
+
+def peft_targets(model, targets: str) -> tuple[list, list]:
+    """(target_modules, target_parameters) of a `--lora-targets` list, among the model's own
+    module and parameter names."""
+    names = {n.split(".")[-1] for n, _ in model.named_modules()}
+    words = targets.split(",")
+    modules = {m for w in words if w != "experts"
+               for m in PEFT_MODULES[w] + ((FUSED_MODULES[w],) if w in FUSED_MODULES else ())}
+    params = sorted({".".join(n.split(".")[-2:]) for n, _ in model.named_parameters()
+                     if "experts" in words and ".experts." in n and n.endswith(("gate_up_proj",
+                                                                                 "down_proj"))})
+    return sorted(modules & names), params
+
+
+def add_peft_lora(model, rank: int, targets: str | None = None):
     """Rank-`rank` LoRA through peft, as labs run it: `get_peft_model` with peft's own default
     target modules for the model's type (q_proj and v_proj for Llama, Mistral and Qwen2,
     c_attn for GPT-2, query and value for BERT; LORA_TARGETS where a peft release has none,
@@ -399,9 +424,14 @@ def add_peft_lora(model, rank: int):
     import peft
     from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
     kind = model.config.model_type
-    targets = None if kind in defaults else list(LORA_TARGETS.get(kind, ("q_proj", "v_proj")))
+    if targets:
+        modules, params = peft_targets(model, targets)
+        config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                                 target_modules=modules or None, target_parameters=params or None)
+        return peft.get_peft_model(model, config)
+    default = None if kind in defaults else list(LORA_TARGETS.get(kind, ("q_proj", "v_proj")))
     config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                             target_modules=targets)
+                             target_modules=default)
     return peft.get_peft_model(model, config)
 
 
@@ -464,13 +494,14 @@ def make_optimizer(torch, params, kind: str, impl: str, lr: float):
 
 
 def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = False,
-                lora_impl: str = "hooks"):
+                lora_impl: str = "hooks", lora_targets: str | None = None):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
     backward merged into one span each; `mixed-*` through train_forward (its casts, or autocast
     under `checkpointing = "layer"`). `rehearse`: one
     micro-batch's forward and backward, no optimizer. `lora_impl`: a `lora-rN` point's adapters
-    as forward hooks (add_lora, vramlab's definition) or through peft (add_peft_lora)."""
+    as forward hooks (add_lora, vramlab's definition) or through peft (add_peft_lora, on
+    `lora_targets`: vramlab's `--lora-targets`, None for peft's defaults)."""
     t = p["train"]
     # FSDP's MixedPrecisionPolicy casts a sharded model's parameters itself (fully_sharded).
     compute = None if getattr(model, "vramlab_ranks", 1) > 1 else compute_dtype(torch, p["precision"])
@@ -498,7 +529,7 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
     if t["trainable"].startswith("lora-r"):
         rank = int(t["trainable"][len("lora-r"):])
         if lora_impl == "peft":
-            model = add_peft_lora(model, rank)
+            model = add_peft_lora(model, rank, lora_targets)
         else:
             lora = add_lora(torch, model, rank)
     params = [q for q in model.parameters() if q.requires_grad]

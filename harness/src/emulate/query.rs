@@ -6,7 +6,9 @@ use super::supervise::{Ending, Finished};
 use super::{scripts_dir, Launch, ProgramOutput};
 use crate::gpu::Gpu;
 use crate::record::Status;
-use crate::vocab::{Attention, KvKind, Mode, Optimizer, OptimizerImpl, Precision, Trainable};
+use crate::vocab::{
+    Attention, KvKind, LoraTargets, Mode, Optimizer, OptimizerImpl, Precision, Trainable,
+};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -29,6 +31,8 @@ pub struct Query<'a> {
     pub optimizer_impl: OptimizerImpl,
     pub checkpointing: bool,
     pub trainable: Trainable,
+    /// The modules LoRA adapts (peft's `target_modules` and `target_parameters`).
+    pub lora_targets: LoraTargets,
     pub attention: Attention,
     pub kv_cache: KvKind,
     /// Training ranks of FSDP full shard: the probe runs rank 0 of them in one process
@@ -130,6 +134,9 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     ];
     if q.offload {
         argv.push("--offload".into());
+    }
+    if !q.lora_targets.is_default() {
+        argv.extend(["--lora-targets".into(), q.lora_targets.to_string()]);
     }
     let (finished, last) = launch(&argv, gpu, stubs, "the torch probe", q.timeout)?;
     let rep = primary(&finished);

@@ -13,7 +13,7 @@
 use super::{Optimizer, Overflow};
 use crate::checked::Checked;
 use crate::model::Config;
-use crate::vocab::Trainable;
+use crate::vocab::{LoraTargets, Trainable};
 
 /// bitsandbytes' `min_8bit_size`: smaller tensors keep 32-bit state.
 pub const MIN_8BIT_SIZE: u64 = 4096;
@@ -33,7 +33,7 @@ pub fn tensor_state(n: u64, eight_bit: bool) -> u64 {
 
 /// The elements of each tensor that trainable set `set` updates: the unfrozen weights of `c`,
 /// and each LoRA target's A (r, in) and B (out, r).
-pub fn updated_tensors(c: &Config, set: Trainable) -> Vec<u64> {
+pub fn updated_tensors(c: &Config, set: Trainable, targets: LoraTargets) -> Vec<u64> {
     let shapes = c.tensor_shapes();
     let mut out: Vec<u64> = shapes
         .iter()
@@ -42,7 +42,7 @@ pub fn updated_tensors(c: &Config, set: Trainable) -> Vec<u64> {
         .collect();
     if let Some(r) = set.lora_rank() {
         for (n, s) in &shapes {
-            if let Some((_, i, o)) = crate::model::lora_target(c, n, s) {
+            if let Some((_, i, o)) = crate::model::lora_target_in(c, n, s, targets) {
                 out.extend([u64::from(r) * i as u64, o as u64 * u64::from(r)]);
             }
         }
@@ -55,12 +55,13 @@ pub fn updated_tensors(c: &Config, set: Trainable) -> Vec<u64> {
 pub fn bitsandbytes_state(
     c: &Config,
     set: Trainable,
+    targets: LoraTargets,
     o: Optimizer,
 ) -> Result<Option<u64>, Overflow> {
     if !o.is_bitsandbytes() {
         return Ok(None);
     }
-    let tensors = updated_tensors(c, set);
+    let tensors = updated_tensors(c, set, targets);
     let state: Checked = tensors
         .iter()
         .map(|&n| Checked::from(tensor_state(n, o.is_8bit())))

@@ -11,7 +11,8 @@ use serde::Serialize;
 pub use crate::vocab::Backend;
 use crate::vocab::Checkpointing;
 pub use crate::vocab::{
-    Attention, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Stack, Trainable,
+    Attention, Compute, KvWindow, LoraTargets, Mode, Optimizer, OptimizerImpl, Precision, Stack,
+    Trainable,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -34,6 +35,13 @@ pub struct Query {
     pub optimizer: Optimizer,
     pub checkpointing: Checkpointing,
     pub trainable: Trainable,
+    /// The modules LoRA adapts (`--lora-targets`; the architecture's default, peft's).
+    pub lora_targets: LoraTargets,
+    /// LoRA adapters as peft ≥ 0.12 keeps them on a 16-bit model: in f32, each adapter saving
+    /// its input cast to f32 ([`Stack::peft_f32_adapters`]). False: adapters in the
+    /// activations' dtype, as vramlab's own `lora-rN` (and the emulated calibration corpus,
+    /// whose probe added them as forward hooks).
+    pub peft_f32_adapters: bool,
     pub sharding: Sharding,
     pub gpus: u64,
     /// FSDP's CPU offload: each rank's parameter, gradient and optimizer-state shards live in
@@ -92,6 +100,8 @@ impl Default for Query {
             optimizer: Optimizer::Adamw,
             checkpointing: Checkpointing::None,
             trainable: Trainable::Full,
+            lora_targets: LoraTargets::DEFAULT,
+            peft_f32_adapters: true,
             sharding: Sharding::Ddp,
             gpus: 1,
             offload: false,

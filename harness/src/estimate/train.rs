@@ -186,14 +186,14 @@ pub fn model_states(
 pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflow> {
     // All parameters, the updated ones (gradients and optimizer state follow them) and the
     // LoRA adapters.
-    let counts = feat::counts(c, q.trainable)?;
+    let counts = feat::counts_in(c, q.trainable, q.lora_targets)?;
     let feat::Counts {
         params: p,
         trainable: t,
         adapters,
         ..
     } = counts;
-    let bnb = super::optimizer::bitsandbytes_state(c, q.trainable, q.optimizer)?;
+    let bnb = super::optimizer::bitsandbytes_state(c, q.trainable, q.lora_targets, q.optimizer)?;
     // QLoRA's base at bitsandbytes' NF4 bytes, where the query does not carry them already.
     let qlora;
     let q = match (q.trainable, q.weight_bytes) {
@@ -243,12 +243,26 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
     } else {
         Checked::ZERO
     };
+    // LoRA on the routed experts: peft's merged expert weights, each sparse layer's kept for
+    // the backward (one layer's at a time under checkpointing, which recomputes them).
+    let merged = crate::model::arch::lora_merged_experts(c, q.state_bytes(), q.lora_targets);
+    let sparse = c.moe.as_ref().map_or(0, |m| {
+        (0..c.num_layers).filter(|&i| m.is_sparse(i)).count() as u64
+    });
+    // And at the backward, one layer's gradient of them.
+    let merged = Checked::from(merged)
+        * if q.checkpointing == Checkpointing::Layer {
+            2 * sparse.min(1)
+        } else {
+            sparse + sparse.min(1)
+        };
     let activations = if q.checkpointing == Checkpointing::Layer {
         // Every layer's input, plus the one layer being recomputed.
         input * layers + per_layer
     } else {
         per_layer * layers
-    } + outside;
+    } + outside
+        + merged;
     let activations = activations.bytes("activations")?;
     let logits = lm_head_bytes(c, q, recompute)?;
     let gathered = fsdp_gathered(c, q, &counts)?;
@@ -321,6 +335,24 @@ fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
     let (layer, outside) = c
         .architecture
         .torch_saved_per_token(c, q.act_bytes(), lora)?;
+    // `--lora-targets` other than peft's default: the llama family's layer on those targets
+    // (the CLI refuses them for the other families).
+    // (the CLI refuses them for the other families), with peft's f32 adapters where the
+    // activations are 16-bit.
+    let f32_adapters = q.peft_f32_adapters && q.act_bytes() < 4;
+    let llama = !matches!(c.architecture.name(), "gpt2" | "gpt_bigcode" | "bert");
+    let layer = match lora {
+        Some(_) if llama && (f32_adapters || !q.lora_targets.is_default()) => {
+            crate::model::arch::llama_saved_per_token_in(
+                c,
+                q.act_bytes(),
+                lora,
+                q.lora_targets,
+                f32_adapters,
+            )
+        }
+        _ => layer,
+    };
     Some((layer, 16 + outside))
 }
 
@@ -389,7 +421,8 @@ fn lm_head_bytes(c: &Config, q: &Query, recompute: Checked) -> Result<u64, Overf
 /// `optimizer::`). SGD keeps no state and has no transient here.
 fn step_transient(c: &Config, q: &Query, t: u64) -> Result<Checked, Overflow> {
     let wb = q.state_bytes();
-    let largest = Checked::from(feat::counts(c, q.trainable)?.largest_tensor.min(t)) * wb;
+    let n = feat::counts_in(c, q.trainable, q.lora_targets)?;
+    let largest = Checked::from(n.largest_tensor.min(t)) * wb;
     Ok(match q.runtime_optimizer() {
         Optimizer::Adamw => largest * 14u64,
         Optimizer::AdamwForeach => Checked::from(t) * wb,
@@ -413,8 +446,9 @@ pub fn grad_bytes(c: &Config, q: &Query) -> Result<u64, Overflow> {
     if !q.optimizer.updates() {
         Ok(0)
     } else {
-        (Checked::from(feat::trainable_params(c, q.trainable)?) * q.state_bytes())
-            .bytes("gradients")
+        (Checked::from(feat::counts_in(c, q.trainable, q.lora_targets)?.trainable)
+            * q.state_bytes())
+        .bytes("gradients")
     }
 }
 

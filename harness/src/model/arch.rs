@@ -9,7 +9,7 @@
 use super::config::{Moe, MoeNaming};
 use super::{Config, KvCache, Trainable};
 use crate::error::bad_file;
-use crate::vocab::Ops;
+use crate::vocab::{LoraTargets, Ops};
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use serde::de::DeserializeOwned;
@@ -440,6 +440,27 @@ fn moe_shapes(m: &Moe, p: &str, d: usize) -> Vec<(String, Vec<usize>)> {
 /// - LoRA on the query and value projections (the fused `qkv_proj`): each adapter saves x·Aᵀ
 ///   (r·e); with the base frozen, a projection saves its input only through its adapter.
 pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
+    llama_saved_per_token_in(c, e, lora, LoraTargets::DEFAULT, false)
+}
+
+/// [`llama_saved_per_token`] with the adapters on `targets` (`--lora-targets`). Beyond the
+/// default's: each adapted module saves x·Aᵀ (r·e), and its input where the frozen projection
+/// does not save it already: the attention's output for o (e·heads·head_dim), the
+/// post-attention norm's output for gate and up (e·h), the product for down (e·I); on the
+/// routed experts, each row's gathered input (e·h), which the merged weight's gradient needs
+/// (the merged weights themselves: [`lora_merged_experts`]). Adapters in the activations'
+/// dtype, as vramlab's own `lora-rN` and the calibration corpus's; with `f32_adapters`, as
+/// peft ≥ 0.12 keeps them on a 16-bit model: each adapter casts its input to f32 and saves
+/// that copy (4·in, one per adapter even where q, k and v share their input) and x·Aᵀ in f32
+/// (4·r), and nothing else saves the frozen projections' 16-bit inputs.
+pub fn llama_saved_per_token_in(
+    c: &Config,
+    e: u64,
+    lora: Option<u64>,
+    targets: LoraTargets,
+    f32_adapters: bool,
+) -> u64 {
+    use crate::vocab::LoraTarget as T;
     let u = |v: usize| v as u64;
     let (h, i, heads, kv_heads) = (
         u(c.hidden_size),
@@ -450,10 +471,67 @@ pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
     let (q, kv) = (heads * u(c.head_dim), kv_heads * u(c.head_dim));
     let trained = lora.is_none();
     let norm = |n: u64, rows: u64| rms_norm_saved(n, rows, e, trained);
+    let on = |t: T| !trained && targets.contains(t);
+    // The width of the MLP LoRA's gate/up/down adapt: the dense one's, or the shared
+    // expert's where every layer is sparse (none: a MoE without either, Mixtral's).
+    let mlp_width = match &c.moe {
+        Some(m) if m.dense_layers.is_empty() => m.shared_size as u64,
+        _ => i,
+    };
+    let has_mlp = mlp_width > 0;
+    // The adapted modules' input widths.
+    let adapted: Vec<u64> = if trained {
+        vec![]
+    } else if targets.is_default() {
+        vec![h; if c.fused_qkv { 1 } else { 2 }]
+    } else {
+        let any = |ts: &[T]| ts.iter().any(|&t| on(t));
+        let count = |ts: &[T]| ts.iter().filter(|&&t| on(t)).count();
+        let attention = if c.fused_qkv {
+            usize::from(any(&[T::Q, T::K, T::V]))
+        } else {
+            count(&[T::Q, T::K, T::V])
+        };
+        let gate_up = match (has_mlp, c.fused_gate_up) {
+            (false, _) => 0,
+            (true, true) => usize::from(any(&[T::Gate, T::Up])),
+            (true, false) => count(&[T::Gate, T::Up]),
+        };
+        let mut w = vec![h; attention + gate_up];
+        if on(T::O) {
+            w.push(q);
+        }
+        if has_mlp && on(T::Down) {
+            w.push(mlp_width);
+        }
+        w
+    };
+    let r = lora.unwrap_or(0);
+    let (adapters, inputs, input_norm) = if f32_adapters {
+        // Each adapter's f32 copy of its input and its f32 x·Aᵀ; no 16-bit input is saved.
+        let copies: u64 = adapted.iter().map(|&w| 4 * w + 4 * r).sum();
+        (copies, 0, if trained { e * h } else { 0 })
+    } else {
+        // x·Aᵀ each, and the inputs the frozen projections do not save: the input norm's
+        // output (q, k, v), the attention's output (o), the post-attention norm's output
+        // (gate, up), the product (down).
+        let inputs = if on(T::O) { e * q } else { 0 }
+            + if has_mlp && (on(T::Gate) || on(T::Up)) {
+                e * h
+            } else {
+                0
+            }
+            + if has_mlp && on(T::Down) {
+                e * mlp_width
+            } else {
+                0
+            };
+        (adapted.len() as u64 * r * e, inputs, e * h)
+    };
     let norms = 2 * norm(h, 1)
         // The input norm's output, saved by q/k/v (or, frozen, by the adapters'
         // first matmul); the post-attention norm's, saved by gate and up where they train.
-        + e * h
+        + input_norm
         + if trained { e * h } else { 0 };
     let qk_norm = if c.qk_norm {
         norm(q, heads) + norm(kv, kv_heads)
@@ -463,17 +541,35 @@ pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
     let v = if c.fused_qkv { q + 2 * kv } else { kv };
     let attention = e * (q + kv + v + q) + 4 * heads;
     let dense = if trained { 4 * e * i } else { 3 * e * i };
+    let moe = |m: &Moe| {
+        moe_saved_per_token(m, h, e, trained)
+            + if on(T::Experts) {
+                m.top_k as u64 * e * h
+            } else {
+                0
+            }
+    };
     // A model with sparse and dense layers: the larger of the two, for every layer.
     let mlp = match &c.moe {
-        Some(m) if m.dense_layers.is_empty() => moe_saved_per_token(m, h, e, trained),
-        Some(m) => dense.max(moe_saved_per_token(m, h, e, trained)),
+        Some(m) if m.dense_layers.is_empty() => moe(m),
+        Some(m) => dense.max(moe(m)),
         None => dense,
-    };
-    let adapters = lora.map_or(0, |r| {
-        let modules = if c.fused_qkv { 1 } else { 2 };
-        modules * r * e
-    });
+    } + inputs;
     norms + qk_norm + attention + mlp + adapters
+}
+
+/// Bytes of the merged expert weights (W + B·A, in the weights' `e` bytes) that peft's
+/// `target_parameters` builds in each sparse layer's forward (`_LoraFactorsProxy`'s
+/// `baddbmm`) and autograd keeps for the backward, where LoRA adapts the routed experts:
+/// every expert's gate/up and down, E · 3 · hidden · expert_size a layer. The backward adds
+/// one layer's gradient of them. Zero without `experts` in `targets`.
+pub fn lora_merged_experts(c: &Config, e: u64, targets: LoraTargets) -> u64 {
+    match &c.moe {
+        Some(m) if targets.contains(crate::vocab::LoraTarget::Experts) => {
+            3 * m.experts as u64 * c.hidden_size as u64 * m.expert_size as u64 * e
+        }
+        _ => 0,
+    }
 }
 
 /// Bytes per token a sparse MoE layer of transformers (its default grouped experts, which hold

@@ -76,7 +76,8 @@ pub use point::{KvKind, KvWindow, Mode, Phase, Status};
 pub use precision::{Compute, Precision, QMatmul, Quantized};
 pub use runtime::{Attention, Backend, Kernels, MeterKind, Ops, PoolRelease, Runtime, Stack};
 pub use training::{
-    Checkpointing, Optimizer, OptimizerImpl, Trainable, TrainableKind, MAX_LORA_RANK,
+    Checkpointing, LoraTarget, LoraTargets, Optimizer, OptimizerImpl, Trainable, TrainableKind,
+    MAX_LORA_RANK,
 };
 
 #[cfg(test)]

@@ -173,6 +173,12 @@ vocab! {
 }
 
 impl Stack {
+    /// Whether the stack's peft keeps LoRA adapters in f32 on a 16-bit model and casts each
+    /// adapter's input to f32 (`autocast_adapter_dtype`, peft ≥ 0.12: the default stack's
+    /// 0.21; torch-2.2 pins 0.11, torch-1.10 none).
+    pub fn peft_f32_adapters(self) -> bool {
+        self == Stack::Default
+    }
     /// The transformers major version the stack pins (5, 4, 4).
     pub fn transformers_major(self) -> u64 {
         match self {

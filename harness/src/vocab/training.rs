@@ -228,9 +228,116 @@ vocab! {
     }
 }
 
+vocab! {
+    /// A kind of module LoRA adapts (`--lora-targets`), by what it does in a decoder layer.
+    case = "lowercase";
+    pub enum LoraTarget {
+        /// The query projection (`q_proj`; MLA's `q_a_proj` and `q_b_proj`; a fused `qkv_proj`).
+        Q,
+        /// The key projection (`k_proj`; MLA's `kv_a_proj_with_mqa` and `kv_b_proj`).
+        K,
+        /// The value projection (`v_proj`; MLA's KV projections).
+        V,
+        /// The attention's output projection (`o_proj`).
+        O,
+        /// The gate projection of a dense MLP or a shared expert (`gate_proj`, a fused
+        /// `gate_up_proj`).
+        Gate,
+        /// The up projection of a dense MLP or a shared expert.
+        Up,
+        /// The down projection of a dense MLP or a shared expert.
+        Down,
+        /// Every routed expert's projections (peft's `target_parameters` on the stacked expert
+        /// tensors of transformers ≥ 5).
+        Experts,
+    }
+}
+
+/// The modules LoRA adapts: a set of [`LoraTarget`]s, or empty for the architecture's
+/// default (peft's: the query and value projections of the llama family).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LoraTargets(u8);
+
+impl LoraTargets {
+    /// The architecture's default (peft's `target_modules=None`).
+    pub const DEFAULT: LoraTargets = LoraTargets(0);
+
+    /// Whether this is the architecture's default.
+    pub fn is_default(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether `t` is in the set (never for the default, which the architecture names).
+    pub fn contains(self, t: LoraTarget) -> bool {
+        self.0 & (1 << t as u8) != 0
+    }
+
+    /// The targets in the set, in the vocabulary's order.
+    pub fn iter(self) -> impl Iterator<Item = LoraTarget> {
+        use strum::IntoEnumIterator;
+        LoraTarget::iter().filter(move |&t| self.contains(t))
+    }
+
+    fn of(targets: &[LoraTarget]) -> Self {
+        LoraTargets(targets.iter().fold(0, |m, &t| m | (1 << t as u8)))
+    }
+}
+
+impl std::str::FromStr for LoraTargets {
+    type Err = String;
+    /// `peft` (the default), `attention` (q,k,v,o), `all-linear` (q,k,v,o,gate,up,down), or a
+    /// comma list of targets (`q,k,v,o,experts`); the groups combine with targets
+    /// (`all-linear,experts`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        use LoraTarget::*;
+        let mut set = Vec::new();
+        for word in s.split(',').map(str::trim) {
+            match word {
+                "peft" | "default" if s.trim() == word => return Ok(LoraTargets::DEFAULT),
+                "attention" => set.extend([Q, K, V, O]),
+                "all-linear" => set.extend([Q, K, V, O, Gate, Up, Down]),
+                w => set.push(w.parse().map_err(|_| {
+                    format!(
+                        "unknown LoRA target `{w}` (known: peft, attention, all-linear, q, k, v, \
+                         o, gate, up, down, experts)"
+                    )
+                })?),
+            }
+        }
+        Ok(LoraTargets::of(&set))
+    }
+}
+
+impl std::fmt::Display for LoraTargets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_default() {
+            return f.write_str("peft");
+        }
+        let words: Vec<String> = self.iter().map(|t| t.to_string()).collect();
+        f.write_str(&words.join(","))
+    }
+}
+
+impl serde::Serialize for LoraTargets {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lora_targets_read_and_write_back() {
+        let t: LoraTargets = "all-linear,experts".parse().unwrap();
+        assert_eq!(t.to_string(), "q,k,v,o,gate,up,down,experts");
+        assert_eq!(t.to_string().parse::<LoraTargets>(), Ok(t));
+        let qv: LoraTargets = "v, q".parse().unwrap();
+        assert!(qv.contains(LoraTarget::Q) && !qv.contains(LoraTarget::K));
+        assert_eq!("peft".parse::<LoraTargets>(), Ok(LoraTargets::DEFAULT));
+        assert!("q,wq".parse::<LoraTargets>().unwrap_err().contains("`wq`"));
+    }
 
     fn all<T: strum::IntoEnumIterator>() -> Vec<T> {
         T::iter().collect()

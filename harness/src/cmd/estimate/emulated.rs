@@ -78,6 +78,7 @@ pub fn emulate_query(
         optimizer_impl: a.optimizer_impl,
         checkpointing: a.checkpointing,
         trainable: a.trainable,
+        lora_targets: a.lora_targets,
         attention: a.attention,
         kv_cache: a.kv_cache,
         gpus: a.gpus,

@@ -90,6 +90,15 @@ pub struct Args {
     /// bytes, plus a dequantization buffer; estimate only).
     #[arg(long, default_value = "full", value_parser = parse_trainable, help_heading = "Training")]
     pub trainable: Trainable,
+    /// Training with lora-rN or qlora-rN: the modules the adapters go on. `peft` (the
+    /// default): peft's own for the architecture (the query and value projections of the
+    /// llama family); or a comma list of q, k, v, o (attention), gate, up, down (dense MLPs and
+    /// shared experts) and experts (every routed expert, as peft's `target_parameters` adapts
+    /// transformers' stacked expert tensors); `attention` is q,k,v,o, `all-linear`
+    /// q,k,v,o,gate,up,down. LoRA on the experts also holds each layer's merged expert
+    /// weights (W + BA, which peft builds in the forward) for the backward.
+    #[arg(long, default_value = "peft", value_parser = parse_lora_targets, help_heading = "Training")]
+    pub lora_targets: crate::vocab::LoraTargets,
     /// GPUs the training job spans.
     #[arg(long, default_value_t = 1, help_heading = "Training")]
     pub gpus: u64,
@@ -296,6 +305,10 @@ pub fn model_long_help() -> String {
 
 fn parse_trainable(s: &str) -> Result<Trainable, String> {
     Trainable::try_from(s.to_string())
+}
+
+fn parse_lora_targets(s: &str) -> Result<crate::vocab::LoraTargets, String> {
+    s.parse()
 }
 
 /// The report of the query of `a`: of a generation pipeline, or of an LLM.

@@ -14,7 +14,7 @@ pub use crate::vocab::{
     Attention, Compute, KvWindow, Mode, Optimizer, OptimizerImpl, Precision, Stack, Trainable,
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Sharding {
     Ddp,

@@ -499,33 +499,6 @@ pub fn smallest_class(total: u64, headroom: f64) -> Option<&'static Class> {
         .find(|c| total <= budget(c.bytes, headroom))
 }
 
-/// The catalogued GPU a published row names in words ("NVIDIA Tesla V100-SXM2 16GB",
-/// "A100-80GB"): the entry whose family (the key before its first `-`) is a word of the text,
-/// and whose memory (the key's `NNgb`) appears in it where the family has several sizes.
-pub fn from_words(text: &str) -> Option<Gpu> {
-    let lower = text.to_ascii_lowercase();
-    let words: Vec<&str> = lower
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
-    let family = |key: &str| {
-        let f = key.strip_prefix("rtx-").unwrap_or(key);
-        f.split('-').next().unwrap_or(f).to_string()
-    };
-    let candidates: Vec<&Entry> = ENTRIES
-        .iter()
-        .filter(|e| words.contains(&family(e.key).as_str()))
-        .collect();
-    let sized = candidates.iter().find(|e| {
-        e.key
-            .rsplit('-')
-            .next()
-            .is_some_and(|size| size.ends_with("gb") && words.contains(&size))
-            || e.key.ends_with("-pcie") && words.contains(&"pcie")
-    });
-    sized.or(candidates.first()).map(|e| gpu(e))
-}
-
 /// The device `--gpu` and `--gpu-memory` describe: a catalogued GPU, its memory overridden by
 /// `--gpu-memory` where both are given, or an H100-80GB-like device of that memory alone.
 pub fn resolve(key: Option<&str>, memory: Option<u64>) -> Result<Gpu, String> {

@@ -53,19 +53,18 @@ fn every_row_is_reported_with_consistent_figures() {
         assert_eq!(x["id"], p["id"]);
         assert_eq!(x["measured_bytes"], p["value_bytes"]);
         let metric = p["metric"].as_str().unwrap();
+        assert_eq!(x["metric"], metric);
         let includes = x["includes"].as_str().unwrap();
-        if metric.starts_with("nvidia-smi used") {
+        if metric == "nvml-used" {
             assert!(includes.contains("CUDA context + allocator reserve"), "{x}");
-        } else if metric.starts_with("torch.cuda.max_memory_allocated") {
+        } else if metric == "max-allocated" {
             assert!(includes.contains("no context, no reserve"), "{x}");
         } else {
             assert!(includes.starts_with("formula"), "{x}");
         }
         // Rows the estimator cannot express are listed with a reason, not dropped.
-        let words = format!("{} {}", p["optimizer"], p["precision"]).to_lowercase();
-        let inexpressible = ["adafactor", "8bit", "int8", "int4"]
-            .iter()
-            .any(|w| words.contains(w));
+        let inexpressible = ["adafactor", "adam-8bit"].contains(&p["optimizer"].as_str().unwrap())
+            || p.get("bnb_weights").is_some();
         if inexpressible {
             assert_eq!(x["kind"], "not_expressible", "{x}");
             assert!(!x["reason"].as_str().unwrap().is_empty());
@@ -93,7 +92,7 @@ fn every_row_is_reported_with_consistent_figures() {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        if !metric.starts_with("nvidia-smi") {
+        if metric != "nvml-used" {
             assert!(!names.contains(&"CUDA context"), "{x}");
         }
         abs.push(err.abs());
@@ -201,32 +200,77 @@ fn fails_with(file: &Path, needle: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-#[test]
-fn unknown_metric_and_malformed_files_exit_2() {
-    let dir = tempfile::tempdir().unwrap();
+/// The file with row `i`'s key `key` set to `value` (removed where `value` is `None`).
+fn edited(dir: &Path, name: &str, i: usize, key: &str, value: Option<Value>) -> std::path::PathBuf {
     let mut rows = peers();
-    rows[0]["metric"] = Value::from("peak RSS of the host");
-    let unknown = dir.path().join("unknown-metric.json");
-    std::fs::write(&unknown, serde_json::to_string(&rows).unwrap()).unwrap();
-    fails_with(&unknown, "unknown metric `peak RSS of the host`");
+    let row = rows[i].as_object_mut().unwrap();
+    match value {
+        Some(v) => row.insert(key.into(), v),
+        None => row.remove(key),
+    };
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string(&rows).unwrap()).unwrap();
+    path
+}
 
-    let malformed = dir.path().join("malformed.json");
+#[test]
+fn bad_rows_are_one_line_naming_the_row_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let first = "row 1 (`hf-bertlarge-load-fp32-v100`)";
+    let third = "row 3 (`hf-bertlarge-train-fp32-bs1-ga4`)";
+    for (file, needle) in [
+        (
+            edited(d, "metric.json", 0, "metric", Some("peak-rss".into())),
+            format!("{first}: key `metric`: unknown variant `peak-rss`"),
+        ),
+        (
+            edited(d, "mode.json", 2, "mode", Some("serving".into())),
+            format!("{third}: key `mode`: unknown variant `serving`"),
+        ),
+        (
+            edited(d, "precision.json", 2, "precision", Some("fp8".into())),
+            format!("{third}: key `precision`: unknown variant `fp8`"),
+        ),
+        (
+            edited(d, "trainable.json", 2, "trainable", Some("lora-r0".into())),
+            format!("{third}: key `trainable`: LoRA rank in `lora-r0`"),
+        ),
+        (
+            edited(d, "optimizer.json", 2, "optimizer", Some("lion".into())),
+            format!("{third}: key `optimizer`: unknown optimizer `lion`"),
+        ),
+        (
+            edited(d, "gpu.json", 2, "gpu", Some("V100 16GB".into())),
+            format!("{third}: key `gpu`: `V100 16GB` is not a GPU catalogue key"),
+        ),
+        (
+            edited(d, "preset.json", 2, "preset", Some("bert-huge".into())),
+            format!("{third}: key `preset`: unknown preset `bert-huge`"),
+        ),
+        (
+            edited(d, "missing-bytes.json", 1, "value_bytes", None),
+            "missing field `value_bytes`".to_string(),
+        ),
+        (
+            edited(d, "missing-gpu.json", 2, "gpu", None),
+            format!("{third}: missing field `gpu`"),
+        ),
+        (
+            edited(d, "missing-trainable.json", 2, "trainable", None),
+            format!("{third}: key `trainable` missing (a training row)"),
+        ),
+        (
+            edited(d, "unknown-key.json", 2, "seq_len", Some(512.into())),
+            format!("{third}: unknown field `seq_len`"),
+        ),
+    ] {
+        fails_with(&file, &needle);
+    }
+    let malformed = d.join("malformed.json");
     std::fs::write(&malformed, "[{\"id\": \"x\",").unwrap();
     fails_with(&malformed, "not a peers file");
-
-    let mut rows = peers();
-    rows[1].as_object_mut().unwrap().remove("value_bytes");
-    let missing = dir.path().join("missing-field.json");
-    std::fs::write(&missing, serde_json::to_string(&rows).unwrap()).unwrap();
-    fails_with(&missing, "value_bytes");
-
-    let mut rows = peers();
-    rows[2]["mode"] = Value::from("serving");
-    let mode = dir.path().join("unknown-mode.json");
-    std::fs::write(&mode, serde_json::to_string(&rows).unwrap()).unwrap();
-    fails_with(&mode, "unknown mode `serving`");
-
-    fails_with(&dir.path().join("absent.json"), "cannot read");
+    fails_with(&d.join("absent.json"), "cannot read");
 }
 
 #[test]
@@ -390,13 +434,13 @@ fn emulated_column_runs_the_peer_programs_under_the_closest_stack() {
     for p in peers() {
         let id = p["id"].as_str().unwrap();
         let e = &row(&r, id)["emulated"];
-        let notes = p["notes"].as_str().unwrap();
-        let trainer = notes.contains("HF Trainer");
-        let bnb = p["optimizer"].as_str().unwrap_or("").contains("8bit");
-        let is_fms = notes.contains("fms-hf-tuning");
-        let is_guide =
-            p["model"] == "bert-large-uncased" && (trainer || id.contains("load")) && !bnb;
-        let is_sdxl = id.starts_with("hf-blog-sdxl") && !notes.contains("torch.compile");
+        let bnb = p["optimizer"] == "adam-8bit";
+        let is_fms = p["program"] == "fms-sft";
+        let is_guide = p["program"] == "hf-trainer" && !bnb;
+        let compiled = p["setup"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x == "torch-compile"));
+        let is_sdxl = p["program"] == "sdxl-notebook" && !compiled;
         if is_sdxl {
             sdxl.insert(id.to_string(), e["emulated_bytes"].as_u64().unwrap());
             assert_eq!(e["kind"], "ran", "{id}: {e}");
@@ -439,7 +483,7 @@ fn emulated_column_runs_the_peer_programs_under_the_closest_stack() {
             continue;
         }
         fms += 1;
-        let two_gpus = notes.contains("num_gpus=2");
+        let two_gpus = p["gpus"] == 2;
         if id.ends_with("-nvml") {
             assert_eq!(e["figure"], "nvml_used", "{id}");
             if two_gpus {

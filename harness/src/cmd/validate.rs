@@ -14,12 +14,13 @@ use std::path::PathBuf;
 #[command(
     after_help = "Exit codes: 0 the table was printed, whatever the errors it shows; 1 a \
 failure, or with --against-emulator a verdict that flipped (the table is printed first); 2 bad \
-input: an unusable peers or queries file (malformed, or an unknown metric) or constants file \
-(one line naming it)."
+input: an unusable peers or queries file (malformed, or a row with an unknown or missing value: \
+one line naming the row and the key) or constants file (one line naming it)."
 )]
 pub struct Args {
-    /// A peers file: a JSON array of published measurements (see results/peers/published.json
-    /// and its sources, results/peers/SOURCES.md). With --against-emulator: a queries file.
+    /// A peers file: a JSON array of published measurements, one typed row each (see
+    /// results/peers/published.json, its sources in results/peers/SOURCES.md, and the row
+    /// format in docs/src/results/peers.md). With --against-emulator: a queries file.
     pub peers: PathBuf,
     /// Run each query of a queries file (TOML: `[[query]]` tables of `vramlab estimate`
     /// arguments with a `--gpu`, and optional `model`, `batch` and `context` lists expanded as a

@@ -14,7 +14,8 @@ use crate::vocab::{Checkpointing, Trainable};
 
 /// How much of a layer's activations the backward recomputes instead of keeping
 /// (Korthikanti et al. §4–5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Recompute {
     /// Everything the backward needs is kept.
     None,

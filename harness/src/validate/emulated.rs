@@ -6,13 +6,12 @@
 //! fms-acceleration's fine-tuning benchmark (`scripts/torch_probe/peer_fms_sft.py`: fms-hf-tuning's
 //! SFT on the HF Trainer, FSDP through accelerate on more than one GPU); every other row says why
 //! it has no emulated figure.
-use super::{number_after, precision, trainable, Metric, PeerRow};
+use super::{precision, Metric, PeerOptimizer, PeerRow, Program as Peer, Setup};
 use crate::emulate::query;
-use crate::estimate::{Precision, Trainable};
+use crate::estimate::{Precision, Recompute, Trainable};
 use crate::gpu as catalogue;
 use crate::model::diffusion::GenSource;
-use crate::vocab::GenModel;
-use crate::vocab::Stack;
+use crate::vocab::{GenModel, Mode, Stack};
 use anyhow::Result;
 use candle_core::DType;
 use serde::Serialize;
@@ -76,77 +75,67 @@ pub(crate) struct Program {
 
 /// The peer program that reproduces a row, or why none of vramlab's does.
 pub(crate) fn program(r: &PeerRow) -> std::result::Result<Program, String> {
-    let said = format!("{} {} {}", r.source, r.framework, r.notes).to_ascii_lowercase();
-    if said.contains("fms-acceleration") || said.contains("fms-hf-tuning") {
-        return fms_args(r);
+    match r.program {
+        Some(Peer::FmsSft) => fms_args(r),
+        Some(Peer::SdxlNotebook) => match r.pipeline() {
+            Some(m) => sdxl_args(r, m),
+            None => Err("the SDXL notebook's program runs a pipeline preset".into()),
+        },
+        Some(Peer::HfTrainer) => hf_trainer_args(r).map(|args| Program {
+            script: "peer_hf_trainer.py",
+            args,
+            gpus: 1,
+            pipeline: None,
+        }),
+        None => Err(
+            "no emulated program: vramlab carries transformers' single-GPU training guide's, \
+             fms-acceleration's benchmark's and HF's SDXL notebook's"
+                .into(),
+        ),
     }
-    if let Some(m) = super::generate::model(&r.model) {
-        return sdxl_args(r, m);
-    }
-    hf_trainer_args(r).map(|args| Program {
-        script: "peer_hf_trainer.py",
-        args,
-        gpus: 1,
-        pipeline: None,
-    })
 }
 
 /// HF's "Exploring simple optimizations for SDXL" notebook: `peer_sdxl.py`'s arguments (one
 /// pipeline call: the notebook's three repeat the same allocated peak).
 fn sdxl_args(r: &PeerRow, m: GenModel) -> std::result::Result<Program, String> {
-    let lower = r.notes.to_ascii_lowercase();
     if m != GenModel::Sdxl {
         return Err(format!(
             "no emulated program for {m}: vramlab carries the SDXL optimizations notebook's"
         ));
     }
-    if lower.contains("torch.compile") {
+    if r.setup.contains(&Setup::TorchCompile) {
         return Err("torch.compile: its Triton kernels and CUDA graphs are not emulated".into());
     }
-    let size = r.resolution.clone().or_else(|| {
-        let (w, h) = (r.width?, r.height?);
-        Some(format!("{w}x{h}"))
-    });
-    if size.is_some_and(|s| s != "1024x1024") || r.guidance_scale.is_some_and(|g| g <= 1.0) {
+    let square = r
+        .resolution
+        .is_none_or(|s| s.width == 1024 && s.height == 1024);
+    if !square || r.guidance_scale.is_some_and(|g| g <= 1.0) {
         return Err("the notebook's program runs 1024x1024 with guidance (CFG) only".into());
     }
-    let steps = lower
-        .find(" steps")
-        .and_then(|i| {
-            lower[..i]
-                .rsplit(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(25u64);
     let mut args = vec![
         "--images".to_string(),
         r.batch.unwrap_or(1).to_string(),
         "--steps".into(),
-        steps.to_string(),
+        r.steps.unwrap_or(25).to_string(),
         "--calls".into(),
         "1".into(),
     ];
-    match precision(&r.precision) {
+    match precision(r) {
         Ok(Precision::F32) => args.push("--fp32".into()),
         Ok(Precision::F16) => {}
-        _ => {
-            return Err(format!(
-                "the notebook loads fp32 or fp16, not `{}`",
-                r.precision
-            ))
-        }
+        _ => return Err("the notebook loads fp32 or fp16 only".into()),
     }
-    for (words, flag) in [
-        ("set_default_attn_processor", "--eager"),
-        ("enable_model_cpu_offload", "--model-offload"),
-        ("enable_sequential_cpu_offload", "--seq-offload"),
-        ("enable_vae_slicing", "--vae-slicing"),
-        ("text_encoder=none", "--precomputed-embeds"),
-        ("autoencodertiny", "--tiny-vae"),
+    if r.attention == crate::vocab::Attention::Eager {
+        args.push("--eager".into());
+    }
+    for (setup, flag) in [
+        (Setup::ModelCpuOffload, "--model-offload"),
+        (Setup::SequentialCpuOffload, "--seq-offload"),
+        (Setup::VaeSlicing, "--vae-slicing"),
+        (Setup::PrecomputedEmbeddings, "--precomputed-embeds"),
+        (Setup::TinyAutoencoder, "--tiny-vae"),
     ] {
-        if lower.contains(words) {
+        if r.setup.contains(&setup) {
             args.push(flag.into());
         }
     }
@@ -161,43 +150,40 @@ fn sdxl_args(r: &PeerRow, m: GenModel) -> std::result::Result<Program, String> {
 /// fms-acceleration's benchmark (full fine-tuning or its standard LoRA, float16 weights),
 /// `peer_fms_sft.py`'s arguments.
 fn fms_args(r: &PeerRow) -> std::result::Result<Program, String> {
-    let lower = r.notes.to_ascii_lowercase();
-    if !r.mode.trim().to_ascii_lowercase().starts_with("train") {
+    if r.mode != Mode::Train {
         return Err("fms-acceleration's benchmark program trains; the row does not".into());
     }
-    if ["bnb", "bitsandbytes", "gptq", "foak", "nf4"]
-        .iter()
-        .any(|w| lower.contains(w))
-    {
+    if r.bnb_weights.is_some() {
         return Err(
-            "a quantized base (bitsandbytes, GPTQ) or fused-ops plugin of fms-acceleration: \
-             its CUDA kernels are not emulated"
+            "a quantized base (bitsandbytes) of fms-acceleration: its CUDA kernels are not \
+             emulated"
                 .into(),
         );
     }
-    if precision(&r.precision) != Ok(Precision::F16) {
-        return Err(format!(
-            "the benchmark's program loads the model in float16 (torch_dtype); the row says `{}`",
-            r.precision
-        ));
+    if precision(r) != Ok(Precision::F16) {
+        return Err(
+            "the benchmark's program loads the model in float16 (torch_dtype); the row does not"
+                .into(),
+        );
     }
-    let lora = match trainable(&lower)? {
-        Trainable::Full => false,
-        Trainable::Lora(16) => true,
+    let lora = match r.trainable {
+        Some(Trainable::Full) => false,
+        Some(Trainable::Lora(16)) => true,
         t => {
+            let t = t.map_or("none".to_string(), |t| t.to_string());
             return Err(format!(
                 "the benchmark trains all weights or LoRA r=16, not {t}"
-            ))
+            ));
         }
     };
-    let gpus = number_after(&lower, "num_gpus=").unwrap_or(1);
+    let gpus = r.gpus;
     let mut args = vec![
         "--gpus".to_string(),
         gpus.to_string(),
         "--batch".into(),
         r.batch.unwrap_or(1).to_string(),
         "--seq-len".into(),
-        r.seq_len.unwrap_or(4096).to_string(),
+        r.context.unwrap_or(4096).to_string(),
     ];
     if lora {
         args.push("--lora".into());
@@ -210,53 +196,40 @@ fn fms_args(r: &PeerRow) -> std::result::Result<Program, String> {
     })
 }
 
-/// transformers' single-GPU training guide: `peer_hf_trainer.py`'s arguments.
+/// transformers' single-GPU training guide: `peer_hf_trainer.py`'s arguments (an inference
+/// row loads the model only).
 fn hf_trainer_args(r: &PeerRow) -> std::result::Result<Vec<String>, String> {
-    let notes = r.notes.as_str();
-    if !notes.contains("AutoModelForSequenceClassification") {
-        return Err(
-            "no emulated program: vramlab carries the HF Trainer program of \
-                    transformers' single-GPU training guide only"
-                .into(),
-        );
+    match r.mode {
+        Mode::Train => {}
+        Mode::Infer if r.batch.is_none() => return Ok(vec!["--load-only".into()]),
+        _ => return Err("no emulated program for this use of the model".into()),
     }
-    if !notes.contains("HF Trainer") {
-        return if notes.contains("no forward pass") {
-            Ok(vec!["--load-only".into()])
-        } else {
-            Err("no emulated program for this use of the model".into())
-        };
-    }
-    let optimizer = r.optimizer.to_ascii_lowercase();
-    let optim = if optimizer.contains("8bit") || optimizer.contains("bnb") {
-        return Err(
-            "bitsandbytes' 8-bit Adam: bitsandbytes is in no stack, and its CUDA \
-                    kernels are not emulated"
-                .into(),
-        );
-    } else if optimizer.contains("adafactor") {
-        "adafactor"
-    } else if optimizer.contains("adam") {
-        "adamw"
-    } else {
-        return Err(format!("optimizer `{}` has no Trainer name", r.optimizer));
+    let optim = match r.optimizer {
+        PeerOptimizer::Adam8bit => {
+            return Err(
+                "bitsandbytes' 8-bit Adam: bitsandbytes is in no stack, and its CUDA \
+                 kernels are not emulated"
+                    .into(),
+            )
+        }
+        PeerOptimizer::Adafactor => "adafactor",
+        PeerOptimizer::Known(o) if o.is_adamw() && !o.is_bitsandbytes() => "adamw",
+        PeerOptimizer::Known(o) => return Err(format!("optimizer `{o}` has no Trainer name")),
     };
     let mut a = vec![
         "--batch".to_string(),
         r.batch.unwrap_or(1).to_string(),
         "--grad-accum".into(),
-        number_after(notes, "gradient_accumulation_steps=")
-            .unwrap_or(1)
-            .to_string(),
+        r.grad_accum.unwrap_or(1).to_string(),
         "--seq-len".into(),
-        r.seq_len.unwrap_or(512).to_string(),
+        r.context.unwrap_or(512).to_string(),
         "--optim".into(),
         optim.into(),
     ];
-    if r.gradient_checkpointing == Some(true) {
+    if r.recompute.is_some_and(|c| c != Recompute::None) {
         a.push("--checkpointing".into());
     }
-    if r.precision.to_ascii_lowercase().starts_with("mixed-fp16") {
+    if r.precision == Some(Precision::MixedF16) {
         a.push("--fp16".into());
     }
     Ok(a)
@@ -271,13 +244,12 @@ enum Input {
     Pipeline(GenModel),
 }
 
-/// The model's published `config.json` (a built-in preset), by the row's model words.
-fn preset_config(model: &str) -> Option<&'static str> {
-    let lower = model.trim().to_ascii_lowercase();
-    let last = lower.rsplit('/').next().unwrap_or(&lower).to_string();
+/// The row's preset's published `config.json` (a built-in preset).
+fn preset_config(r: &PeerRow) -> Option<&'static str> {
+    let preset = r.preset.as_deref()?;
     crate::estimate::model::PRESETS
         .iter()
-        .find(|(name, _)| *name == last)
+        .find(|(name, _)| *name == preset)
         .map(|(_, text)| *text)
 }
 
@@ -300,20 +272,20 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     };
     let args = &program.args;
     // What the program reads: the model's config.json, or a pipeline's diffusers configs.
-    let input = match (program.pipeline, preset_config(&r.model)) {
+    let input = match (program.pipeline, preset_config(r)) {
         (Some(m), _) => Input::Pipeline(m),
         (None, Some(c)) => Input::Config(c),
         (None, None) => return not(format!("no built-in config for model `{}`", r.model)),
     };
-    let Some(gpu) = catalogue::from_words(&r.gpu) else {
-        return not(format!("no catalogued GPU for `{}`", r.gpu));
+    let Some(gpu) = r.gpu.as_deref().and_then(catalogue::by_name) else {
+        return not("the row's card is not in the GPU catalogue".into());
     };
-    // `--python` runs that torch, whichever stack it is; otherwise `--stack`, else the
-    // stack closest to the row's framework.
+    // `--python` runs that torch, whichever stack it is; otherwise `--stack`, else the row's
+    // `stack` (the installable one closest to its software).
     let (stack, python) = match &o.python {
         Some(p) => (None, p.clone()),
         None => {
-            let s = o.stack.unwrap_or_else(|| Stack::closest(&r.framework));
+            let s = o.stack.or(r.stack).unwrap_or_default();
             (Some(s), crate::emulate::stack_python(s)?)
         }
     };
@@ -360,7 +332,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     // NVML used counts the CUDA context of the row's own driver and CUDA where its source
     // measured it (a CUDA 11 context without lazy module loading is three times the
     // emulator's CUDA 12+ constant).
-    let stated = stated_context(&r.notes);
+    let stated = r.context_mib.map(|mib| mib << 20);
     let context = stated.unwrap_or(catalogue::CONTEXT_BYTES);
     let emulated_bytes = match metric {
         Metric::NvmlUsed => e.nvml_used - catalogue::CONTEXT_BYTES + context,
@@ -437,36 +409,19 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
     })
 }
 
-/// The CUDA context a row's notes say its source measured: the first "N MiB" within a few
-/// words of "context" ("includes CUDA context/kernels (1343 MiB measured after ...)").
-pub(crate) fn stated_context(notes: &str) -> Option<u64> {
-    notes.match_indices(" MiB").find_map(|(i, _)| {
-        let digits: String = notes[..i]
-            .chars()
-            .rev()
-            .take_while(|c| c.is_ascii_digit())
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        let mib: u64 = digits.parse().ok()?;
-        let lo = notes.floor_char_boundary(i.saturating_sub(40));
-        let hi = notes.ceil_char_boundary((i + 40).min(notes.len()));
-        notes[lo..hi].contains("context").then_some(mib << 20)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A bert-large training row with `fields` in place of its own.
+    /// A bert-large training row of the guide with `fields` in place of its own.
     fn row_with(fields: serde_json::Value) -> PeerRow {
         let mut v = serde_json::json!({
-            "id": "r", "model": "bert-large-uncased", "mode": "training",
-            "precision": "fp32", "optimizer": "adamw", "batch": 1, "seq_len": 512,
-            "gradient_checkpointing": true, "metric": "nvidia-smi used",
-            "value_bytes": 1, "notes": "",
+            "id": "r", "source": "", "quote": "", "framework": "", "notes": "",
+            "model": "bert-large-uncased", "preset": "bert-large-uncased", "gpu": "v100-16gb",
+            "stack": "torch-1.10", "cuda": "11.2", "mode": "train", "precision": "f32",
+            "optimizer": "adamw-for-loop", "trainable": "full", "batch": 1, "context": 512,
+            "recompute": "full", "sharding": "ddp", "attention": "eager",
+            "metric": "nvml-used", "value_bytes": 1, "program": "hf-trainer", "grad_accum": 4,
         });
         for (k, x) in fields.as_object().unwrap() {
             v[k] = x.clone();
@@ -474,77 +429,74 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn row(notes: &str, optimizer: &str, precision: &str) -> PeerRow {
-        row_with(serde_json::json!({
-            "notes": notes, "optimizer": optimizer, "precision": precision,
-        }))
-    }
-
     #[test]
     fn rows_map_to_the_guides_trainer_arguments() {
-        let notes = "per_device_train_batch_size=1, gradient_accumulation_steps=4. \
-                     bert-large-uncased via AutoModelForSequenceClassification, HF Trainer";
-        let a = hf_trainer_args(&row(notes, "adafactor", "mixed-fp16 (AMP)")).unwrap();
+        let a = hf_trainer_args(&row_with(serde_json::json!({
+            "optimizer": "adafactor", "precision": "mixed-f16",
+        })))
+        .unwrap();
         assert_eq!(
             a.join(" "),
             "--batch 1 --grad-accum 4 --seq-len 512 --optim adafactor --checkpointing --fp16"
         );
-        assert!(hf_trainer_args(&row(notes, "bnb Adam8bit", "fp32")).is_err());
-        let load = "from_pretrained(...) AutoModelForSequenceClassification; no forward pass";
-        assert_eq!(
-            hf_trainer_args(&row(load, "none", "fp32")).unwrap(),
-            ["--load-only"]
-        );
-        assert!(hf_trainer_args(&row("SDXL pipeline", "none", "fp16")).is_err());
+        let bnb = row_with(serde_json::json!({"optimizer": "adam-8bit"}));
+        assert!(hf_trainer_args(&bnb).is_err());
+        let load = row_with(serde_json::json!({"mode": "infer", "batch": null, "context": null}));
+        assert_eq!(hf_trainer_args(&load).unwrap(), ["--load-only"]);
+        let none = row_with(serde_json::json!({"program": null}));
+        assert!(program(&none).is_err());
     }
 
     #[test]
     fn fms_rows_map_to_the_benchmarks_program() {
-        let fms = |notes: &str, precision: &str| {
-            row_with(serde_json::json!({
-                "model": "mistralai/Mistral-7B-v0.1", "batch": 2, "seq_len": 4096,
-                "source": "https://github.com/foundation-model-stack/fms-acceleration/...",
-                "precision": precision, "notes": notes,
-            }))
+        let fms = |fields: serde_json::Value| {
+            let mut base = serde_json::json!({
+                "preset": "mistral-7b-v0.1", "batch": 2, "context": 4096, "precision": "f16",
+                "optimizer": "adamw-foreach", "program": "fms-sft", "gpu": "a100-80gb",
+            });
+            for (k, x) in fields.as_object().unwrap() {
+                base[k] = x.clone();
+            }
+            row_with(base)
         };
-        let p = program(&fms(
-            "LoRA r=16 (lora_alpha 16); num_gpus=2: accelerate",
-            "fp16",
-        ))
+        let p = program(&fms(serde_json::json!({
+            "trainable": "lora-r16", "gpus": 2, "sharding": "fsdp",
+        })))
         .unwrap();
         assert_eq!(p.script, "peer_fms_sft.py");
         assert_eq!(p.gpus, 2);
         assert_eq!(p.args.join(" "), "--gpus 2 --batch 2 --seq-len 4096 --lora");
-        let p = program(&fms("full fine-tuning; num_gpus=1", "fp16")).unwrap();
+        let p = program(&fms(serde_json::json!({}))).unwrap();
         assert_eq!(p.args.join(" "), "--gpus 1 --batch 2 --seq-len 4096");
-        for (notes, precision, why) in [
-            ("LoRA r=8, num_gpus=1", "fp16", "LoRA r=16"),
-            ("LoRA without its rank", "fp16", "without a rank"),
-            ("full fine-tuning", "bf16", "float16"),
+        for (fields, why) in [
+            (serde_json::json!({"trainable": "lora-r8"}), "LoRA r=16"),
+            (serde_json::json!({"precision": "bf16"}), "float16"),
             (
-                "LoRA r=16 on a bitsandbytes nf4 base",
-                "fp16",
+                serde_json::json!({"precision": null, "bnb_weights": "fp4"}),
                 "not emulated",
             ),
         ] {
-            let e = program(&fms(notes, precision)).unwrap_err();
-            assert!(e.contains(why), "{notes}: {e}");
+            let e = program(&fms(fields.clone())).unwrap_err();
+            assert!(e.contains(why), "{fields}: {e}");
         }
     }
 
     #[test]
     fn sdxl_rows_map_to_the_notebooks_setups() {
-        let sdxl = |notes: &str, precision: &str| {
-            row_with(serde_json::json!({
-                "model": "stabilityai/stable-diffusion-xl-base-1.0", "mode": "inference",
-                "batch": 4, "metric": "torch.cuda.max_memory_allocated",
-                "precision": precision, "notes": notes,
-            }))
+        let sdxl = |fields: serde_json::Value| {
+            let mut base = serde_json::json!({
+                "preset": "sdxl", "mode": "generate", "batch": 4, "context": null,
+                "metric": "max-allocated", "precision": "f16", "optimizer": "none",
+                "program": "sdxl-notebook", "attention": "sdpa", "gpu": "a100-40gb",
+            });
+            for (k, x) in fields.as_object().unwrap() {
+                base[k] = x.clone();
+            }
+            row_with(base)
         };
-        let p = program(&sdxl(
-            "fp16 + SDPA + enable_vae_slicing() + enable_sequential_cpu_offload(); 30 steps",
-            "fp16",
-        ))
+        let p = program(&sdxl(serde_json::json!({
+            "setup": ["vae-slicing", "sequential-cpu-offload"], "steps": 30,
+        })))
         .unwrap();
         assert_eq!(p.script, "peer_sdxl.py");
         assert_eq!(p.pipeline, Some(GenModel::Sdxl));
@@ -552,51 +504,16 @@ mod tests {
             p.args.join(" "),
             "--images 4 --steps 30 --calls 1 --seq-offload --vae-slicing"
         );
-        let p = program(&sdxl("set_default_attn_processor(); 25 steps", "fp32")).unwrap();
+        let p = program(&sdxl(
+            serde_json::json!({"precision": "f32", "attention": "eager"}),
+        ))
+        .unwrap();
         assert_eq!(
             p.args.join(" "),
             "--images 4 --steps 25 --calls 1 --fp32 --eager"
         );
-        let e = program(&sdxl("torch.compile(unet)", "fp16")).unwrap_err();
+        let e = program(&sdxl(serde_json::json!({"setup": ["torch-compile"]}))).unwrap_err();
         assert!(e.contains("torch.compile"), "{e}");
-        assert!(program(&sdxl("default", "bf16")).is_err());
-    }
-
-    #[test]
-    fn the_context_a_row_states() {
-        let n = "includes CUDA context/kernels (1343 MiB measured after torch.ones(1,1).cuda())";
-        assert_eq!(stated_context(n), Some(1343 << 20));
-        let n = "Includes 1343 MiB CUDA context/kernels measured before loading (so weights \
-                 ~1288 MiB ~ 335M params x 4 B)";
-        assert_eq!(stated_context(n), Some(1343 << 20));
-        assert_eq!(stated_context("weights ~1288 MiB, nothing else"), None);
-    }
-
-    #[test]
-    fn gpus_and_stacks_from_the_rows_words() {
-        let key = |t: &str| catalogue::from_words(t).map(|g| g.key);
-        assert_eq!(
-            key("NVIDIA Tesla V100-SXM2 16GB").as_deref(),
-            Some("v100-16gb")
-        );
-        assert_eq!(key("V100 32GB").as_deref(), Some("v100-32gb"));
-        assert_eq!(key("NVIDIA A100-SXM4-40GB").as_deref(), Some("a100-40gb"));
-        assert_eq!(key("A100 80GB").as_deref(), Some("a100-80gb"));
-        assert_eq!(key("H100 PCIe").as_deref(), Some("h100-pcie"));
-        assert_eq!(key("NVIDIA L40S").as_deref(), Some("l40s"));
-        assert_eq!(key("NVIDIA L4").as_deref(), Some("l4"));
-        assert_eq!(key("GeForce RTX 4090").as_deref(), Some("rtx-4090"));
-        assert_eq!(key("TPU v4"), None);
-        assert_eq!(
-            Stack::closest("PyTorch ~1.10 + transformers ~4.16"),
-            Stack::Torch110
-        );
-        assert_eq!(Stack::closest("PyTorch 2.x + diffusers"), Stack::Torch22);
-        assert_eq!(
-            Stack::closest("torch 2.3, transformers 4.41"),
-            Stack::Torch22
-        );
-        assert_eq!(Stack::closest("PyTorch 2.12"), Stack::Default);
-        assert_eq!(Stack::closest("diffusers"), Stack::Default);
+        assert!(program(&sdxl(serde_json::json!({"precision": "bf16"}))).is_err());
     }
 }

@@ -7,14 +7,13 @@
 //! built-in reference constants (diffusers measured on the CPU, transferred to CUDA), else,
 //! for an architecture they do not cover, the analytic priors.
 //!
-//! The row's words give the model (an HF id or a preset name), the precision, the images per
-//! prompt (`batch`), the output size (`resolution`, or `width` and `height`, or a `WxH` in the
-//! notes; absent, the pipeline's default size: the UNet's `sample_size` × the VAE's factor, what
-//! diffusers generates), `guidance_scale` (CFG above 1; absent, the pipeline's default, which
-//! guides), VAE slicing or tiling, and eager attention. What the estimator does not model
-//! (offloading, another VAE, compiled kernels, dropped encoders, adapters) is not expressible,
-//! with the reason.
-use super::{number_after, precision, Expressed, PeerRow};
+//! The row's typed fields give the preset, the precision, the images per prompt (`batch`),
+//! the output size (`resolution`; absent, the pipeline's default size: the UNet's
+//! `sample_size` × the VAE's factor, what diffusers generates), `guidance_scale` (CFG above 1;
+//! absent, the pipeline's default, which guides), the setup calls (VAE slicing or tiling are
+//! modelled; offloading, another VAE, compiled kernels and dropped encoders are not expressible,
+//! with the reason) and the attention (`eager`: the default attention processor).
+use super::{precision, PeerRow, Setup};
 use crate::estimate::generate::{self as gen, GenArch, GenQuery};
 use crate::estimate::Runtime;
 use crate::fit::Constants;
@@ -22,22 +21,6 @@ use crate::model::diffusion::flux::FluxConfig;
 use crate::model::diffusion::sd::SdConfig;
 use crate::vocab::{Attention, Backend, GenModel, Precision, Resolution, VaeDecode};
 use candle_core::DType;
-
-/// Words in a model name → the preset whose published configs it has.
-const MODELS: &[(&str, GenModel)] = &[
-    ("stable-diffusion-xl", GenModel::Sdxl),
-    ("sdxl", GenModel::Sdxl),
-    ("stable-diffusion-2", GenModel::Sd21),
-    ("stable-diffusion-v1-5", GenModel::Sd15),
-    // v1-4's UNet, VAE and CLIP have v1-5's shapes.
-    ("stable-diffusion-v1-4", GenModel::Sd15),
-    ("sd15", GenModel::Sd15),
-    ("sd21", GenModel::Sd21),
-    ("flux.1-dev", GenModel::FluxDev),
-    ("flux-dev", GenModel::FluxDev),
-    ("flux.1-schnell", GenModel::FluxSchnell),
-    ("flux-schnell", GenModel::FluxSchnell),
-];
 
 /// What a row leaves to the pipeline: the output side diffusers generates by default, the
 /// VAE's tile (`sample_size`), whether it guides, and the VAE's dtype at `dtype`.
@@ -70,9 +53,8 @@ fn defaults(m: GenModel, dtype: DType) -> Defaults {
                 vae_dtype: dtype,
             }
         }
-        // WanPipeline: height 480 (width 832: not a square, and no peer row names Wan, so
-        // `model` never returns it); AutoencoderKLWan tiles of 256; CFG (guidance 5); the VAE
-        // loaded in f32.
+        // WanPipeline: height 480 (width 832: not a square, so a Wan row gives its
+        // `resolution`); AutoencoderKLWan tiles of 256; CFG (guidance 5); the VAE loaded in f32.
         GenModel::Wan21T2v13b => Defaults {
             side: 480,
             tile: 256,
@@ -80,62 +62,6 @@ fn defaults(m: GenModel, dtype: DType) -> Defaults {
             vae_dtype: DType::F32,
         },
     }
-}
-
-/// The generation preset a row's model names, if any.
-pub fn model(words: &str) -> Option<GenModel> {
-    let lower = words.to_ascii_lowercase();
-    MODELS
-        .iter()
-        .find(|(k, _)| lower.contains(k))
-        .map(|(_, m)| *m)
-}
-
-/// Words of a row's setup the estimator does not model, and why.
-const NOT_MODELLED: &[(&str, &str)] = &[
-    (
-        "offload",
-        "CPU offloading (weights moved to the host between uses) is not modelled",
-    ),
-    (
-        "tiny autoencoder",
-        "the Tiny AutoEncoder (TAESD) is not a VAE the estimator knows",
-    ),
-    (
-        "taesd",
-        "the Tiny AutoEncoder (TAESD) is not a VAE the estimator knows",
-    ),
-    (
-        "torch.compile",
-        "torch.compile's fused kernels change the activations; not modelled",
-    ),
-    (
-        "precomput",
-        "precomputed text embeddings (encoders not loaded) are not modelled",
-    ),
-    ("refiner", "the SDXL refiner is not modelled"),
-    ("lora", "LoRA adapters are not modelled"),
-    ("controlnet", "ControlNet is not modelled"),
-    (
-        "quantiz",
-        "quantized weights are not a generation precision",
-    ),
-    (
-        "bitsandbytes",
-        "quantized weights are not a generation precision",
-    ),
-];
-
-/// The first `WIDTHxHEIGHT` word of `text`.
-fn resolution_in(text: &str) -> Option<Resolution> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '×'))
-        .find_map(|w| w.replace('×', "x").parse().ok())
-}
-
-/// The number before `word` ("4 images" → 4).
-fn count_before(text: &str, word: &str) -> Option<u64> {
-    let i = text.find(word)?;
-    text[..i].split_whitespace().last()?.parse().ok()
 }
 
 /// The estimate's rows for a generation row on `m`, or why it cannot be expressed.
@@ -154,52 +80,37 @@ pub fn estimate_row(r: &PeerRow, m: GenModel, constants: Option<&Constants>) -> 
 }
 
 /// The row's query on the torch profile.
-fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
-    let text = format!("{} {} {}", r.model, r.metric, r.notes);
-    let lower = text.to_ascii_lowercase();
-    if let Some((_, why)) = NOT_MODELLED.iter().find(|(k, _)| lower.contains(k)) {
-        return Err((*why).to_string());
+fn query(r: &PeerRow, m: GenModel) -> std::result::Result<(GenArch, GenQuery), String> {
+    if let Some(why) = r.setup.iter().find_map(|s| s.not_modelled()) {
+        return Err(why.to_string());
     }
     let arch = GenArch::preset(m);
-    let p = precision(&r.precision)?;
+    let p = precision(r)?;
     if !matches!(p, Precision::F32 | Precision::F16 | Precision::Bf16) {
         return Err(format!(
-            "precision `{}`: a pipeline runs in f32, f16 or bf16",
-            r.precision
+            "precision `{p}`: a pipeline runs in f32, f16 or bf16"
         ));
     }
     let d = defaults(m, p.dtype());
-    let resolution = match (&r.resolution, r.width, r.height) {
-        (Some(s), _, _) => s.parse()?,
-        (None, Some(width), Some(height)) => Resolution { width, height },
-        _ => resolution_in(&r.notes).unwrap_or(Resolution {
-            width: d.side,
-            height: d.side,
-        }),
-    };
-    let batch = r
-        .batch
-        .or_else(|| number_after(&lower, "num_images_per_prompt="))
-        .or_else(|| count_before(&lower, " images"))
-        .unwrap_or(1);
+    let resolution = r.resolution.unwrap_or(Resolution {
+        width: d.side,
+        height: d.side,
+    });
     // diffusers' AutoencoderKL tiling: tiles of the VAE's `sample_size`, overlapping by a
     // quarter, and only where the image is larger than one tile.
     let tile = d.tile;
-    let tiled = (lower.contains("vae tiling") || lower.contains("enable_vae_tiling"))
-        && resolution.width.max(resolution.height) > tile;
+    let tiled =
+        r.setup.contains(&Setup::VaeTiling) && resolution.width.max(resolution.height) > tile;
     let vae_decode = if tiled {
         VaeDecode::Tiled
-    } else if lower.contains("vae slicing") || lower.contains("enable_vae_slicing") {
+    } else if r.setup.contains(&Setup::VaeSlicing) {
         VaeDecode::Sliced
     } else {
         VaeDecode::Full
     };
-    let eager = ["set_default_attn_processor", "default attention", "eager"]
-        .iter()
-        .any(|k| lower.contains(k));
     let dtype = p.dtype();
     let q = GenQuery {
-        batch,
+        batch: r.batch.unwrap_or(1),
         resolution,
         frames: 1,
         // FLUX's guidance scale is an input of its transformer, not a CFG batch.
@@ -211,7 +122,7 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
         vae_dtype: d.vae_dtype,
         runtime: Runtime::Torch,
         backend: Backend::Cuda,
-        attention: if eager {
+        attention: if r.attention == Attention::Eager {
             Attention::Eager
         } else {
             Attention::Sdpa
@@ -219,30 +130,4 @@ fn query(r: &PeerRow, m: GenModel) -> Expressed<(GenArch, GenQuery)> {
     };
     gen::check(&arch, &q).map_err(|e| e.to_string())?;
     Ok((arch, q))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn words_of_a_row() {
-        assert_eq!(
-            model("stabilityai/stable-diffusion-xl-base-1.0"),
-            Some(GenModel::Sdxl)
-        );
-        assert_eq!(
-            model("black-forest-labs/FLUX.1-dev"),
-            Some(GenModel::FluxDev)
-        );
-        assert_eq!(model("meta-llama/Llama-3.1-8B"), None);
-        assert_eq!(
-            resolution_in("4 images at 1024x768, 30 steps"),
-            Some(Resolution {
-                width: 1024,
-                height: 768
-            })
-        );
-        assert_eq!(count_before("we generate 4 images", " images"), Some(4));
-    }
 }

@@ -1,9 +1,9 @@
-//! What a published figure measures (the peers file's `metric` words), and so which of the
-//! estimator's rows it includes.
-use serde::Serialize;
+//! What a published figure measures (a peers row's `metric`), and so which of the estimator's
+//! rows it includes.
+use serde::{Deserialize, Serialize};
 
 /// What a published figure measures, and so which estimator rows it includes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Metric {
     /// NVML "used" of the whole device (`nvidia-smi`): every tensor, the CUDA context and the
@@ -19,27 +19,7 @@ pub enum Metric {
     LayerActivations,
 }
 
-/// The leading phrase of each metric as collectors write it (case-insensitive).
-pub(crate) const METRIC_PHRASES: &[(&str, Metric)] = &[
-    ("nvidia-smi used", Metric::NvmlUsed),
-    ("nvml used", Metric::NvmlUsed),
-    ("torch.cuda.max_memory_allocated", Metric::MaxAllocated),
-    ("torch.cuda.max_memory_reserved", Metric::MaxReserved),
-    ("analytic model-state memory", Metric::ModelStates),
-    (
-        "analytic activation memory per transformer layer",
-        Metric::LayerActivations,
-    ),
-];
-
 impl Metric {
-    pub fn parse(text: &str) -> Option<Metric> {
-        let t = text.trim().to_ascii_lowercase();
-        METRIC_PHRASES
-            .iter()
-            .find(|(p, _)| t.starts_with(p))
-            .map(|(_, m)| *m)
-    }
     /// Which terms the figure includes, for people.
     pub fn includes(&self) -> &'static str {
         match self {

@@ -194,30 +194,6 @@ impl Stack {
             Stack::Torch110 => (1, 10),
         }
     }
-    /// The stack whose torch is closest to the first "PyTorch X.Y" (or "torch X.Y") a
-    /// published row's framework text names ("PyTorch ~1.10 + transformers ~4.16" → torch-1.10);
-    /// the default stack when it names none.
-    pub fn closest(framework: &str) -> Stack {
-        use strum::IntoEnumIterator;
-        let lower = framework.to_ascii_lowercase();
-        let version = ["pytorch", "torch"].iter().find_map(|k| {
-            let i = lower.find(k)? + k.len();
-            let rest = lower[i..].trim_start_matches([' ', '~', 'v', '=']);
-            let mut it = rest.split(|c: char| !c.is_ascii_digit());
-            let major: u64 = it.next()?.parse().ok()?;
-            let minor: u64 = it.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-            Some(major * 100 + minor)
-        });
-        match version {
-            None => Stack::Default,
-            Some(v) => Stack::iter()
-                .min_by_key(|s| {
-                    let (major, minor) = s.torch();
-                    (major * 100 + minor).abs_diff(v)
-                })
-                .unwrap_or_default(),
-        }
-    }
     /// Why the torch probe (a sweep's `stack`, `estimate --stack`) cannot run under this stack;
     /// `None` where it can. torch-1.10 holds the peer programs' stack only: the probe and the
     /// reserve fits need torch 2.2's APIs.

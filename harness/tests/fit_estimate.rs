@@ -63,7 +63,7 @@ fn llama31_8b_train_does_not_fit_h100_and_names_the_fsdp_degree() {
     // context; 10% headroom on the H100-80GB's catalogued bytes (`vramlab gpus`, the GPU's
     // `gpu_bytes` here). The activations, the same at every degree, are a sharded query's row
     // (on one GPU the step's moment is this peak, with none; the layer formula's tests are
-    // estimate/train.rs's).
+    // estimate/train/tests.rs).
     let reserve = row(&j, "allocator reserve") as f64;
     let class = (false, "train", "sdpa", "none", false, true);
     let table = common::reserve_table(common::RESERVE_CONSTANTS, class);

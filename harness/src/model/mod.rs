@@ -11,6 +11,7 @@ pub mod kv;
 pub mod llm;
 pub mod nn;
 pub mod quant;
+pub mod saved;
 pub mod source;
 pub mod synth;
 pub mod trainable;

@@ -142,7 +142,7 @@ pub fn gpt2_config(
 /// backward per token under PyTorch, and what the model keeps outside its layers, with every
 /// weight trained (`None` under LoRA: Korthikanti's count), checked against
 /// `saved_tensors_hooks` on the emulated GPU like the llama family's
-/// ([`llama_saved_per_token`](crate::model::arch::llama_saved_per_token)):
+/// ([`llama_saved_per_token`](crate::model::saved::llama_saved_per_token)):
 /// - each LayerNorm saves its input (e·h) and its f32 mean and reciprocal deviation (8 B), and
 ///   the projection after it its output (e·h);
 /// - attention (SDPA): the fused `c_attn` output, whose views q, k and v are (e·(q + 2kv)),

@@ -8,6 +8,7 @@ use candle_core::{DType, Result, Tensor, D};
 mod attention;
 mod layers;
 pub mod moe;
+pub mod rope;
 
 pub use attention::{
     attend, attention, attention_scored, causal_mask, split_heads, Causal, Scoring,

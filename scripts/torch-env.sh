@@ -44,8 +44,12 @@ case "$STACK" in
           nvidia-cuda-runtime-cu11==11.7.99 nvidia-cublas-cu11==11.10.3.66)
     CHECK='import torch, transformers, numpy'
     VENV=$CACHE/stacks/torch-1.10/venv ;;
+  vllm-0.33)
+    PKGS=(vllm==0.33.0 torch==2.14.0 transformers==5.20.2)
+    CHECK='import torch, transformers, vllm'
+    VENV=$CACHE/stacks/vllm-0.33/venv ;;
   *)
-    die_usage "unknown stack '$STACK'" "known: default, torch-2.2, torch-1.10" ;;
+    die_usage "unknown stack '$STACK'" "known: default, torch-2.2, torch-1.10, vllm-0.33" ;;
 esac
 STAMP=$VENV/.vramlab-stamp
 WANT="${PKGS[*]}"

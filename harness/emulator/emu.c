@@ -403,6 +403,14 @@ EXPORT cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
   (void)flags;
   return cudaSuccess;
 }
+/* Mapped host memory (vLLM's UVA views of pinned buffers): with unified addressing the device
+ * pointer is the host pointer. */
+EXPORT cudaError_t cudaHostGetDevicePointer(void **dev_ptr, void *host, unsigned int flags) {
+  (void)flags;
+  if (!dev_ptr) return fail(cudaErrorInvalidValue, "cudaHostGetDevicePointer(NULL, %p)", host);
+  *dev_ptr = host;
+  return cudaSuccess;
+}
 EXPORT cudaError_t cudaHostUnregister(void *p) {
   (void)p;
   return cudaSuccess;

@@ -12,6 +12,7 @@ pub mod records;
 pub mod report;
 pub mod supervise;
 pub mod verdict;
+pub mod vllm;
 
 use crate::error::InputError;
 use crate::gpu::Gpu;
@@ -404,6 +405,11 @@ impl Launch<'_> {
             // One device, visible: a caller's CUDA_VISIBLE_DEVICES="" would hide it.
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("PYTORCH_NVML_BASED_CUDA_CHECK");
+        if std::env::var_os("VLLM_USE_FLASHINFER_SAMPLER").is_none() {
+            // vLLM's FlashInfer sampler JIT-compiles with nvcc at its first use; its own PyTorch
+            // sampler allocates through the caching allocator.
+            c.env("VLLM_USE_FLASHINFER_SAMPLER", "0");
+        }
         for (k, v) in self.gpu.env() {
             c.env(k, v);
         }

@@ -26,7 +26,11 @@ impl Gib {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Line {
     /// "Model loading took 15.0 GiB memory and 13.65 seconds".
-    WeightsLoaded { gib: Gib, seconds: String, text: String },
+    WeightsLoaded {
+        gib: Gib,
+        seconds: String,
+        text: String,
+    },
     /// "Available KV cache memory: 54.05 GiB".
     AvailableKv { gib: Gib, text: String },
     /// "GPU KV cache size: 442,752 tokens, Maximum concurrency for 8,192 tokens per request:
@@ -47,7 +51,11 @@ pub enum Line {
         text: String,
     },
     /// "Graph capturing finished in 5 secs, took 0.38 GiB".
-    GraphCapture { seconds: String, gib: Gib, text: String },
+    GraphCapture {
+        seconds: String,
+        gib: Gib,
+        text: String,
+    },
     /// "CUDA graph pool memory: 0.38 GiB (actual), 0.40 GiB (estimated)".
     GraphPool {
         gib: Gib,
@@ -110,18 +118,18 @@ impl Startup {
         })
     }
 
-    /// The CUDA graph pool: "Graph capturing finished" (what capture took), else the worker's
-    /// pool line.
+    /// The CUDA graph pool: the worker's pool line ("actual"), else what the last capture took
+    /// ("Graph capturing finished": vLLM captures once to profile, once for real).
     pub fn graph_pool(&self) -> Option<&Gib> {
         self.lines
             .iter()
             .find_map(|l| match l {
-                Line::GraphCapture { gib, .. } => Some(gib),
+                Line::GraphPool { gib, .. } => Some(gib),
                 _ => None,
             })
             .or_else(|| {
-                self.lines.iter().find_map(|l| match l {
-                    Line::GraphPool { gib, .. } => Some(gib),
+                self.lines.iter().rev().find_map(|l| match l {
+                    Line::GraphCapture { gib, .. } => Some(gib),
                     _ => None,
                 })
             })

@@ -7,9 +7,20 @@
  */
 #include "emu_cuda.h"
 
+/* What a driver function the emulator does not define answers, when a program resolved it by
+ * name (cudaGetDriverEntryPoint, cuGetProcAddress): not supported, in one line. PyTorch resolves
+ * a fixed list of names at once (c10/cuda/driver_api.cpp: green contexts, multicast, shareable
+ * handles) and asserts that each is there; it calls them only for features the emulator
+ * refuses. */
+static CUresult undefined_driver_function(void) {
+  return fail(CUDA_ERROR_NOT_SUPPORTED, "a driver function the emulated GPU does not define "
+              "(resolved by name through cudaGetDriverEntryPoint or cuGetProcAddress)");
+}
+
 /* The driver's own name for a symbol at a CUDA version: cuGetProcAddress looks a base name up
- * (cuMemAlloc) and answers its newest versioned definition (cuMemAlloc_v2). */
-static void *proc_address(const char *symbol) {
+ * (cuMemAlloc) and answers its newest versioned definition (cuMemAlloc_v2); a driver name the
+ * emulator does not define answers undefined_driver_function. */
+void *driver_symbol(const char *symbol) {
   if (!symbol) return NULL;
   char name[256];
   for (int v = 4; v >= 2; v--) {
@@ -17,7 +28,10 @@ static void *proc_address(const char *symbol) {
     void *f = dlsym(RTLD_DEFAULT, name);
     if (f) return f;
   }
-  return dlsym(RTLD_DEFAULT, symbol);
+  void *f = dlsym(RTLD_DEFAULT, symbol);
+  if (!f && symbol[0] == 'c' && symbol[1] == 'u' && symbol[2] >= 'A' && symbol[2] <= 'Z')
+    f = (void *)undefined_driver_function;
+  return f;
 }
 
 #if CUDA_VERSION >= 12000
@@ -25,7 +39,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
   (void)version;
   (void)flags;
-  void *f = proc_address(symbol);
+  void *f = driver_symbol(symbol);
   if (pfn) *pfn = f;
   if (status) *status = f ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   return f ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
@@ -67,6 +81,23 @@ EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attr
     CUresult r = cuPointerGetAttribute(data[i], attrs[i], ptr);
     if (r != CUDA_SUCCESS) return r;
   }
+  return CUDA_SUCCESS;
+}
+
+/* The PCI bus id NVML answers for the same device (nvml.c; the runtime's is in runtime.c). */
+EXPORT CUresult cuDeviceGetPCIBusId(char *out, int len, CUdevice d) {
+  return (CUresult)cudaDeviceGetPCIBusId(out, len, (int)d);
+}
+
+/* The allocation that holds an address (PyTorch's DriverAPI resolves it at start-up). */
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  uintptr_t b;
+  size_t n;
+  if (!block_range((const void *)ptr, &b, &n))
+    return fail(CUDA_ERROR_NOT_FOUND, "cuMemGetAddressRange(%p): not an address the emulated "
+                "GPU gave", (void *)ptr);
+  if (base) *base = (CUdeviceptr)b;
+  if (size) *size = n;
   return CUDA_SUCCESS;
 }
 

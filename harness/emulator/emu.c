@@ -252,6 +252,17 @@ static struct block *find_block(uintptr_t p) {
   return NULL;
 }
 
+int block_range(const void *p, uintptr_t *base, size_t *size) {
+  pthread_mutex_lock(&mem_lock);
+  struct block *b = find_block((uintptr_t)p);
+  if (b) {
+    if (base) *base = b->ptr;
+    if (size) *size = b->size;
+  }
+  pthread_mutex_unlock(&mem_lock);
+  return b != NULL;
+}
+
 int is_device(const void *p) {
   pthread_mutex_lock(&mem_lock);
   struct block *b = find_block((uintptr_t)p);

@@ -209,7 +209,7 @@ EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, 
                                                     enum cudaDriverEntryPointQueryResult *st) {
   (void)ver;
   (void)flags;
-  void *f = sym ? dlsym(RTLD_DEFAULT, sym) : NULL;
+  void *f = driver_symbol(sym);
   if (fn) *fn = f;
   if (st) *st = f ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;

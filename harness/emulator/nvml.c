@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -263,6 +264,21 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) {
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) {
   return nvmlDeviceGetPciInfo_v3(d, p);
 }
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus, nvmlDevice_t *d) {
+  if (!bus || !d || !present()) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < card.count; i++) {
+    nvmlPciInfo_t p;
+    nvmlDeviceGetPciInfo_v3(&devices[i], &p);
+    if (!strcasecmp(bus, p.busId) || !strcasecmp(bus, p.busIdLegacy)) {
+      *d = &devices[i];
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *bus, nvmlDevice_t *d) {
+  return nvmlDeviceGetHandleByPciBusId_v2(bus, d);
+}
 /* Not a MIG instance, and MIG off. */
 EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig) {
   DEVICE(d, i);
@@ -318,6 +334,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int i
   EXPORT nvmlReturn_t name(void) { return NVML_ERROR_NOT_SUPPORTED; }
 NOT_SUPPORTED(nvmlDeviceGetNvLinkState)
 NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo_v2)
+NOT_SUPPORTED(nvmlDeviceGetNvLinkRemoteDeviceType)
 NOT_SUPPORTED(nvmlDeviceGetTopologyCommonAncestor)
 NOT_SUPPORTED(nvmlDeviceGetCpuAffinity)
 NOT_SUPPORTED(nvmlDeviceGetCpuAffinityWithinScope)

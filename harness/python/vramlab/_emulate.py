@@ -257,10 +257,28 @@ def _after_vllm_logger(module) -> None:
                 _vllm_line(record.getMessage())
             except Exception:  # noqa: BLE001 (a line vramlab cannot read is not the program's error)
                 pass
+        elif record.name.startswith("uvicorn") and record.msg == _SERVER_UP:
+            result = original(self, record)
+            _stop_server()
+            return result
         return original(self, record)
 
     call_handlers._vramlab = True  # type: ignore[attr-defined]
     logging.Logger.callHandlers = call_handlers
+
+
+# uvicorn's line once vLLM's API server (`vllm serve`) has started: its engine's startup lines
+# are all out by then.
+_SERVER_UP = "Application startup complete."
+
+
+def _stop_server() -> None:
+    """Startup alone is the measurement: the server is stopped as Ctrl-C would (uvicorn shuts
+    down, and vLLM shuts its engine core down), rather than left serving requests that would
+    wait on device values (zeros here) forever."""
+    _NOTES.append("vLLM's API server was stopped after its startup (SIGINT): startup is the "
+                  "measurement")
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _after_vllm_gpu_worker(module) -> None:

@@ -12,9 +12,22 @@
  * a fixed list of names at once (c10/cuda/driver_api.cpp: green contexts, multicast, shareable
  * handles) and asserts that each is there; it calls them only for features the emulator
  * refuses. */
+static char undefined_names[512];
+static pthread_mutex_t undefined_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static CUresult undefined_driver_function(void) {
-  return fail(CUDA_ERROR_NOT_SUPPORTED, "a driver function the emulated GPU does not define "
-              "(resolved by name through cudaGetDriverEntryPoint or cuGetProcAddress)");
+  return fail(CUDA_ERROR_NOT_SUPPORTED, "a driver function the emulated GPU does not define, "
+              "resolved by name (one of: %s)", undefined_names);
+}
+
+/* Remembers a name resolved to undefined_driver_function, for its line. */
+static void undefined(const char *symbol) {
+  pthread_mutex_lock(&undefined_lock);
+  if (!strstr(undefined_names, symbol)) {
+    size_t n = strlen(undefined_names);
+    snprintf(undefined_names + n, sizeof undefined_names - n, "%s%s", n ? ", " : "", symbol);
+  }
+  pthread_mutex_unlock(&undefined_lock);
 }
 
 /* The driver's own name for a symbol at a CUDA version: cuGetProcAddress looks a base name up
@@ -29,8 +42,10 @@ void *driver_symbol(const char *symbol) {
     if (f) return f;
   }
   void *f = dlsym(RTLD_DEFAULT, symbol);
-  if (!f && symbol[0] == 'c' && symbol[1] == 'u' && symbol[2] >= 'A' && symbol[2] <= 'Z')
+  if (!f && symbol[0] == 'c' && symbol[1] == 'u' && symbol[2] >= 'A' && symbol[2] <= 'Z') {
+    undefined(symbol);
     f = (void *)undefined_driver_function;
+  }
   return f;
 }
 

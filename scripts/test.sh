@@ -51,11 +51,14 @@ VRAMLAB_TORCH22_PYTHON=$(scripts/torch-env.sh --stack torch-2.2)
 # The oldest stack (torch 1.10, CUDA 10.2 build, on Debian 11's CPython 3.9), the published
 # bert-large rows' own, for the emulator's CUDA 10 layouts: about 1 minute and 2.8 GB from cold.
 VRAMLAB_TORCH110_PYTHON=$(scripts/torch-env.sh --stack torch-1.10)
-export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON
+# vLLM 0.33 (torch 2.14, CUDA 13 build), for vLLM's own engine startup on the emulated GPU:
+# about 3 minutes and 9.5 GB from cold, instant when warm.
+VRAMLAB_VLLM_PYTHON=$(scripts/torch-env.sh --stack vllm-0.33)
+export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON VRAMLAB_VLLM_PYTHON
 # The emulator's C tests (harness/emulator/tests/emu_test.c): properties, cudaMalloc and the
 # stream-ordered pool's rules, against the stubs of the default stack (seconds).
 step scripts/emulator-c-test.sh "$VRAMLAB_TORCH_PYTHON"
-step cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test moe --test stacks --test validate --test wheel -- --ignored --test-threads=1
+step cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test moe --test stacks --test validate --test vllm --test wheel -- --ignored --test-threads=1
 # The Slurm job array on a one-node localhost cluster over an emulated scenario (issue 40).
 VRAMLAB="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" step scripts/slurm/ci.sh
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then

@@ -252,6 +252,17 @@ static struct block *find_block(uintptr_t p) {
   return NULL;
 }
 
+int block_range(const void *p, uintptr_t *base, size_t *size) {
+  pthread_mutex_lock(&mem_lock);
+  struct block *b = find_block((uintptr_t)p);
+  if (b) {
+    if (base) *base = b->ptr;
+    if (size) *size = b->size;
+  }
+  pthread_mutex_unlock(&mem_lock);
+  return b != NULL;
+}
+
 int is_device(const void *p) {
   pthread_mutex_lock(&mem_lock);
   struct block *b = find_block((uintptr_t)p);
@@ -401,6 +412,14 @@ EXPORT cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
   (void)p;
   (void)size;
   (void)flags;
+  return cudaSuccess;
+}
+/* Mapped host memory (vLLM's UVA views of pinned buffers): with unified addressing the device
+ * pointer is the host pointer. */
+EXPORT cudaError_t cudaHostGetDevicePointer(void **dev_ptr, void *host, unsigned int flags) {
+  (void)flags;
+  if (!dev_ptr) return fail(cudaErrorInvalidValue, "cudaHostGetDevicePointer(NULL, %p)", host);
+  *dev_ptr = host;
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaHostUnregister(void *p) {

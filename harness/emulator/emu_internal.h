@@ -40,6 +40,11 @@ struct emu_proc *record(void);
 cudaError_t device_alloc(void **out, size_t size, const char *call);
 cudaError_t block_free(void *p, int host, const char *call);
 int is_device(const void *p);
+/* The allocation holding p (its start and size); 0 for an address the emulator did not give. */
+int block_range(const void *p, uintptr_t *base, size_t *size);
+/* A driver function by the name cuGetProcAddress is asked for: its newest versioned
+ * definition here (cuMemGetAddressRange_v2 for cuMemGetAddressRange), else the name itself. */
+void *driver_symbol(const char *name);
 /* Only host destinations are written: zeros from the device (counted), bytes from the host. */
 cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind);
 /* A synchronization point (stream, event, context, device): the memory pools give back what

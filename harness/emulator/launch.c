@@ -36,9 +36,11 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned i
   (void)s; (void)e; (void)f;
   return cudaSuccess;
 }
+unsigned long long vramlab_emu_capture_id(void *stream); /* refused.c */
 EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
-  (void)s;
-  if (st) *st = cudaStreamCaptureStatusNone;
+  if (st)
+    *st = s && vramlab_emu_capture_id(s) ? cudaStreamCaptureStatusActive
+                                         : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
@@ -207,7 +209,7 @@ EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, 
                                                     enum cudaDriverEntryPointQueryResult *st) {
   (void)ver;
   (void)flags;
-  void *f = sym ? dlsym(RTLD_DEFAULT, sym) : NULL;
+  void *f = driver_symbol(sym);
   if (fn) *fn = f;
   if (st) *st = f ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;

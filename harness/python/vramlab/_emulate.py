@@ -29,6 +29,7 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import re
 import signal
 import sys
 import traceback
@@ -73,9 +74,21 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 def _after_torch(torch) -> None:
     # The architectures this torch carries kernels for: the stubs answer a kernel's version as
     # the driver would load it (sm_86 code on an 8.9 card), which CUB's dispatch checks.
+    # Asked at CUDA's lazy initialization, not at import: `_cuda_getArchFlags` registers torch's
+    # fork handler, and a process forked after it may not use CUDA ("Cannot re-initialize CUDA
+    # in forked subprocess"), which breaks vLLM's engine core, forked from a parent that never
+    # initialized CUDA.
     arch_flags = getattr(torch._C, "_cuda_getArchFlags", None)
-    if arch_flags is not None and arch_flags():
-        os.environ["VRAMLAB_EMU_ARCHS"] = arch_flags()
+
+    def set_archs():
+        if arch_flags is not None and arch_flags():
+            os.environ["VRAMLAB_EMU_ARCHS"] = arch_flags()
+
+    lazy = getattr(torch.cuda, "_lazy_call", None)
+    if lazy is not None:
+        lazy(set_archs)
+    else:
+        set_archs()
     torch.backends.cudnn.enabled = False
     _NOTES.append(
         "convolutions: PyTorch's native CUDA path (cuDNN is off under emulation; "
@@ -187,6 +200,127 @@ def _after_masking_utils(mu) -> None:
     mu.find_packed_sequence_indices = find_packed_sequence_indices
 
 
+# vLLM's startup lines (vllm 0.33: v1/worker/gpu/model_runner.py and gpu_model_runner.py,
+# v1/worker/gpu_worker.py, v1/core/kv_cache_utils.py), each matched once in the process that
+# logged it and kept with the figures it prints. GiB figures stay as vLLM printed them (two
+# decimals); the available KV bytes are also kept exactly, from the worker's own return value.
+_VLLM_LINES = (
+    ("weights_loaded",
+     re.compile(r"Model loading took (?P<gib>[\d.]+) GiB memory and (?P<seconds>[\d.]+) seconds")),
+    ("available_kv", re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")),
+    ("kv_cache",
+     re.compile(r"(?P<pool>\w+(?: \+ host)?) KV cache size: (?P<tokens>[\d,]+) tokens, Maximum "
+                r"concurrency for (?P<max_model_len>[\d,]+) tokens per request: "
+                r"(?P<concurrency>[\d.]+)x")),
+    ("memory_profile",
+     re.compile(r"Actual usage is (?P<consumed_gib>-?[\d.]+) GiB for consumed memory \(weights \+ "
+                r"non-torch\), (?P<activation_gib>-?[\d.]+) GiB for peak activation, and "
+                r"(?P<cudagraph_gib>-?[\d.]+) GiB for CUDAGraph memory")),
+    ("graph_capture",
+     re.compile(r"Graph capturing finished in (?P<seconds>[\d.]+) secs, took (?P<gib>-?[\d.]+) GiB")),
+    ("graph_pool",
+     re.compile(r"CUDA graph pool memory: (?P<gib>-?[\d.]+) GiB \(actual\), "
+                r"(?P<estimated_gib>-?[\d.]+) GiB \(estimated\)")),
+)
+_VLLM: Dict[str, object] = {"lines": [], "available_kv_bytes": None, "block_size": None}
+
+
+def _vllm_line(msg: str) -> None:
+    for kind, pattern in _VLLM_LINES:
+        m = pattern.search(msg)
+        if m is None:
+            continue
+        line: Dict[str, object] = {"kind": kind, "text": msg.strip()}
+        for key, value in m.groupdict().items():
+            if key in ("tokens", "max_model_len"):
+                line[key] = int(value.replace(",", ""))
+            elif key == "pool":
+                line[key] = value
+            else:
+                line[key] = value  # as printed: Rust reads the decimal
+        _VLLM["lines"].append(line)  # type: ignore[union-attr]
+        return
+
+
+def _after_vllm_logger(module) -> None:
+    """Every INFO record of a `vllm.*` logger is matched against vLLM's startup lines, whatever
+    handlers vLLM's logging configuration installs (it may install them again later)."""
+    import logging
+
+    if getattr(logging.Logger.callHandlers, "_vramlab", False):
+        return
+    original = logging.Logger.callHandlers
+
+    def call_handlers(self, record):
+        if record.name.startswith("vllm") and record.levelno == logging.INFO:
+            try:
+                _vllm_line(record.getMessage())
+            except Exception:  # noqa: BLE001 (a line vramlab cannot read is not the program's error)
+                pass
+        elif record.name.startswith("uvicorn") and record.msg == _SERVER_UP:
+            result = original(self, record)
+            _stop_server()
+            return result
+        return original(self, record)
+
+    call_handlers._vramlab = True  # type: ignore[attr-defined]
+    logging.Logger.callHandlers = call_handlers
+
+
+# uvicorn's line once vLLM's API server (`vllm serve`) has started: its engine's startup lines
+# are all out by then.
+_SERVER_UP = "Application startup complete."
+
+
+def _stop_server() -> None:
+    """Startup alone is the measurement: the server is stopped as Ctrl-C would (uvicorn shuts
+    down, and vLLM shuts its engine core down), rather than left serving requests that would
+    wait on device values (zeros here) forever."""
+    _NOTES.append("vLLM's API server was stopped after its startup (SIGINT): startup is the "
+                  "measurement")
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _after_vllm_gpu_worker(module) -> None:
+    """The worker's available KV cache memory, exactly (the log line rounds it to 0.01 GiB), and
+    the block size it is divided into."""
+    worker = getattr(module, "Worker", None)
+    original = getattr(worker, "determine_available_memory", None)
+    if original is None:
+        return
+
+    def determine_available_memory(self, *args, **kwargs):
+        available = original(self, *args, **kwargs)
+        _VLLM["available_kv_bytes"] = int(available)
+        _VLLM["block_size"] = getattr(getattr(self, "cache_config", None), "block_size", None)
+        return available
+
+    worker.determine_available_memory = determine_available_memory
+
+
+def _vllm_forked() -> None:
+    """A forked child reports the lines it logs itself, not its parent's."""
+    _VLLM.update(lines=[], available_kv_bytes=None, block_size=None)
+
+
+class _ForkMark:
+    """Kept alive so that multiprocessing's after-fork registry (weak references) holds it."""
+
+
+_FORK_MARK = _ForkMark()
+
+
+def _after_multiprocessing_util(util) -> None:
+    """A child that multiprocessing forks leaves through `os._exit` (`Popen._launch`), past the
+    exit handlers: its report is written by a multiprocessing finalizer instead, registered in
+    the child after the registry is cleared (vLLM's engine core, forked workers)."""
+
+    def in_child(_mark):
+        util.Finalize(None, _write_report, exitpriority=-1000)
+
+    util.register_after_fork(_FORK_MARK, in_child)
+
+
 def _excepthook(kind, value, tb):
     name = kind.__name__
     message = str(value).strip()
@@ -219,8 +353,9 @@ def _unhooked_run(torch) -> Optional[dict]:
 
 def _write_report() -> None:
     folder = _run_dir()
-    if not folder:
+    if not folder or _WRITTEN.get(os.getpid()):
         return
+    _WRITTEN[os.getpid()] = True
     path = os.path.join(folder, f"python-{os.getpid()}.json")
     torch = sys.modules.get("torch")
     report = {
@@ -236,6 +371,7 @@ def _write_report() -> None:
         "run": None,
         "driver": emulator_stats(),
         "notes": _NOTES,
+        "vllm": _VLLM if _VLLM["lines"] or _VLLM["available_kv_bytes"] is not None else None,
         **_OUTCOME,
     }
     if torch is not None and torch.cuda.is_initialized():
@@ -270,6 +406,7 @@ def _trace_on_signal() -> None:
 
 
 _TRACE: Dict[str, object] = {}
+_WRITTEN: Dict[int, bool] = {}
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -283,6 +420,12 @@ def install() -> None:
     else:
         _HOOKS["torch"] = _after_torch
     _HOOKS["transformers.masking_utils"] = _after_masking_utils
+    _HOOKS["vllm.logger"] = _after_vllm_logger
+    _HOOKS["vllm.v1.worker.gpu_worker"] = _after_vllm_gpu_worker
+    if "multiprocessing.util" in sys.modules:
+        _after_multiprocessing_util(sys.modules["multiprocessing.util"])
+    else:
+        _HOOKS["multiprocessing.util"] = _after_multiprocessing_util
     if os.environ.get("VRAMLAB_EMU_NO_WEIGHTS") == "1":
         _HOOKS["transformers.modeling_utils"] = _after_modeling_utils
     sys.meta_path.insert(0, _AfterImport())
@@ -291,6 +434,7 @@ def install() -> None:
     _trace_on_signal()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_trace_on_signal)
+        os.register_at_fork(after_in_child=_vllm_forked)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         try:
             signal.signal(signal.SIGTERM, _on_sigterm)

@@ -244,6 +244,7 @@ fn process_json(p: &Process) -> serde_json::Value {
         "last_emulator_error": d.map(|d| d.last_error.clone()).filter(|e| !e.is_empty()),
         "stopped_at": p.stopped_at(),
         "message": p.python.as_ref().map(|r| r.message.clone()).unwrap_or_default(),
+        "vllm": p.python.as_ref().and_then(|r| r.vllm.as_ref()).map(|v| v.json()),
     })
 }
 
@@ -286,6 +287,14 @@ fn json(
         "phases": rep.phases.iter().map(span_json).collect::<Vec<_>>(),
         "steps": rep.steps.iter().map(span_json).collect::<Vec<_>>(),
         "processes": f.collected.processes.iter().filter(|p| p.observed()).map(process_json).collect::<Vec<_>>(),
+        // vLLM's startup lines, by the process that logged them (its engine core, a worker per
+        // rank).
+        "vllm": f.collected.observed().filter_map(|p| {
+            let v = p.python.as_ref()?.vllm.as_ref()?;
+            let mut j = v.json();
+            j["pid"] = p.pid.into();
+            Some(j)
+        }).collect::<Vec<_>>(),
         "devices": verdict::devices(f, v, gpu.total_bytes),
         "notes": notes,
     })
@@ -367,6 +376,18 @@ fn print_table(f: &Finished, v: &Verdict, primary: Option<&Process>, rep: &Repor
                 verdict::short(&p.command),
                 p.status()
             );
+        }
+    }
+    for p in &observed {
+        if let Some(v) = p.python.as_ref().and_then(|r| r.vllm.as_ref()) {
+            println!(
+                "vLLM's startup, process {} ({}):",
+                p.pid,
+                verdict::short(&p.command)
+            );
+            for l in v.table() {
+                println!("  {l}");
+            }
         }
     }
     if let Some(p) = primary.filter(|p| observed.len() > 1 || p.pid != f.root_pid) {

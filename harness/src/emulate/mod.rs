@@ -12,6 +12,7 @@ pub mod records;
 pub mod report;
 pub mod supervise;
 pub mod verdict;
+pub mod vllm;
 
 use crate::error::InputError;
 use crate::gpu::Gpu;
@@ -325,7 +326,7 @@ fn loadable(stubs: &Path) -> PathBuf {
     text.hash(&mut h);
     let copy = std::env::temp_dir().join(format!("vramlab-emu-stubs-{:016x}", h.finish()));
     let _ = std::fs::create_dir_all(&copy);
-    for lib in ["libvramlab_emu.so", "libcuda.so.1"] {
+    for lib in ["libvramlab_emu.so", "libcuda.so.1", "libnvidia-ml.so.1"] {
         let _ = std::fs::copy(stubs.join(lib), copy.join(lib));
     }
     let libs = copy.join(CUDA_LIBS);
@@ -399,9 +400,16 @@ impl Launch<'_> {
                 "VRAMLAB_EMU_NO_WEIGHTS",
                 if self.no_weights { "1" } else { "0" },
             )
+            // Triton finds libcuda through `ldconfig -p` unless told where: the stubs' copy.
+            .env("TRITON_LIBCUDA_PATH", &stubs)
             // One device, visible: a caller's CUDA_VISIBLE_DEVICES="" would hide it.
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("PYTORCH_NVML_BASED_CUDA_CHECK");
+        if std::env::var_os("VLLM_USE_FLASHINFER_SAMPLER").is_none() {
+            // vLLM's FlashInfer sampler JIT-compiles with nvcc at its first use; its own PyTorch
+            // sampler allocates through the caching allocator.
+            c.env("VLLM_USE_FLASHINFER_SAMPLER", "0");
+        }
         for (k, v) in self.gpu.env() {
             c.env(k, v);
         }

@@ -70,6 +70,8 @@ pub struct Report {
     /// The whole run, from torch's import to exit.
     pub run: Option<Span>,
     pub notes: Vec<String>,
+    /// vLLM's own startup lines, for a process that logged them (its engine core).
+    pub vllm: Option<super::vllm::Startup>,
     pub outcome: Outcome,
     pub message: String,
 }

@@ -1,0 +1,174 @@
+//! vLLM's own engine startup on the emulated GPU (docs/src/guides/emulator.md, "vLLM's
+//! startup"): `LLM(...)` with `load_format="dummy"` from a preset's config.json alone, under
+//! the vllm-0.33 stack (`scripts/torch-env.sh --stack vllm-0.33`, `$VRAMLAB_VLLM_PYTHON`).
+//! Each startup must end cleanly, and the report must carry vLLM's own lines from its engine
+//! core: the KV tokens, and the available KV memory they follow from. The token count is
+//! derived here from the config and the exact available bytes, by vLLM's rule
+//! (`v1/core/kv_cache_planning.py`: blocks = available // bytes per block over every layer;
+//! `kv_cache_utils.get_kv_cache_capacity`: tokens = int(blocks / cdiv(max_model_len, block) *
+//! max_model_len)). Needs the stack, so `#[ignore]`d; `scripts/test.sh` runs it.
+mod common;
+use common::{root, vramlab};
+
+const MAX_MODEL_LEN: u64 = 4096;
+
+fn vllm_python() -> String {
+    std::env::var("VRAMLAB_VLLM_PYTHON").expect(
+        "VRAMLAB_VLLM_PYTHON: the vLLM stack's python (scripts/torch-env.sh --stack vllm-0.33)",
+    )
+}
+
+/// The KV cache's shape from a config.json: layers, KV heads, head dim and dtype bytes.
+fn kv_shape(config: &serde_json::Value) -> (u64, u64, u64, u64) {
+    let n = |k: &str| {
+        config[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("config.json: {k}"))
+    };
+    let heads = n("num_attention_heads");
+    let head_dim = config["head_dim"]
+        .as_u64()
+        .unwrap_or(n("hidden_size") / heads);
+    let kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(heads);
+    let dtype_bytes = match config["torch_dtype"].as_str() {
+        Some("float32") => 4,
+        _ => 2,
+    };
+    (n("num_hidden_layers"), kv_heads, head_dim, dtype_bytes)
+}
+
+/// One emulated startup: the `--json` report.
+fn startup(preset: &str, gpu: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root()
+            .join("harness/presets")
+            .join(preset)
+            .join("config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    let program = format!(
+        "from vllm import LLM\n\
+         LLM(model={:?}, load_format='dummy', max_model_len={MAX_MODEL_LEN}, \
+         gpu_memory_utilization=0.9, enforce_eager=True, skip_tokenizer_init=True)\n",
+        dir.path().to_str().unwrap()
+    );
+    let json_out = dir.path().join("report.json");
+    let out = vramlab()
+        .args(["emulate", "--gpu", gpu, "--timeout", "8m", "--json-out"])
+        .arg(&json_out)
+        .arg("--")
+        .arg(vllm_python())
+        .args(["-c", &program])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: String = stderr
+        .lines()
+        .rev()
+        .take(30)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(out.status.code(), Some(0), "{preset} on {gpu}: {tail}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json_out).unwrap()).unwrap();
+    // The table prints vLLM's lines beside the allocator's figures.
+    let table = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "vLLM's startup, process ",
+        "KV cache size ",
+        "maximum concurrency ",
+    ] {
+        assert!(
+            table.contains(needle),
+            "{preset} on {gpu}: no {needle:?} in {table}"
+        );
+    }
+    assert_eq!(j["status"], "complete", "{preset} on {gpu}: {j}");
+    assert_eq!(j["fits"], true, "{preset} on {gpu}");
+    j
+}
+
+fn check(preset: &str, gpu: &str) {
+    let j = startup(preset, gpu);
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root()
+                .join("harness/presets")
+                .join(preset)
+                .join("config.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (layers, kv_heads, head_dim, dtype_bytes) = kv_shape(&config);
+    // One process logged vLLM's startup: the engine core, a child of the program.
+    let vllm = j["vllm"].as_array().unwrap();
+    assert_eq!(vllm.len(), 1, "{preset} on {gpu}: {j}");
+    let v = &vllm[0];
+    let pid = v["pid"].as_u64().unwrap();
+    let engine = j["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(pid))
+        .unwrap();
+    assert_eq!(engine["status"], "ok", "{engine}");
+    assert!(engine["max_memory_reserved"].as_u64().unwrap() > 0);
+    let mut own = v.clone();
+    own.as_object_mut().unwrap().remove("pid");
+    assert_eq!(engine["vllm"], own);
+
+    let tokens = v["kv_tokens"].as_u64().unwrap();
+    let available = v["available_kv_bytes"].as_i64().unwrap();
+    let block = v["block_size"].as_u64().unwrap();
+    assert_eq!(v["available_kv_exact"], true);
+    assert_eq!(v["max_model_len"].as_u64(), Some(MAX_MODEL_LEN));
+    assert!(available > 0 && tokens > 0, "{preset} on {gpu}: {v}");
+    // vLLM's rule: whole blocks of every layer's K and V.
+    let bytes_per_block = layers * 2 * block * kv_heads * head_dim * dtype_bytes;
+    let blocks = available as u64 / bytes_per_block;
+    let per_request = MAX_MODEL_LEN.div_ceil(block);
+    let concurrency = blocks as f64 / per_request as f64;
+    let derived = (concurrency * MAX_MODEL_LEN as f64) as u64;
+    assert_eq!(tokens, derived, "{preset} on {gpu}: {v}");
+    // The printed figures are the exact ones, as vLLM rounds them.
+    let printed_kv = v["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str()?.strip_prefix("Available KV cache memory: "))
+        .next()
+        .unwrap_or_else(|| panic!("{preset} on {gpu}: no available-KV line in {v}"));
+    let gib = available as f64 / (1u64 << 30) as f64;
+    let rounded: f64 = printed_kv.trim_end_matches(" GiB").parse().unwrap();
+    assert!(
+        (rounded - gib).abs() <= 0.005 + 1e-9,
+        "{printed_kv} vs {available} bytes"
+    );
+    let printed_conc = v["max_concurrency"].as_f64().unwrap();
+    assert!((printed_conc - concurrency).abs() <= 0.005 + 1e-9, "{v}");
+    // The weights line: what the engine core's allocator held, at least.
+    let weights = v["weights_bytes"].as_i64().unwrap();
+    assert!(weights > 0 && (weights as u64) < engine["max_memory_reserved"].as_u64().unwrap());
+    eprintln!(
+        "{preset} on {gpu}: weights {weights} B, available KV {available} B, {tokens} KV tokens, \
+         {printed_conc}x at {MAX_MODEL_LEN}"
+    );
+}
+
+#[test]
+#[ignore = "needs the vLLM stack (scripts/torch-env.sh --stack vllm-0.33)"]
+fn startup_kv_tokens_follow_from_the_available_kv_memory() {
+    let mut by_card = std::collections::BTreeMap::new();
+    for gpu in ["h100-80gb", "a100-40gb"] {
+        for preset in ["llama-3.1-8b", "qwen2.5-7b", "qwen2.5-0.5b"] {
+            check(preset, gpu);
+        }
+        by_card.insert(gpu, ());
+    }
+    assert_eq!(by_card.len(), 2);
+}

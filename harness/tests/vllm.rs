@@ -6,7 +6,9 @@
 //! derived here from the config and the exact available bytes, by vLLM's rule
 //! (`v1/core/kv_cache_planning.py`: blocks = available // bytes per block over every layer;
 //! `kv_cache_utils.get_kv_cache_capacity`: tokens = int(blocks / cdiv(max_model_len, block) *
-//! max_model_len)). Needs the stack, so `#[ignore]`d; `scripts/test.sh` runs it.
+//! max_model_len)). The analytic `estimate --runtime vllm` answer at `vllm serve`'s defaults
+//! for the card must give the same KV tokens within 3%. Needs the stack, so `#[ignore]`d;
+//! `scripts/test.sh` runs it.
 mod common;
 use common::{root, vramlab};
 
@@ -37,8 +39,9 @@ fn kv_shape(config: &serde_json::Value) -> (u64, u64, u64, u64) {
     (n("num_hidden_layers"), kv_heads, head_dim, dtype_bytes)
 }
 
-/// One emulated startup: the `--json` report.
-fn startup(preset: &str, gpu: &str) -> serde_json::Value {
+/// One emulated startup: the `--json` report. `batched` and `seqs` are vLLM's
+/// max_num_batched_tokens and max_num_seqs.
+fn startup(preset: &str, gpu: &str, (batched, seqs): (u64, u64)) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         root()
@@ -51,7 +54,8 @@ fn startup(preset: &str, gpu: &str) -> serde_json::Value {
     let program = format!(
         "from vllm import LLM\n\
          LLM(model={:?}, load_format='dummy', max_model_len={MAX_MODEL_LEN}, \
-         gpu_memory_utilization=0.9, enforce_eager=True, skip_tokenizer_init=True)\n",
+         gpu_memory_utilization=0.9, enforce_eager=True, skip_tokenizer_init=True, \
+         max_num_batched_tokens={batched}, max_num_seqs={seqs})\n",
         dir.path().to_str().unwrap()
     );
     let json_out = dir.path().join("report.json");
@@ -92,8 +96,19 @@ fn startup(preset: &str, gpu: &str) -> serde_json::Value {
     j
 }
 
+/// The analytic `--runtime vllm` answer at `vllm serve`'s defaults for the card.
+fn analytic(preset: &str, gpu: &str) -> serde_json::Value {
+    let len = MAX_MODEL_LEN.to_string();
+    common::serving_estimate(preset, gpu, &["--max-model-len", &len])["serving"].clone()
+}
+
 fn check(preset: &str, gpu: &str) {
-    let j = startup(preset, gpu);
+    let est = analytic(preset, gpu);
+    let settings = (
+        est["max_num_batched_tokens"].as_u64().unwrap(),
+        est["max_num_seqs"].as_u64().unwrap(),
+    );
+    let j = startup(preset, gpu, settings);
     let config: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(
             root()
@@ -154,9 +169,24 @@ fn check(preset: &str, gpu: &str) {
     // The weights line: what the engine core's allocator held, at least.
     let weights = v["weights_bytes"].as_i64().unwrap();
     assert!(weights > 0 && (weights as u64) < engine["max_memory_reserved"].as_u64().unwrap());
+    // The analytic answer in vLLM's terms: its KV tokens within 3% of vLLM's own, and its
+    // weights within 1% (or 16 MiB) of vLLM's "Model loading took", which also counts the
+    // rotary cache and the allocator's rounding, printed to 0.01 GiB.
+    let est_tokens = est["kv_tokens"].as_u64().unwrap();
+    let err = est_tokens as f64 / tokens as f64 - 1.0;
     eprintln!(
         "{preset} on {gpu}: weights {weights} B, available KV {available} B, {tokens} KV tokens, \
-         {printed_conc}x at {MAX_MODEL_LEN}"
+         {printed_conc}x at {MAX_MODEL_LEN}; analytic {est_tokens} tokens ({:+.3}%)",
+        err * 100.0
+    );
+    assert!(
+        err.abs() <= 0.03,
+        "{preset} on {gpu}: analytic {est} vs {v}"
+    );
+    let est_weights = est["weights_bytes"].as_i64().unwrap();
+    assert!(
+        (est_weights - weights).abs() <= (weights / 100).max(16 << 20),
+        "{preset} on {gpu}: weights {est_weights} vs vLLM's {weights}"
     );
 }
 

@@ -122,7 +122,7 @@ pub fn with_reserve_of(
             ALLOCATOR_ROUNDING,
             "candle's pool on CUDA is not measured yet: one 20 MiB segment assumed".to_string(),
         ),
-        (Backend::Cuda, Runtime::Torch) => {
+        (Backend::Cuda, Runtime::Torch | Runtime::Vllm) => {
             let (path, k) = match constants.filter(|k| !k.reserve.is_empty()) {
                 Some(k) => ("--constants", k),
                 None => reference_reserve(q.stack),

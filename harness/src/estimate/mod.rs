@@ -26,6 +26,7 @@ pub mod infer;
 pub mod model;
 pub mod optimizer;
 pub mod query;
+pub mod serving;
 #[cfg(test)]
 mod test_support;
 pub mod train;

@@ -280,7 +280,7 @@ pub fn parent<P: SweepPoint>(
             crate::device::probe(&r.device_spec)?;
             None
         }
-        Runtime::Torch => Some(torch::Probe::open(r)?),
+        Runtime::Torch | Runtime::Vllm => Some(torch::Probe::open(r)?),
     };
     // vramlab's CUDA build on an emulated GPU: its workers run under the stubs.
     let emulator = match (&probe, crate::device::emulated_gpu(&r.device_spec)) {

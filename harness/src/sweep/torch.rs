@@ -23,10 +23,10 @@ pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
         // vramlab's CUDA build under the stubs: the catalogue name and the build checked here.
         (Runtime::Candle, Some(_)) => crate::device::probe(device),
         (Runtime::Candle, None) => Ok(()),
-        (Runtime::Torch, Some(gpu)) => crate::gpu::resolve(Some(gpu), None)
+        (Runtime::Torch | Runtime::Vllm, Some(gpu)) => crate::gpu::resolve(Some(gpu), None)
             .map(|_| ())
             .map_err(|e| InputError::arg(format!("device `{device}`: {e}")).into()),
-        (Runtime::Torch, None)
+        (Runtime::Torch | Runtime::Vllm, None)
             if matches!(
                 crate::device::parse(device),
                 Ok(crate::device::DeviceSpec::Cuda(_))
@@ -34,7 +34,7 @@ pub fn check_device(runtime: Runtime, device: &str) -> Result<()> {
         {
             Ok(())
         }
-        (Runtime::Torch, None) => Err(InputError::arg(format!(
+        (Runtime::Torch | Runtime::Vllm, None) => Err(InputError::arg(format!(
             "device `{device}`: runtime = \"torch\" measures on emu:GPU or cuda:N (PyTorch on CPU \
              needs the preload meter: scripts/torch-cpu.sh SCENARIO --out FILE.csv)"
         ))

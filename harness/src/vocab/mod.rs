@@ -74,7 +74,9 @@ mod training;
 pub use generation::{Component, GenModel, Resolution, VaeDecode};
 pub use point::{KvKind, KvWindow, Mode, Phase, Status};
 pub use precision::{Compute, Precision, QMatmul, Quantized};
-pub use runtime::{Attention, Backend, Kernels, MeterKind, Ops, PoolRelease, Runtime, Stack};
+pub use runtime::{
+    Attention, Backend, Kernels, KvCacheDtype, MeterKind, Ops, PoolRelease, Runtime, Stack,
+};
 pub use training::{
     Checkpointing, LoraTarget, LoraTargets, Optimizer, OptimizerImpl, Trainable, TrainableKind,
     MAX_LORA_RANK,

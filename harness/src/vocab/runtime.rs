@@ -142,6 +142,21 @@ vocab! {
         Candle,
         /// PyTorch + transformers (`scripts/torch_probe`).
         Torch,
+        /// vLLM's serving engine (0.33): `vramlab estimate --runtime vllm` answers in its
+        /// terms (estimate only: no sweep measures it; `vramlab emulate` runs vLLM itself).
+        Vllm,
+    }
+}
+
+vocab! {
+    /// vLLM's KV cache dtype (`--kv-cache-dtype`): `auto` keeps the model's dtype, `fp8` one
+    /// byte a value (e4m3).
+    #[derive(Default, clap::ValueEnum)]
+    case = "lowercase";
+    pub enum KvCacheDtype {
+        #[default]
+        Auto,
+        Fp8,
     }
 }
 

@@ -617,3 +617,9 @@ pub fn estimate_row(j: &serde_json::Value, name: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// `estimate --runtime vllm --enforce-eager --json` of `preset` on `gpu`, with `more` flags.
+pub fn serving_estimate(preset: &str, gpu: &str, more: &[&str]) -> serde_json::Value {
+    let base = ["--model", preset, "--runtime", "vllm", "--gpu", gpu];
+    estimate_json(&[&base[..], &["--enforce-eager"], more].concat())
+}

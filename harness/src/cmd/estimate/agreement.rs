@@ -207,6 +207,7 @@ fn both_ways(args: &super::Args) -> Result<LlmReport, String> {
     match super::report(args).map_err(|e| format!("{e:#}"))? {
         Report::Llm(r) => Ok(*r),
         Report::Generation(_) => Err("a generation pipeline".into()),
+        Report::Serving(_) => Err("a vLLM serving estimate".into()),
     }
 }
 

@@ -133,9 +133,9 @@ fn constants_line(
                 (Runtime::Candle, _) => {
                     ", attention scores materialized (transformer: in the pipeline's dtype; VAE: f32)"
                 }
-                (Runtime::Torch, Attention::Eager) =>
+                (Runtime::Torch | Runtime::Vllm, Attention::Eager) =>
                     ", eager denoiser attention (scores and softmax in the pipeline's dtype), SDPA in the VAE",
-                (Runtime::Torch, _) => ", SDPA attention (no materialized scores)",
+                (Runtime::Torch | Runtime::Vllm, _) => ", SDPA attention (no materialized scores)",
             }
         ),
     }

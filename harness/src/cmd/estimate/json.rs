@@ -8,5 +8,6 @@ pub fn render_json(r: &Report) -> serde_json::Result<String> {
     match r {
         Report::Llm(r) => serde_json::to_string_pretty(r),
         Report::Generation(r) => serde_json::to_string_pretty(&serde_json::to_value(r)?),
+        Report::Serving(r) => serde_json::to_string_pretty(r),
     }
 }

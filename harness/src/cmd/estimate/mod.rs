@@ -10,6 +10,7 @@ mod llm;
 mod loaded;
 mod overflow;
 mod report;
+mod serving;
 mod text;
 
 use crate::estimate::{
@@ -112,8 +113,10 @@ pub struct Args {
     #[arg(long, help_heading = "Training")]
     pub offload: bool,
 
-    /// The runtime the job will use: torch (PyTorch + transformers, what most users run) or
-    /// candle (vramlab's own workloads).
+    /// The runtime the job will use: torch (PyTorch + transformers, what most users run),
+    /// candle (vramlab's own workloads) or vllm (vLLM 0.33's serving engine on one GPU: its
+    /// startup figures, weights, activation peak, available KV memory, KV tokens and maximum
+    /// concurrency, for a dense decoder; needs --gpu and --enforce-eager).
     #[arg(
         long,
         value_enum,
@@ -262,6 +265,41 @@ pub struct Args {
     )]
     pub priors: bool,
 
+    /// With --runtime vllm: vLLM's `--max-model-len`, the longest request (tokens; default:
+    /// the model's max_position_embeddings, as vLLM's).
+    #[arg(long, value_name = "TOKENS", help_heading = "Serving (--runtime vllm)")]
+    pub max_model_len: Option<u64>,
+    /// With --runtime vllm: the fraction of the GPU's total memory vLLM may take.
+    #[arg(
+        long,
+        default_value_t = 0.9,
+        value_name = "FRACTION",
+        help_heading = "Serving (--runtime vllm)"
+    )]
+    pub gpu_memory_utilization: f64,
+    /// With --runtime vllm: the KV cache's dtype: auto (the model's) or fp8 (one byte a value).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        help_heading = "Serving (--runtime vllm)"
+    )]
+    pub kv_cache_dtype: crate::vocab::KvCacheDtype,
+    /// With --runtime vllm: the tokens of one scheduler step, which the profile run's forward
+    /// takes at once (default: `vllm serve`'s for the GPU: 16,384 from 160 GiB, 8,192 from
+    /// 70 GiB but not on an A100, else 2,048).
+    #[arg(long, value_name = "TOKENS", help_heading = "Serving (--runtime vllm)")]
+    pub max_num_batched_tokens: Option<u64>,
+    /// With --runtime vllm: the most sequences of one step, the rows of the sampler's state and
+    /// of its profile pass (default: `vllm serve`'s: 1,024 from 70 GiB but not on an A100, else
+    /// 256).
+    #[arg(long, value_name = "SEQS", help_heading = "Serving (--runtime vllm)")]
+    pub max_num_seqs: Option<u64>,
+    /// With --runtime vllm: an eager engine (no CUDA graphs). Required for now: the memory of
+    /// vLLM's CUDA graphs is not modelled yet.
+    #[arg(long, help_heading = "Serving (--runtime vllm)")]
+    pub enforce_eager: bool,
+
     /// Print JSON instead of tables.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
@@ -315,6 +353,9 @@ fn parse_lora_targets(s: &str) -> Result<crate::vocab::LoraTargets, String> {
 pub fn report(a: &Args) -> Result<Report> {
     if let Some(why) = a.stack.and_then(|s| s.without_probe()) {
         return Err(crate::error::InputError::arg(format!("--stack: {why}")).into());
+    }
+    if a.runtime == Runtime::Vllm {
+        return Ok(Report::Serving(Box::new(serving::report(a)?)));
     }
     Ok(match a.model.parse::<crate::vocab::GenModel>() {
         Ok(m) => Report::Generation(Box::new(generation::report(a, m)?)),

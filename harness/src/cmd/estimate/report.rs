@@ -11,6 +11,7 @@ use serde::Serialize;
 pub enum Report {
     Llm(Box<LlmReport>),
     Generation(Box<GenReport>),
+    Serving(Box<super::serving::ServingReport>),
 }
 
 /// One row of a table: a name and its bytes.

@@ -12,6 +12,7 @@ pub fn render_text(r: &Report) -> String {
     match r {
         Report::Llm(r) => llm(&mut s, r),
         Report::Generation(r) => generation(&mut s, r),
+        Report::Serving(r) => super::serving::render(&mut s, r),
     }
     .expect("writing to a String cannot fail");
     s

@@ -409,7 +409,7 @@ fn lm_head_bytes(c: &Config, q: &Query, recompute: Checked) -> Result<u64, Overf
     let n = Checked::from(q.batch) * q.context * c.vocab_size;
     match q.runtime {
         Runtime::Candle => (n * (q.act_bytes() + 4)).bytes("logits"),
-        Runtime::Torch => Ok((n * 12u64)
+        Runtime::Torch | Runtime::Vllm => Ok((n * 12u64)
             .bytes("logits")?
             .saturating_sub(recompute.bytes("activations")?)),
     }

@@ -112,6 +112,12 @@ fn validate_sweep(
     sources: &[String],
     runtime: crate::vocab::Runtime,
 ) -> std::result::Result<(), (&'static str, String)> {
+    if runtime == crate::vocab::Runtime::Vllm {
+        return Err((
+            "runtime",
+            "`runtime = \"vllm\"` is not a sweep: `vramlab estimate --runtime vllm` answers in vLLM's terms, and `vramlab emulate -- vllm serve ...` runs vLLM itself".into(),
+        ));
+    }
     {
         let nonempty = |key: &'static str, n: usize| {
             if n == 0 {

@@ -265,7 +265,7 @@ pub fn exact_rows(a: &GenArch, q: &GenQuery) -> Result<Vec<(String, u64)>, Overf
             // diffusers' `tiled_decode` (AutoencoderKL's and AutoencoderKLWan's) keeps every
             // decoded tile until it blends them: tiles start every tile − overlap latent
             // pixels and the last ones are cut at the edge, so they cover more than the image.
-            Runtime::Torch => {
+            Runtime::Torch | Runtime::Vllm => {
                 let f = a.vae_factor;
                 let (tile, stride) = (q.tile / f, (q.tile - q.overlap) / f);
                 let side = |len: usize| -> Checked {
@@ -317,9 +317,9 @@ pub fn phase_terms(a: &GenArch, q: &GenQuery, phase: Phase) -> Result<PhaseTerms
             (Runtime::Candle, Attention::Flash) if flash => 0.0,
             (Runtime::Candle, _) if f32 => 4.0,
             (Runtime::Candle, _) => bytes(q.dtype) as f64,
-            (Runtime::Torch, Attention::Eager) => bytes(q.dtype) as f64,
+            (Runtime::Torch | Runtime::Vllm, Attention::Eager) => bytes(q.dtype) as f64,
             // SDPA never materializes them.
-            (Runtime::Torch, _) => 0.0,
+            (Runtime::Torch | Runtime::Vllm, _) => 0.0,
         };
         images * heads * queries * keys * b
     };
@@ -397,9 +397,9 @@ pub fn prior(a: &GenArch, term: GenTerm, runtime: Runtime) -> f64 {
     match (term, runtime) {
         (GenTerm::TextAct, _) => 8.0,
         (GenTerm::DenoiseAct, Runtime::Candle) => a.denoise_prior[0],
-        (GenTerm::DenoiseAct, Runtime::Torch) => a.denoise_prior[1],
+        (GenTerm::DenoiseAct, Runtime::Torch | Runtime::Vllm) => a.denoise_prior[1],
         (GenTerm::VaeAct, Runtime::Candle) => 12.0,
-        (GenTerm::VaeAct, Runtime::Torch) => 6.0,
+        (GenTerm::VaeAct, Runtime::Torch | Runtime::Vllm) => 6.0,
         (GenTerm::DenoiseScores | GenTerm::VaeScores, _) => 2.0,
         (GenTerm::Const, _) => 0.0,
     }

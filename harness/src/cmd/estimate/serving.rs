@@ -1,0 +1,242 @@
+//! `vramlab estimate --runtime vllm`: vLLM's startup figures for a dense decoder on one GPU
+//! ([`crate::estimate::serving`]), as a table or `--json`'s `serving` object.
+use super::Args;
+use crate::error::InputError;
+use crate::estimate::serving::{self, Serving, ServingQuery};
+use crate::vocab::{KvCacheDtype, Mode, Precision};
+use anyhow::Result;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// The serving estimate of a query.
+#[derive(Serialize)]
+pub struct ServingReport {
+    pub runtime: &'static str,
+    /// Where the figures come from.
+    pub source: String,
+    pub model: ServingModel,
+    pub gpu: ServingGpu,
+    pub serving: Serving,
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct ServingModel {
+    pub name: String,
+    pub architecture: &'static str,
+    pub params: u64,
+    pub precision: Precision,
+    pub kv_cache_dtype: KvCacheDtype,
+}
+
+#[derive(Serialize)]
+pub struct ServingGpu {
+    pub name: String,
+    pub total_bytes: u64,
+    pub gpu_memory_utilization: f64,
+}
+
+/// The source line every serving estimate carries.
+const SOURCE: &str = "analytic: vLLM 0.33's startup rules (v1/worker/gpu_worker.py, \
+v1/core/kv_cache_planning.py), weights, sampler state and KV exact, the other buffers fitted on \
+emulated vLLM startups; eager engine, one GPU";
+
+fn refuse(msg: impl Into<String>) -> anyhow::Error {
+    InputError::arg(msg.into()).into()
+}
+
+/// The report of `a` (`--runtime vllm`).
+pub fn report(a: &Args) -> Result<ServingReport> {
+    if a.mode != Mode::Infer {
+        return Err(refuse(format!(
+            "--runtime vllm is vLLM's serving engine: --mode infer only (got {})",
+            a.mode
+        )));
+    }
+    if !a.enforce_eager {
+        return Err(refuse(
+            "--runtime vllm: add --enforce-eager (the memory of vLLM's CUDA graphs is not \
+             modelled yet; the estimate is of an eager engine)",
+        ));
+    }
+    if a.gpus != 1 {
+        return Err(refuse(
+            "--runtime vllm: one GPU only (tensor parallelism is not modelled yet)",
+        ));
+    }
+    if !(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0) {
+        return Err(refuse(format!(
+            "--gpu-memory-utilization must be in (0, 1], got {}",
+            a.gpu_memory_utilization
+        )));
+    }
+    let Some(gpu_name) = &a.gpu else {
+        return Err(refuse(
+            "--runtime vllm needs --gpu (vLLM sizes its KV cache from the card's memory)",
+        ));
+    };
+    let gpu = match crate::gpu::by_name(gpu_name) {
+        Some(g) => crate::gpu::resolve(Some(&g.key), None),
+        None => match crate::units::parse_size(gpu_name) {
+            Ok(bytes) => crate::gpu::resolve(None, Some(bytes)),
+            Err(_) => Err(format!(
+                "unknown --gpu `{gpu_name}` (`vramlab gpus` lists every name; or a size like 48gb)"
+            )),
+        },
+    }
+    .map_err(|e| refuse(format!("--runtime vllm: {e}")))?;
+    let resolved = crate::estimate::resolve(&a.model)?;
+    let cfg = &resolved.config;
+    if resolved.gguf.is_some() || resolved.quant.is_some() {
+        return Err(refuse(format!(
+            "--runtime vllm: {} is a quantized checkpoint; vLLM's quantized kernels are not \
+             modelled yet (dense bf16, f16 or f32 weights only)",
+            resolved.name
+        )));
+    }
+    if let Some(why) = serving::unsupported(cfg) {
+        return Err(refuse(format!("--runtime vllm: {why}")));
+    }
+    let precision = a.precision.unwrap_or(Precision::Bf16);
+    let weight_bytes = match precision {
+        Precision::Bf16 | Precision::F16 => 2,
+        Precision::F32 => 4,
+        p => {
+            return Err(refuse(format!(
+                "--runtime vllm serves bf16, f16 or f32 weights, not --precision {p}"
+            )))
+        }
+    };
+    let (default_tokens, default_seqs) = serving::serve_defaults(&gpu);
+    let q = ServingQuery {
+        utilization: a.gpu_memory_utilization,
+        max_model_len: a
+            .max_model_len
+            .unwrap_or(cfg.max_position_embeddings as u64),
+        max_num_batched_tokens: a.max_num_batched_tokens.unwrap_or(default_tokens),
+        max_num_seqs: a.max_num_seqs.unwrap_or(default_seqs),
+        weight_bytes,
+        kv_bytes: match a.kv_cache_dtype {
+            KvCacheDtype::Auto => weight_bytes,
+            KvCacheDtype::Fp8 => 1,
+        },
+    };
+    if q.max_model_len == 0 || q.max_num_batched_tokens == 0 || q.max_num_seqs == 0 {
+        return Err(refuse(
+            "--max-model-len, --max-num-batched-tokens and --max-num-seqs must be at least 1",
+        ));
+    }
+    let s = serving::serving(cfg, &gpu, &q);
+    let mut notes = Vec::new();
+    if !s.fits {
+        notes.push(format!(
+            "vLLM would not start: one request of {} tokens needs {} of KV cache, more than the \
+             {} available; the largest --max-model-len that fits is {}",
+            s.max_model_len,
+            crate::units::gb_gib(
+                q.max_model_len.div_ceil(serving::BLOCK_TOKENS)
+                    * serving::BLOCK_TOKENS
+                    * s.kv_bytes_per_token
+            ),
+            crate::units::gb_gib(s.available_kv_bytes.max(0) as u64),
+            s.max_model_len_fits
+        ));
+    }
+    Ok(ServingReport {
+        runtime: "vllm",
+        source: SOURCE.into(),
+        model: ServingModel {
+            name: resolved.name.clone(),
+            architecture: cfg.architecture.name(),
+            params: cfg.param_count(),
+            precision,
+            kv_cache_dtype: a.kv_cache_dtype,
+        },
+        gpu: ServingGpu {
+            name: gpu.key.clone(),
+            total_bytes: gpu.total_bytes,
+            gpu_memory_utilization: q.utilization,
+        },
+        serving: s,
+        notes,
+    })
+}
+
+/// The table: vLLM's startup figures in its own words, each in GiB as vLLM prints them and in
+/// bytes.
+pub fn render(out: &mut String, r: &ServingReport) -> std::fmt::Result {
+    let s = &r.serving;
+    let gib = |b: u64| format!("{} GiB", crate::units::gib(b));
+    writeln!(
+        out,
+        "vLLM serving estimate: {} ({} parameters, {}) on {} ({}), gpu_memory_utilization {}",
+        r.model.name,
+        crate::units::grouped(r.model.params),
+        r.model.precision,
+        r.gpu.name,
+        gib(r.gpu.total_bytes),
+        r.gpu.gpu_memory_utilization
+    )?;
+    writeln!(
+        out,
+        "max_model_len {}, max_num_batched_tokens {}, max_num_seqs {}, KV cache {}",
+        s.max_model_len, s.max_num_batched_tokens, s.max_num_seqs, r.model.kv_cache_dtype
+    )?;
+    let rows = [
+        ("requested (total × utilization)", s.requested_bytes),
+        ("model weights", s.weights_bytes),
+        ("sampler state (penalties)", s.sampler_state_bytes),
+        ("other buffers (fitted)", s.other_buffers_bytes),
+        ("peak activation (profile run)", s.activation_peak_bytes),
+        ("non-KV memory", s.non_kv_bytes),
+    ];
+    for (name, bytes) in rows {
+        writeln!(out, "  {name:<34} {:>14} B  {}", grouped(bytes), gib(bytes))?;
+    }
+    let avail = s.available_kv_bytes;
+    writeln!(
+        out,
+        "  {:<34} {:>14} B  {}",
+        "available KV cache memory",
+        match avail < 0 {
+            true => format!("-{}", grouped(avail.unsigned_abs())),
+            false => grouped(avail as u64),
+        },
+        match avail < 0 {
+            true => format!("-{}", gib(avail.unsigned_abs())),
+            false => gib(avail as u64),
+        }
+    )?;
+    writeln!(
+        out,
+        "GPU KV cache size: {} tokens ({} blocks of {}, {} B a token); maximum concurrency for \
+         {} tokens per request: {:.2}x",
+        grouped(s.kv_tokens),
+        grouped(s.kv_blocks),
+        serving::BLOCK_TOKENS,
+        grouped(s.kv_bytes_per_token),
+        grouped(s.max_model_len),
+        s.max_concurrency
+    )?;
+    writeln!(
+        out,
+        "fits: {}",
+        if s.fits {
+            "yes".to_string()
+        } else {
+            format!(
+                "no (the largest --max-model-len that fits: {})",
+                s.max_model_len_fits
+            )
+        }
+    )?;
+    writeln!(out, "source: {}", r.source)?;
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    Ok(())
+}
+
+fn grouped(b: u64) -> String {
+    crate::units::grouped(b)
+}

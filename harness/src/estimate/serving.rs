@@ -1,0 +1,232 @@
+//! The serving estimate in vLLM's own terms (issue 43): what vLLM 0.33's engine startup prints
+//! for a dense decoder on one GPU, from the config and the card.
+//!
+//! vLLM sizes its KV cache at startup (`v1/worker/gpu_worker.py`,
+//! `determine_available_memory`): it requests `ceil(total × gpu_memory_utilization)` bytes,
+//! runs a profile forward of `max_num_batched_tokens` tokens and a sampler pass over
+//! `max_num_seqs` rows, and gives the KV cache what the request leaves after the weights, the
+//! buffers that stay (`consumed`) and the profile's transient peak (`peak activation`). The
+//! terms, each named as vLLM's worker line names it:
+//! - **weights**: every parameter at the checkpoint dtype, the vocabulary padded to 64 rows
+//!   (exact; vLLM fuses q/k/v and gate/up); and the caching allocator's rounding of their
+//!   blocks (exact by PyTorch's rule);
+//! - **sampler state**: the penalties' `output_bin_counts` (`max_num_seqs` × vocab, int32) and
+//!   `prompt_bin_mask` (`max_num_seqs` × ⌈vocab / 32⌉, int32), `v1/worker/gpu/sample/penalties.py`
+//!   (exact);
+//! - **other buffers**: the model runner's input buffers, the rotary cache and the caching
+//!   allocator's rounding of the weights: [`OTHER_FIXED`] and [`OTHER_PER_SEQ`], fitted;
+//! - **activation peak**: the larger of the forward's and the sampler's. The forward (attention
+//!   skipped in the profile run) peaks in the MLP with the hidden state and the residual, the
+//!   fused gate/up output and SiLU-and-mul's output live: N·e·(2h + 3I). The sampler holds the
+//!   last hidden states (N·h·e), the logits (S·V·e) and their f32 copy (S·V·4).
+//!
+//! Then, as `v1/core/kv_cache_planning.py` and `kv_cache_utils.py` count: blocks of 16 tokens
+//! over every layer's K and V, `blocks = available // (16 × bytes per token)`, KV tokens
+//! `int(blocks / ⌈L / 16⌉ × L)` and maximum concurrency `blocks / ⌈L / 16⌉` at
+//! `max_model_len` L. A request of L tokens needs ⌈L / 16⌉ blocks; where they do not fit,
+//! vLLM refuses to start and names the largest length that does.
+use crate::gpu::Gpu;
+use crate::model::Config;
+use serde::Serialize;
+
+/// vLLM's KV block size (tokens), the CUDA default of `cache_config.block_size`.
+pub const BLOCK_TOKENS: u64 = 16;
+
+/// What stays allocated beside the weights and the sampler state after the profile run: the
+/// model runner's input buffers, the rotary cos/sin cache, per-request sampling buffers and the
+/// caching allocator's rounding of the weights: [`OTHER_FIXED`] plus [`OTHER_PER_SEQ`] per
+/// `max_num_seqs`. Fitted by least squares on ten emulated vLLM 0.33 startups (Qwen2.5-0.5B and
+/// Llama-3.1-8B on an emulated H100, max_num_batched_tokens 2,048 to 16,384, max_num_seqs 256
+/// and 1,024; `scripts/vllm-serving-grid.sh`), as the part of vLLM's non-KV memory the other
+/// terms leave; residuals −28 to +29 MiB (docs/src/guides/serving.md).
+pub const OTHER_FIXED: u64 = 115 << 20;
+/// See [`OTHER_FIXED`].
+pub const OTHER_PER_SEQ: u64 = 56 << 10;
+
+/// A serving query: the model's settings as `vllm serve` takes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServingQuery {
+    /// `--gpu-memory-utilization`.
+    pub utilization: f64,
+    /// `--max-model-len` (tokens).
+    pub max_model_len: u64,
+    /// `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: u64,
+    /// `--max-num-seqs`.
+    pub max_num_seqs: u64,
+    /// The weights' bytes per element (the checkpoint's dtype).
+    pub weight_bytes: u64,
+    /// The KV cache's bytes per element (`--kv-cache-dtype`: auto = the weights', fp8 = 1).
+    pub kv_bytes: u64,
+}
+
+/// vLLM 0.33's `vllm serve` defaults for a GPU (`engine/arg_utils.py`,
+/// `_set_default_max_num_seqs_and_batched_tokens_args`): (max_num_batched_tokens,
+/// max_num_seqs). 160 GiB or more: 16,384 and 1,024; 70 GiB or more and not an A100: 8,192 and
+/// 1,024; else 2,048 and 256.
+pub fn serve_defaults(gpu: &Gpu) -> (u64, u64) {
+    const GIB: u64 = 1 << 30;
+    let a100 = gpu.name.to_lowercase().contains("a100");
+    if gpu.total_bytes >= 160 * GIB {
+        (16_384, 1_024)
+    } else if gpu.total_bytes >= 70 * GIB && !a100 {
+        (8_192, 1_024)
+    } else {
+        (2_048, 256)
+    }
+}
+
+/// vLLM's startup figures for a query, in bytes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Serving {
+    /// `ceil(total × gpu_memory_utilization)`.
+    pub requested_bytes: u64,
+    pub weights_bytes: u64,
+    /// PyTorch's caching allocator's rounding of the weights' blocks (segments of 10 MiB and
+    /// more round up to 2 MiB).
+    pub weights_rounding_bytes: u64,
+    pub sampler_state_bytes: u64,
+    pub other_buffers_bytes: u64,
+    pub activation_peak_bytes: u64,
+    /// Everything but the KV cache: weights and their rounding, sampler state, other buffers,
+    /// activation peak.
+    pub non_kv_bytes: u64,
+    /// What vLLM gives the KV cache (negative: the rest does not fit the request).
+    pub available_kv_bytes: i64,
+    /// K and V of every layer, one token.
+    pub kv_bytes_per_token: u64,
+    pub kv_blocks: u64,
+    /// "GPU KV cache size: N tokens".
+    pub kv_tokens: u64,
+    /// "Maximum concurrency for L tokens per request".
+    pub max_concurrency: f64,
+    pub max_model_len: u64,
+    pub max_num_batched_tokens: u64,
+    pub max_num_seqs: u64,
+    /// Whether one request of `max_model_len` fits (vLLM starts).
+    pub fits: bool,
+    /// The largest `max_model_len` whose one request fits: whole blocks of what the KV cache
+    /// holds (vLLM's estimate where it refuses, which searches up to `max_model_len` only).
+    pub max_model_len_fits: u64,
+}
+
+/// vLLM's vocabulary padding (`DEFAULT_VOCAB_PADDING_SIZE`, `vocab_parallel_embedding.py`):
+/// the embedding's and the head's rows round up to a multiple of 64.
+pub const VOCAB_PADDING: u64 = 64;
+
+/// The elements of each weight tensor vLLM allocates for a dense decoder: the embedding and
+/// an untied head (rows padded to [`VOCAB_PADDING`]), and per layer the fused q/k/v (and its
+/// bias), o, the fused gate/up, down, the two norms (and Qwen3's q/k norms), then the final
+/// norm.
+pub fn vllm_weight_tensors(cfg: &Config) -> Vec<u64> {
+    let h = cfg.hidden_size as u64;
+    let (q, kv) = (
+        (cfg.num_heads * cfg.head_dim) as u64,
+        (cfg.num_kv_heads * cfg.head_dim) as u64,
+    );
+    let inter = cfg.intermediate_size as u64;
+    let vocab = (cfg.vocab_size as u64).div_ceil(VOCAB_PADDING) * VOCAB_PADDING;
+    let mut t = vec![vocab * h];
+    if !cfg.tie_word_embeddings {
+        t.push(vocab * h);
+    }
+    for _ in 0..cfg.num_layers {
+        t.extend([(q + 2 * kv) * h, h * q, 2 * inter * h, h * inter, h, h]);
+        if cfg.qkv_bias {
+            t.push(q + 2 * kv);
+        }
+        if cfg.qk_norm {
+            t.extend([cfg.head_dim as u64; 2]);
+        }
+    }
+    t.push(h);
+    t
+}
+
+/// What PyTorch's caching allocator reserves beyond a block of `bytes`: a request of 10 MiB or
+/// more (`kMinLargeAlloc`) gets a segment of its own, rounded up to 2 MiB (`kRoundLarge`);
+/// smaller ones share segments (none counted here).
+pub fn large_block_waste(bytes: u64) -> u64 {
+    const ROUND: u64 = 2 << 20;
+    if bytes >= 10 << 20 {
+        bytes.div_ceil(ROUND) * ROUND - bytes
+    } else {
+        0
+    }
+}
+
+/// Why a model has no serving estimate yet: one line.
+pub fn unsupported(cfg: &Config) -> Option<String> {
+    let arch = cfg.architecture.name();
+    if cfg.moe.is_some() {
+        return Some(format!(
+            "{arch}: vLLM's fused MoE workspace is not modelled yet (dense decoders only)"
+        ));
+    }
+    if cfg.mla.is_some() {
+        return Some(format!(
+            "{arch}: MLA's latent cache in vLLM is not modelled yet"
+        ));
+    }
+    if (0..cfg.num_layers).any(|i| cfg.layer_span(i).is_some()) {
+        return Some(format!(
+            "{arch}: sliding-window or chunked layers (vLLM's hybrid KV cache groups) are not \
+             modelled yet"
+        ));
+    }
+    if cfg.architecture.role() == crate::model::arch::Role::Encoder {
+        return Some(format!("{arch} is an encoder: vLLM serves decoders"));
+    }
+    None
+}
+
+/// vLLM's startup figures for `cfg` on `gpu` under `q`.
+pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
+    let (h, inter, vocab) = (
+        cfg.hidden_size as u64,
+        cfg.intermediate_size as u64,
+        cfg.vocab_size as u64,
+    );
+    let (n, s, e) = (q.max_num_batched_tokens, q.max_num_seqs, q.weight_bytes);
+    let requested = (gpu.total_bytes as f64 * q.utilization).ceil() as u64;
+    let tensors = vllm_weight_tensors(cfg);
+    let weights = tensors.iter().sum::<u64>() * e;
+    let rounding = tensors
+        .iter()
+        .map(|&n| large_block_waste(n * e))
+        .sum::<u64>();
+    let sampler_state = s * vocab * 4 + s * vocab.div_ceil(32) * 4;
+    let forward = n * e * (2 * h + 3 * inter);
+    let sampler = n * h * e + s * vocab * (e + 4);
+    let activation = forward.max(sampler);
+    let other = OTHER_FIXED + OTHER_PER_SEQ * s;
+    let non_kv = weights + rounding + sampler_state + other + activation;
+    let available = requested as i64 - non_kv as i64;
+    let per_token = cfg
+        .kv_bytes_per_token(q.kv_bytes as usize)
+        .get()
+        .expect("a preset's KV bytes per token fit 64 bits");
+    let block = BLOCK_TOKENS * per_token;
+    let blocks = u64::try_from(available).map_or(0, |a| a / block);
+    let per_request = q.max_model_len.div_ceil(BLOCK_TOKENS);
+    let concurrency = blocks as f64 / per_request as f64;
+    Serving {
+        requested_bytes: requested,
+        weights_bytes: weights,
+        weights_rounding_bytes: rounding,
+        sampler_state_bytes: sampler_state,
+        other_buffers_bytes: other,
+        activation_peak_bytes: activation,
+        non_kv_bytes: non_kv,
+        available_kv_bytes: available,
+        kv_bytes_per_token: per_token,
+        kv_blocks: blocks,
+        kv_tokens: (concurrency * q.max_model_len as f64) as u64,
+        max_concurrency: concurrency,
+        max_model_len: q.max_model_len,
+        max_num_batched_tokens: n,
+        max_num_seqs: s,
+        fits: available > 0 && blocks >= per_request,
+        max_model_len_fits: blocks * BLOCK_TOKENS,
+    }
+}

@@ -158,6 +158,16 @@ fn serving_refusals_are_one_line() {
                 "--model",
                 "llama-3.1-8b",
                 "--enforce-eager",
+                "--emulate",
+                "l4",
+            ][..],
+            "--emulate l4 must name the --gpu card (h100-80gb)",
+        ),
+        (
+            &[
+                "--model",
+                "llama-3.1-8b",
+                "--enforce-eager",
                 "--gpu-memory-utilization",
                 "1.5",
             ][..],

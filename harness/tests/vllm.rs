@@ -202,3 +202,29 @@ fn startup_kv_tokens_follow_from_the_available_kv_memory() {
     }
     assert_eq!(by_card.len(), 2);
 }
+
+/// `estimate --runtime vllm --emulate`: the analytic answer and vLLM's own startup on the same
+/// emulated card, side by side, within 3% in KV tokens.
+#[test]
+#[ignore = "needs the vLLM stack (scripts/torch-env.sh --stack vllm-0.33)"]
+fn estimate_emulate_runs_vllm_itself() {
+    let python = vllm_python();
+    let j = common::serving_estimate(
+        "qwen2.5-0.5b",
+        "h100-80gb",
+        &[
+            "--max-model-len",
+            "4096",
+            "--emulate",
+            "h100-80gb",
+            "--python",
+            &python,
+        ],
+    );
+    let (est, emu) = (&j["serving"], &j["emulated"]);
+    let tokens = emu["kv_tokens"].as_u64().unwrap();
+    assert!(tokens > 0, "{emu}");
+    let err = est["kv_tokens"].as_u64().unwrap() as f64 / tokens as f64 - 1.0;
+    assert!(err.abs() <= 0.03, "{est} vs {emu}");
+    assert_eq!(emu["report"]["status"], "complete", "{emu}");
+}

@@ -192,7 +192,10 @@ pub struct Args {
     /// used must be within --headroom of the card's bytes, as the analytic verdict. Seconds; needs the torch environment (--python). With --gpus N
     /// (--sharding fsdp or zero3, full or frozen-embeddings training): rank 0 of FSDP full
     /// shard, in one process through torch's fake process group. A LoRA query's adapters go
-    /// through peft (get_peft_model with its defaults, as labs run it).
+    /// through peft (get_peft_model with its defaults, as labs run it). With --runtime vllm
+    /// (the --gpu card): vLLM's own startup, LLM(...) at the query's settings from the model's
+    /// config.json with dummy weights, under the vLLM stack's Python (--python, else
+    /// $VRAMLAB_VLLM_PYTHON, else what `scripts/torch-env.sh --stack vllm-0.33` installed).
     #[arg(long, value_name = "GPU", help_heading = "Emulated GPU")]
     pub emulate: Option<String>,
     /// With --emulate: the Python of the torch environment (default: --stack's, else

@@ -32,10 +32,11 @@ RUSTDOCFLAGS="-D warnings" step cargo doc --no-deps --workspace
 # The Python lint: ruff over the torch probe (scripts/torch_probe) and the vramlab package, pinned
 # in a cached venv by scripts/lint-env.sh (seconds from cold, instant when warm).
 PYTOOLS=$(scripts/lint-env.sh)
-step "$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab
+step "$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab harness/python/tests
 step cargo test --workspace
-# The torch probe's unit tests (no torch): its grid and features against the vramlab binary that
-# `cargo test --workspace` just built.
+# The torch probe's unit tests and the Python package's (no torch): the probe's grid and
+# features, and `vramlab.estimate()`, against the vramlab binary that `cargo test --workspace`
+# just built.
 VRAMLAB_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" step "$PYTOOLS/pytest" -q
 # PyTorch on CPU (docs/src/guides/torch-probe.md) and on the emulated GPU
 # (docs/src/guides/emulator.md; stubs built by scripts/emulator-build.sh in seconds): the cached

@@ -147,6 +147,25 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         "{}",
         stdout(&imported)
     );
+    // The Python API, on the venv's own binary: the same total as the binary prints.
+    let total = stdout(&run(Command::new(&py)
+        .current_dir(&work)
+        .env_remove("PYTHONPATH")
+        .env_remove("VRAMLAB_BIN")
+        .args([
+            "-c",
+            "import vramlab; print(vramlab.estimate(model='qwen2.5-0.5b', gpu='l4').total_bytes)",
+        ])));
+    let direct = run(vramlab(&venv, &work).args([
+        "estimate",
+        "--model",
+        "qwen2.5-0.5b",
+        "--gpu",
+        "l4",
+        "--json",
+    ]));
+    let j: serde_json::Value = serde_json::from_slice(&direct.stdout).unwrap();
+    assert_eq!(total, j["total_bytes"].to_string());
     // The torch probe from the package: its point ids are vramlab's.
     let scenario = root().join("scenarios/smoke.toml");
     let ids = run(Command::new(&py)

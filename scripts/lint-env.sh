@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Prints the bin directory of a cached virtualenv holding the Python lint and test tools
-# (ruff, pytest), pinned: `$(scripts/lint-env.sh)/ruff check`. Installs them from PyPI on first
-# use into $VRAMLAB_LINT_CACHE (default ~/.cache/vramlab-lint; a few seconds and about 30 MB);
+# (ruff, pytest, mypy), pinned: `$(scripts/lint-env.sh)/ruff check`. Installs them from PyPI on first
+# use into $VRAMLAB_LINT_CACHE (default ~/.cache/vramlab-lint; a few seconds and about 100 MB);
 # later calls check a stamp and return at once. Needs python3 >= 3.11 with venv and pip (the
 # torch probe uses tomllib). Progress goes to stderr; stdout is the bin directory alone.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 args_parse "" 0 0 "" "$@"
 CACHE=${VRAMLAB_LINT_CACHE:-$HOME/.cache/vramlab-lint}
-PKGS=(ruff==0.17.6 pytest==9.2.0)
+PKGS=(ruff==0.17.6 pytest==9.2.0 mypy==1.15.0)
 VENV=$CACHE/venv
 STAMP=$VENV/.vramlab-stamp
 WANT="${PKGS[*]}"

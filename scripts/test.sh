@@ -33,6 +33,8 @@ RUSTDOCFLAGS="-D warnings" step cargo doc --no-deps --workspace
 # in a cached venv by scripts/lint-env.sh (seconds from cold, instant when warm).
 PYTOOLS=$(scripts/lint-env.sh)
 step "$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab harness/python/tests
+# The package's types (mypy, configured in pyproject.toml: checked at the wheel's floor, 3.9).
+step "$PYTOOLS/mypy" harness/python/vramlab
 step cargo test --workspace
 # The torch probe's unit tests and the Python package's (no torch): the probe's grid and
 # features, and `vramlab.estimate()`, against the vramlab binary that `cargo test --workspace`

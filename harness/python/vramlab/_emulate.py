@@ -104,8 +104,9 @@ def _after_torch(torch) -> None:
     from .phase import _keep_program_peaks
 
     _keep_program_peaks(torch)
-    _STEP["open"] = Span("step_total", 1)
-    rec._open.append(_STEP["open"])
+    span = Span("step_total", 1)
+    _STEP["open"] = span
+    rec._open.append(span)
     rec.current_step = 1
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -238,7 +239,9 @@ def _vllm_line(msg: str) -> None:
                 line[key] = value
             else:
                 line[key] = value  # as printed: Rust reads the decimal
-        _VLLM["lines"].append(line)  # type: ignore[union-attr]
+        lines = _VLLM["lines"]
+        assert isinstance(lines, list)
+        lines.append(line)
         return
 
 
@@ -264,7 +267,7 @@ def _after_vllm_logger(module) -> None:
         return original(self, record)
 
     call_handlers._vramlab = True  # type: ignore[attr-defined]
-    logging.Logger.callHandlers = call_handlers
+    logging.Logger.callHandlers = call_handlers  # type: ignore[method-assign]
 
 
 # uvicorn's line once vLLM's API server (`vllm serve`) has started: its engine's startup lines
@@ -286,7 +289,7 @@ def _after_vllm_gpu_worker(module) -> None:
     the block size it is divided into."""
     worker = getattr(module, "Worker", None)
     original = getattr(worker, "determine_available_memory", None)
-    if original is None:
+    if worker is None or original is None:
         return
 
     def determine_available_memory(self, *args, **kwargs):

@@ -150,7 +150,8 @@ class Recorder:
         _, a, _, r = _raw(torch)
         _SHADOW["allocated"] = max(_SHADOW["allocated"], a)
         _SHADOW["reserved"] = max(_SHADOW["reserved"], r)
-        d = emulator_stats()["peak"] if self._emu else None
+        stats = emulator_stats() if self._emu else None
+        d = stats["peak"] if stats is not None else None
         for s in self._open + [self.run]:
             s.peak_allocated = max(s.peak_allocated, a)
             s.peak_reserved = max(s.peak_reserved, r)

@@ -71,7 +71,7 @@ pub const VARS: &[EnvVar] = &[
         name: "VRAMLAB_BIN",
         read_by: &[Python, Scripts],
         default: "`vramlab` on PATH",
-        meaning: "the vramlab binary the torch probe runs `vramlab emulate` with on `--device emu:GPU` (a sweep sets it to itself), and the one scripts/gpu/run.sh measures with",
+        meaning: "the vramlab binary the torch probe runs `vramlab emulate` with on `--device emu:GPU` (a sweep sets it to itself), the one `vramlab.estimate()` runs (unset: the `vramlab` beside its Python, else on PATH), and the one scripts/gpu/run.sh measures with",
     },
     EnvVar {
         name: "VRAMLAB_BLESS",
@@ -174,6 +174,12 @@ pub const VARS: &[EnvVar] = &[
         read_by: &[Stubs],
         default: "",
         meaning: "bytes the emulated CUDA context and modules hold outside any allocator (set by `vramlab emulate`)",
+    },
+    EnvVar {
+        name: "VRAMLAB_EMU_CUDA_DRIVER",
+        read_by: &[Stubs],
+        default: "13000",
+        meaning: "the CUDA driver version the NVML stub reports (`nvmlSystemGetCudaDriverVersion`: 1000 × major + 10 × minor)",
     },
     EnvVar {
         name: "VRAMLAB_EMU_DEVICES",
@@ -372,6 +378,12 @@ pub const VARS: &[EnvVar] = &[
         read_by: &[Scripts],
         default: "110",
         meaning: "seconds for each torch probe run in scripts/gpu/run.sh",
+    },
+    EnvVar {
+        name: "VRAMLAB_VLLM_PYTHON",
+        read_by: &[Vramlab, Scripts, Tests],
+        default: "",
+        meaning: "the vLLM stack's python for `estimate --runtime vllm --emulate`, scripts/vllm-serving-grid.sh and tests/vllm.rs (scripts/test.sh sets it); unset, the venv `scripts/torch-env.sh --stack vllm-0.33` installs",
     },
     EnvVar {
         name: "VRAMLAB_WHEEL_CACHE",

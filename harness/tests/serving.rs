@@ -154,6 +154,20 @@ fn serving_refusals_are_one_line() {
             "one GPU only",
         ),
         (
+            &["--model", "gpt2", "--enforce-eager"][..],
+            "only the llama family's decoders",
+        ),
+        (
+            &[
+                "--model",
+                "llama-3.1-8b",
+                "--enforce-eager",
+                "--max-num-batched-tokens",
+                "1000000000000",
+            ][..],
+            "--max-num-batched-tokens 1000000000000 is larger than",
+        ),
+        (
             &[
                 "--model",
                 "llama-3.1-8b",

@@ -158,6 +158,12 @@ pub fn large_block_waste(bytes: u64) -> u64 {
 /// Why a model has no serving estimate yet: one line.
 pub fn unsupported(cfg: &Config) -> Option<String> {
     let arch = cfg.architecture.name();
+    let llama_like = !cfg.learned_positions
+        && cfg.hidden_act == crate::model::config::HiddenAct::Silu
+        && cfg.gemma.is_none()
+        && cfg.llama4.is_none()
+        && cfg.vision.is_none()
+        && !cfg.attention_sinks;
     if cfg.moe.is_some() {
         return Some(format!(
             "{arch}: vLLM's fused MoE workspace is not modelled yet (dense decoders only)"
@@ -176,6 +182,12 @@ pub fn unsupported(cfg: &Config) -> Option<String> {
     }
     if cfg.architecture.role() == crate::model::arch::Role::Encoder {
         return Some(format!("{arch} is an encoder: vLLM serves decoders"));
+    }
+    if !llama_like {
+        return Some(format!(
+            "{arch}: only the llama family's decoders (rotary positions, gated SiLU MLP) are \
+             modelled yet"
+        ));
     }
     None
 }

@@ -129,6 +129,24 @@ pub fn report(a: &Args) -> Result<ServingReport> {
             "--max-model-len, --max-num-batched-tokens and --max-num-seqs must be at least 1",
         ));
     }
+    // Absurd sizes: beyond these no GPU holds a step (and the byte products stay in 64 bits).
+    for (flag, value, max) in [
+        (
+            "--max-model-len",
+            q.max_model_len,
+            crate::estimate::MAX_CONTEXT,
+        ),
+        (
+            "--max-num-batched-tokens",
+            q.max_num_batched_tokens,
+            crate::estimate::MAX_CONTEXT,
+        ),
+        ("--max-num-seqs", q.max_num_seqs, crate::estimate::MAX_BATCH),
+    ] {
+        if value > max {
+            return Err(refuse(format!("{flag} {value} is larger than {max}")));
+        }
+    }
     let s = serving::serving(cfg, &gpu, &q);
     let mut notes = Vec::new();
     if !s.fits {

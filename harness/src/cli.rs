@@ -102,6 +102,13 @@ pub enum Command {
     /// `--markdown` prints the table of docs/src/reference/environment.md; `--json` gives each
     /// variable with its value here.
     Env(crate::cmd::env::Args),
+    /// Print the CSV schema: its version, the oldest version readers accept, and every column in
+    /// order with the version that added it.
+    ///
+    /// One definition (the record type) serves `sweep`'s writer, every reader, and the torch
+    /// probe, which reads `--json` (scripts/torch_probe/schema.json) instead of keeping a
+    /// column list of its own. `--markdown` prints the column table of docs/src/reference/csv.md.
+    Schema(crate::cmd::schema::Args),
 }
 
 /// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).

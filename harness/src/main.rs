@@ -25,6 +25,7 @@ fn main() {
         Command::Emulate(a) => cmd::emulate::run(a),
         Command::Gpus(a) => cmd::gpus::run(a),
         Command::Env(a) => cmd::env::run(a),
+        Command::Schema(a) => cmd::schema::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

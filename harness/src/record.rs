@@ -108,23 +108,33 @@ pub struct Record {
 /// The columns a row of schema `version` must have: every column of this version less those
 /// added after `version` (which read as empty and are filled by [`Record::upgrade`]).
 pub fn columns_of(version: u32) -> Vec<String> {
-    const ADDED: [(&str, u32); 11] = [
-        ("attention", 2),
-        ("kv_window", 3),
-        ("compute", 4),
-        ("qmatmul", 5),
-        ("resolution", 6),
-        ("frames", 6),
-        ("cfg", 6),
-        ("vae_decode", 6),
-        ("vae_precision", 6),
-        ("component", 6),
-        ("peak_phase", 6),
-    ];
     columns()
         .into_iter()
-        .filter(|c| !ADDED.iter().any(|(a, v)| a == c && version < *v))
+        .filter(|c| added_in(c) <= version)
         .collect()
+}
+
+/// The columns added after version 1, with the schema version that added each.
+const ADDED: [(&str, u32); 11] = [
+    ("attention", 2),
+    ("kv_window", 3),
+    ("compute", 4),
+    ("qmatmul", 5),
+    ("resolution", 6),
+    ("frames", 6),
+    ("cfg", 6),
+    ("vae_decode", 6),
+    ("vae_precision", 6),
+    ("component", 6),
+    ("peak_phase", 6),
+];
+
+/// The schema version that added `column` (1 for the original columns).
+pub fn added_in(column: &str) -> u32 {
+    ADDED
+        .iter()
+        .find(|(a, _)| *a == column)
+        .map_or(OLDEST_SCHEMA_VERSION, |(_, v)| *v)
 }
 
 impl Record {

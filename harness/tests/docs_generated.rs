@@ -10,6 +10,7 @@
 //!   rewrites every block (as `--test help` does for docs/src/reference/cli.md).
 //! - scenarios/README.md links every scenarios/*.toml file, and every scenario file it links
 //!   exists.
+//! - The torch probe's scripts/torch_probe/schema.json is what `vramlab schema --json` prints.
 mod common;
 use std::path::{Path, PathBuf};
 
@@ -163,5 +164,25 @@ fn the_scenario_index_lists_every_scenario() {
         dangling.is_empty(),
         "{} names scenario files that do not exist: {dangling:?}",
         index.display()
+    );
+}
+
+/// The torch probe's copy of the CSV schema (scripts/torch_probe/schema.json, which its writer
+/// reads) is what `vramlab schema --json` prints now: one definition of the columns, the record
+/// type's. `VRAMLAB_BLESS=1` rewrites it.
+#[test]
+fn the_probes_schema_is_the_binarys() {
+    let path = common::root().join("scripts/torch_probe/schema.json");
+    let want = run(&path, "schema --json");
+    if bless() {
+        std::fs::write(&path, &want).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "{} is stale: it is not what `vramlab schema --json` prints; \
+         VRAMLAB_BLESS=1 cargo test -p vramlab --test docs_generated rewrites it",
+        path.display()
     );
 }

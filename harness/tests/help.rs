@@ -39,6 +39,7 @@ const SUBCOMMANDS: &[&str] = &[
     "emulate",
     "gpus",
     "env",
+    "schema",
 ];
 
 #[test]
@@ -123,6 +124,7 @@ subcommand_help! {
     gpus_help => "gpus",
     emulate_help => "emulate",
     env_help => "env",
+    schema_help => "schema",
 }
 
 /// docs/src/reference/cli.md is what `markdown_reference` generates now.

@@ -250,6 +250,55 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         );
     }
 
+    // 4. `estimate --emulate` runs the torch probe the wheel ships (vramlab/_torch_probe, found
+    // through the venv's package, not the checkout), and `validate --emulate` a peer program of
+    // it under another stack's interpreter (torch-1.10's, which has no vramlab installed).
+    let est = run(vramlab(&venv, &work).args([
+        "estimate",
+        "--model",
+        "smollm2-135m",
+        "--mode",
+        "infer",
+        "--context",
+        "256",
+        "--json",
+        "--emulate",
+        "h100-80gb",
+    ]));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&est)).unwrap();
+    let e = &j["emulated"];
+    assert_eq!(e["status"], "ok", "{e}");
+    let weights = j["breakdown"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["name"] == "weights"))
+        .and_then(|r| r["bytes"].as_u64())
+        .unwrap_or_else(|| panic!("no weights row: {j}"));
+    assert!(e["max_memory_allocated"].as_u64().unwrap() > weights, "{e}");
+    let peers: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("results/peers/published.json")).unwrap(),
+    )
+    .unwrap();
+    let load_row = peers
+        .iter()
+        .find(|p| p["id"] == "hf-bertlarge-load-fp32-v100")
+        .expect("the bert-large load row");
+    std::fs::write(
+        work.join("one.json"),
+        serde_json::to_string(&[load_row]).unwrap(),
+    )
+    .unwrap();
+    let v = run(vramlab(&venv, &work).args(["validate", "one.json", "--json", "--emulate"]));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&v)).unwrap();
+    let e = &j["rows"][0]["emulated"];
+    assert_eq!(e["kind"], "ran", "{e}");
+    assert!(
+        e["program"]
+            .as_str()
+            .unwrap()
+            .contains("vramlab/_torch_probe/peer_hf_trainer.py"),
+        "{e}"
+    );
+
     // Without torch: one line naming the missing module, exit 2.
     let bare = tmp.path().join("bare");
     venv_with_wheel(Path::new("python3"), &bare, &wheel);

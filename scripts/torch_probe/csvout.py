@@ -1,27 +1,17 @@
 """Rows in harness/src/record.rs's CSV schema."""
 import csv
+import json
 from pathlib import Path
 
 from .common import EMU_CONV_NOTE, emulated
 
-SCHEMA_VERSION = 6
-# The Record columns of harness/src/record.rs, in order.
-COLUMNS = [
-    "schema_version", "run_id", "point_id", "started_at", "vramlab_version", "git_rev",
-    "backend", "device_name", "driver_version", "cuda_version", "candle_version",
-    "model_id", "architecture", "param_count", "weight_source",
-    "mode", "precision", "compute", "qmatmul", "batch", "context", "prompt_len", "decode_steps",
-    "kv_cache", "kv_window", "optimizer", "checkpointing", "grad_accum",
-    "trainable", "kernels", "attention", "pool_release",
-    "resolution", "frames", "cfg", "vae_decode", "vae_precision",
-    "scenario_hash", "meter",
-    "phase", "component", "peak_phase", "step", "kv_tokens",
-    "baseline_allocated", "peak_allocated", "end_allocated", "baseline_reserved",
-    "peak_reserved", "device_used", "non_pool",
-    "feature_weight_bytes", "feature_kv_bytes", "feature_act_bytes", "feature_logits_bytes",
-    "feature_optimizer_bytes",
-    "elapsed_ms", "status", "message",
-]
+# The CSV schema is the binary's (`vramlab schema --json`, from harness/src/record.rs's one
+# record type), written beside this module; a Rust test fails when this copy is stale
+# (`VRAMLAB_BLESS=1 cargo test -p vramlab --test docs_generated` rewrites it).
+SCHEMA_FILE = Path(__file__).with_name("schema.json")
+_SCHEMA = json.loads(SCHEMA_FILE.read_text())
+SCHEMA_VERSION: int = _SCHEMA["schema_version"]
+COLUMNS: list = [c["name"] for c in _SCHEMA["columns"]]
 
 
 class Writer:

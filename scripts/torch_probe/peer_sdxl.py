@@ -23,6 +23,7 @@ UNet's `addition_time_embed_dim` (256 in SDXL base's config), which vramlab's ca
 use, added back. torch.compile is not run: its Triton kernels and CUDA graphs are not emulated.
 """
 import argparse
+import importlib
 import json
 import sys
 import tempfile
@@ -30,8 +31,10 @@ from pathlib import Path
 
 import torch
 
-# The torch probe's component builder and materialize (scripts/torch_probe).
+# The torch probe's component builder and materialize: this file's own package (the checkout's
+# scripts/torch_probe, or the wheel's vramlab/_torch_probe), imported by its folder's name.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+PROBE = Path(__file__).resolve().parent.name
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 # SDXL base's scheduler_config.json (EulerDiscreteScheduler).
@@ -75,8 +78,8 @@ def build(torch, name: str, root: Path, dtype, device):
     """One component from its config on `meta`, allocated on `device`: the text encoders with the
     stack's own default attention (eager CLIP before transformers 4.4x), the UNet and the VAE
     through the torch probe's builder."""
-    from torch_probe.common import materialize
-    from torch_probe.generate import build_component
+    materialize = importlib.import_module(f"{PROBE}.common").materialize
+    build_component = importlib.import_module(f"{PROBE}.generate").build_component
     if not name.startswith("text_encoder"):
         return build_component(torch, "sd", name, root / name, dtype, None, device)
     import transformers
@@ -139,7 +142,7 @@ def main():
         vae=build(torch, "vae", root, dtype, "cpu" if a.tiny_vae else place),
         scheduler=EulerDiscreteScheduler(**SCHEDULER), **text)
     if a.tiny_vae:
-        from torch_probe.common import materialize
+        materialize = importlib.import_module(f"{PROBE}.common").materialize
         with torch.device("meta"):
             tiny = AutoencoderTiny().to(dtype)  # taesdxl's config is AutoencoderTiny's defaults
         pipe.vae = materialize(torch, tiny, place).eval()

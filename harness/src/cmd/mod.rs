@@ -10,11 +10,13 @@ pub mod gpus;
 pub mod merge;
 pub mod plot;
 pub mod report;
+pub mod schema;
 pub mod sweep;
 pub mod synth_weights;
 pub mod validate;
 
-/// How a reference table prints (`vramlab gpus`, `vramlab env`): aligned text by default.
+/// How a reference table prints (`vramlab gpus`, `vramlab env`, `vramlab schema`): aligned text
+/// by default.
 #[derive(Debug, clap::Args)]
 pub struct TableFormat {
     /// Print a GitHub Markdown table (what the reference page embeds).

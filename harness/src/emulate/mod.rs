@@ -10,6 +10,7 @@
 pub mod query;
 pub mod records;
 pub mod report;
+pub mod serving;
 pub mod supervise;
 pub mod verdict;
 pub mod vllm;
@@ -73,6 +74,29 @@ fn installed_package_root(python: &Path) -> Option<PathBuf> {
 /// The repository's scripts folder (the stub build script lives there).
 pub(crate) fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+/// The torch probe's package directory, which every caller runs by path (`python DIR ...` for
+/// the probe, `python DIR/peer_*.py ...` for a peer program), so any stack's interpreter runs
+/// it without vramlab installed there: where vramlab's Python package is the installed wheel's
+/// ([`python_dir`]), the copy the wheel ships (`vramlab/_torch_probe`); in a checkout, its
+/// `scripts/torch_probe`. The one place sweep, estimate, validate and emulate find it.
+pub fn probe_dir() -> Result<PathBuf> {
+    let package = python_dir();
+    let dir = if package == checkout_python_dir() {
+        scripts_dir().join("torch_probe")
+    } else {
+        package.join("vramlab/_torch_probe")
+    };
+    if dir.join("__main__.py").is_file() {
+        return Ok(dir);
+    }
+    Err(InputError::arg(format!(
+        "the torch probe is not in this installation ({} is missing; reinstall the wheel, or run \
+         from a checkout)",
+        dir.display()
+    ))
+    .into())
 }
 
 /// The last non-blank line a program wrote (its stderr, say): what an error quotes of it.

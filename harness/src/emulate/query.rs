@@ -3,7 +3,7 @@
 //! the model built from its config on the device, and PyTorch's own allocator answers.
 use super::report::{Outcome, Report};
 use super::supervise::{Ending, Finished};
-use super::{scripts_dir, Launch, ProgramOutput};
+use super::{Launch, ProgramOutput};
 use crate::gpu::Gpu;
 use crate::record::Status;
 use crate::vocab::{
@@ -113,10 +113,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     };
     let mut argv: Vec<String> = vec![
         python.to_string_lossy().into_owned(),
-        scripts_dir()
-            .join("torch_probe")
-            .to_string_lossy()
-            .into_owned(),
+        super::probe_dir()?.to_string_lossy().into_owned(),
         scen.to_string_lossy().into_owned(),
         "--device".into(),
         "cuda:0".into(),

@@ -60,6 +60,25 @@ pub struct ServingQuery {
     pub kv_bytes: u64,
 }
 
+/// The bytes per element vLLM loads a dense checkpoint's weights in (bf16, f16 or f32), or
+/// `None` for a precision it does not serve this way.
+pub fn weight_bytes(p: crate::vocab::Precision) -> Option<u64> {
+    use crate::vocab::Precision;
+    match p {
+        Precision::Bf16 | Precision::F16 => Some(2),
+        Precision::F32 => Some(4),
+        _ => None,
+    }
+}
+
+/// The KV cache's bytes per element under `--kv-cache-dtype` (auto: the weights').
+pub fn kv_bytes(d: crate::vocab::KvCacheDtype, weight_bytes: u64) -> u64 {
+    match d {
+        crate::vocab::KvCacheDtype::Auto => weight_bytes,
+        crate::vocab::KvCacheDtype::Fp8 => 1,
+    }
+}
+
 /// vLLM 0.33's `vllm serve` defaults for a GPU (`engine/arg_utils.py`,
 /// `_set_default_max_num_seqs_and_batched_tokens_args`): (max_num_batched_tokens,
 /// max_num_seqs). 160 GiB or more: 16,384 and 1,024; 70 GiB or more and not an A100: 8,192 and

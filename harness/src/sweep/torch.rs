@@ -57,8 +57,7 @@ pub fn stack_out(out: &Path, stack: Stack) -> PathBuf {
 /// The torch probe as a sweep's worker: its Python (the stack's environment) and arguments.
 pub struct Probe {
     python: PathBuf,
-    /// The probe after the interpreter: its directory in a checkout, `-m vramlab.probe` from a
-    /// wheel.
+    /// The probe after the interpreter: its package directory ([`crate::emulate::probe_dir`]).
     script: Vec<String>,
     stack: Stack,
 }
@@ -70,12 +69,7 @@ impl Probe {
             (Stack::Default, Some(p)) => PathBuf::from(p),
             (stack, _) => crate::emulate::stack_python(stack)?,
         };
-        let dir = crate::emulate::scripts_dir().join("torch_probe");
-        let script = if dir.join("__main__.py").is_file() {
-            vec![dir.to_string_lossy().into_owned()]
-        } else {
-            vec!["-m".into(), "vramlab.probe".into()]
-        };
+        let script = vec![crate::emulate::probe_dir()?.to_string_lossy().into_owned()];
         let probe = Probe {
             python,
             script,

@@ -265,6 +265,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         Metric::ModelStates | Metric::LayerActivations => {
             return not("a formula, not a program".into())
         }
+        Metric::VllmAvailableKv => return Ok(super::serving::emulated_column(r, o)),
     };
     let program = match program(r) {
         Ok(p) => p,
@@ -305,9 +306,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
             "--dir"
         }
     };
-    let script = crate::emulate::scripts_dir()
-        .join("torch_probe")
-        .join(program.script);
+    let script = crate::emulate::probe_dir()?.join(program.script);
     let mut argv = vec![
         python.to_string_lossy().into_owned(),
         script.to_string_lossy().into_owned(),
@@ -400,7 +399,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
         stack,
         torch,
         gpu: e.gpu,
-        program: format!("{} {}", program.script, args.join(" ")),
+        program: format!("{} {}", script.display(), args.join(" ")),
         figure,
         emulated_bytes,
         error_pct,

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// What a published figure measures, and so which estimator rows it includes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Metric {
     /// NVML "used" of the whole device (`nvidia-smi`): every tensor, the CUDA context and the
     /// caching allocator's reserve.
@@ -17,6 +18,10 @@ pub enum Metric {
     ModelStates,
     /// A paper's formula for one transformer layer's saved activations per device.
     LayerActivations,
+    /// vLLM's "Available KV cache memory" at engine startup: what the requested share of the
+    /// card leaves after the weights, the profile run's activation peak and the buffers that
+    /// stay (one GPU's).
+    VllmAvailableKv,
 }
 
 impl Metric {
@@ -28,7 +33,15 @@ impl Metric {
             Metric::MaxReserved => "allocator segments (no context)",
             Metric::ModelStates => "formula: weights + gradients + optimizer state",
             Metric::LayerActivations => "formula: one layer's saved activations",
+            Metric::VllmAvailableKv => {
+                "vLLM's available KV cache: total × utilization − weights − activation peak − \
+                 buffers"
+            }
         }
+    }
+    /// The metric as a peers file spells it.
+    pub fn as_str(&self) -> &'static str {
+        self.into()
     }
     /// Whether the figure counts an estimator row (by [`Breakdown::rows`] name).
     pub(crate) fn counts(&self, row: &str) -> bool {
@@ -42,6 +55,7 @@ impl Metric {
             Metric::MaxReserved => row != "CUDA context",
             Metric::ModelStates => matches!(row, "weights" | "gradients" | "optimizer state"),
             Metric::LayerActivations => row == "activations",
+            Metric::VllmAvailableKv => row == super::serving::AVAILABLE_KV,
         }
     }
 }

@@ -25,9 +25,10 @@ pub mod emulated;
 mod generate;
 mod metric;
 mod row;
+mod serving;
 
 pub use metric::Metric;
-pub use row::{load, BnbWeights, PeerOptimizer, PeerRow, Program, Setup};
+pub use row::{load, BnbWeights, PeerOptimizer, PeerRow, Program, ServingRow, Setup, VllmVersion};
 
 /// The result for one row.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -176,6 +177,7 @@ pub fn validate_row(
 ) -> Result<Validated> {
     let metric = r.metric;
     let rows = match (r.mode, r.pipeline()) {
+        _ if metric == Metric::VllmAvailableKv => serving::estimate_row(r),
         (Mode::Generate, Some(m)) => generate::estimate_row(r, m, constants),
         (_, Some(m)) => Err((
             m.to_string(),

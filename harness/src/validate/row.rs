@@ -9,7 +9,8 @@ use super::Metric;
 use crate::error::bad_file;
 use crate::estimate::{Recompute, Sharding};
 use crate::vocab::{
-    Attention, GenModel, Mode, Optimizer, OptimizerImpl, Precision, Resolution, Stack, Trainable,
+    Attention, GenModel, KvCacheDtype, Mode, Optimizer, OptimizerImpl, Precision, Resolution,
+    Stack, Trainable,
 };
 use anyhow::Result;
 use serde::{Deserialize, Deserializer};
@@ -104,6 +105,9 @@ pub struct PeerRow {
     /// Generation rows: `num_inference_steps`.
     #[serde(default)]
     pub steps: Option<u64>,
+    /// vLLM startup rows (metric `vllm-available-kv`): the engine's settings.
+    #[serde(default)]
+    pub serving: Option<ServingRow>,
     /// The collector's notes, for people.
     pub notes: String,
 }
@@ -116,6 +120,52 @@ fn one() -> u64 {
 /// otherwise).
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     Option::<T>::deserialize(d)
+}
+
+/// A vLLM engine startup's settings, as the source's command line and log state them.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServingRow {
+    /// The vLLM release the source ran.
+    pub vllm: VllmVersion,
+    /// `--max-model-len` (tokens).
+    pub max_model_len: u64,
+    /// `--gpu-memory-utilization`.
+    pub gpu_memory_utilization: f64,
+    /// The tokens of the profile run's forward: `--max-num-batched-tokens` with chunked
+    /// prefill; without it (vLLM's V0 engine), `max(max_model_len, 2048)`.
+    pub max_num_batched_tokens: u64,
+    /// `--max-num-seqs`.
+    pub max_num_seqs: u64,
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Whether the engine captured CUDA graphs (false: `--enforce-eager`).
+    pub cuda_graphs: bool,
+}
+
+/// A vLLM release, `MAJOR.MINOR.PATCH`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct VllmVersion(pub u64, pub u64, pub u64);
+
+impl TryFrom<String> for VllmVersion {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let bad = || format!("vLLM version `{s}` must be MAJOR.MINOR.PATCH, e.g. 0.19.0");
+        let parts: Vec<u64> = s
+            .split('.')
+            .map(|p| p.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        match parts[..] {
+            [a, b, c] => Ok(VllmVersion(a, b, c)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for VllmVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
 }
 
 /// A CUDA version, `MAJOR.MINOR`.
@@ -311,6 +361,33 @@ impl PeerRow {
         }
         if self.gpus == 0 || self.tensor_parallel == 0 {
             return Err("keys `gpus` and `tensor_parallel` are at least 1".into());
+        }
+        match (&self.serving, self.metric == Metric::VllmAvailableKv) {
+            (None, true) => return Err("key `serving` missing (a vLLM startup row)".into()),
+            (Some(_), false) => {
+                return Err(format!(
+                    "key `serving`: only a `vllm-available-kv` row has one (this row's metric is \
+                     `{}`)",
+                    self.metric.as_str()
+                ))
+            }
+            (Some(v), true) => {
+                if self.mode != Mode::Infer || self.gpu.is_none() {
+                    return Err("a vLLM startup row is mode `infer` on a catalogued `gpu`".into());
+                }
+                if !(v.gpu_memory_utilization > 0.0 && v.gpu_memory_utilization <= 1.0) {
+                    return Err(format!(
+                        "key `serving`: gpu_memory_utilization {} is not in (0, 1]",
+                        v.gpu_memory_utilization
+                    ));
+                }
+                if v.max_model_len == 0 || v.max_num_batched_tokens == 0 || v.max_num_seqs == 0 {
+                    return Err("key `serving`: max_model_len, max_num_batched_tokens and \
+                                max_num_seqs are at least 1"
+                        .into());
+                }
+            }
+            (None, false) => {}
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `vramlab estimate --runtime vllm`: vLLM's startup figures for a dense decoder on one GPU
 //! ([`crate::estimate::serving`]), as a table or `--json`'s `serving` object.
 use super::Args;
+use crate::emulate::serving::{self as vllm, EmulatedServing};
 use crate::error::InputError;
 use crate::estimate::serving::{self, Serving, ServingQuery};
 use crate::vocab::{KvCacheDtype, Mode, Precision};
@@ -101,14 +102,10 @@ pub fn report(a: &Args) -> Result<ServingReport> {
         return Err(refuse(format!("--runtime vllm: {why}")));
     }
     let precision = a.precision.unwrap_or(Precision::Bf16);
-    let weight_bytes = match precision {
-        Precision::Bf16 | Precision::F16 => 2,
-        Precision::F32 => 4,
-        p => {
-            return Err(refuse(format!(
-                "--runtime vllm serves bf16, f16 or f32 weights, not --precision {p}"
-            )))
-        }
+    let Some(weight_bytes) = serving::weight_bytes(precision) else {
+        return Err(refuse(format!(
+            "--runtime vllm serves bf16, f16 or f32 weights, not --precision {precision}"
+        )));
     };
     let (default_tokens, default_seqs) = serving::serve_defaults(&gpu);
     let q = ServingQuery {
@@ -119,10 +116,7 @@ pub fn report(a: &Args) -> Result<ServingReport> {
         max_num_batched_tokens: a.max_num_batched_tokens.unwrap_or(default_tokens),
         max_num_seqs: a.max_num_seqs.unwrap_or(default_seqs),
         weight_bytes,
-        kv_bytes: match a.kv_cache_dtype {
-            KvCacheDtype::Auto => weight_bytes,
-            KvCacheDtype::Fp8 => 1,
-        },
+        kv_bytes: serving::kv_bytes(a.kv_cache_dtype, weight_bytes),
     };
     if q.max_model_len == 0 || q.max_num_batched_tokens == 0 || q.max_num_seqs == 0 {
         return Err(refuse(
@@ -188,73 +182,7 @@ pub fn report(a: &Args) -> Result<ServingReport> {
     })
 }
 
-/// vLLM's own figures from its startup on the emulated GPU.
-#[derive(Serialize)]
-pub struct EmulatedServing {
-    pub gpu: String,
-    pub available_kv_bytes: i64,
-    pub kv_tokens: u64,
-    pub max_concurrency: f64,
-    /// "Model loading took", as printed (0.01 GiB).
-    pub weights_bytes: Option<i64>,
-    /// The worker's "peak activation", as printed.
-    pub activation_peak_bytes: Option<i64>,
-    /// The full `vramlab emulate --json` report of the run.
-    pub report: serde_json::Value,
-}
-
-/// The config.json of a preset or a local model, for vLLM's `load_format="dummy"`.
-fn config_json(model: &str) -> Result<String> {
-    if let Some((_, text)) = crate::estimate::model::PRESETS
-        .iter()
-        .find(|(n, _)| *n == model)
-    {
-        return Ok(text.to_string());
-    }
-    let p = std::path::Path::new(model);
-    let file = if p.is_dir() {
-        p.join("config.json")
-    } else {
-        p.to_path_buf()
-    };
-    if file.file_name().and_then(|n| n.to_str()) == Some("config.json") && file.is_file() {
-        return Ok(std::fs::read_to_string(&file)?);
-    }
-    Err(refuse(format!(
-        "--runtime vllm --emulate: {model} is not a preset or a local config.json (vLLM builds \
-         the model from its config.json)"
-    )))
-}
-
-/// The vLLM stack's Python: --python, else `$VRAMLAB_VLLM_PYTHON`, else the venv
-/// `scripts/torch-env.sh --stack vllm-0.33` installs.
-fn vllm_python(a: &Args) -> Result<std::path::PathBuf> {
-    if let Some(p) = &a.python {
-        return Ok(p.clone());
-    }
-    if let Some(p) = std::env::var_os("VRAMLAB_VLLM_PYTHON") {
-        return Ok(p.into());
-    }
-    let cache = std::env::var_os("VRAMLAB_TORCH_CACHE").map_or_else(
-        || {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/vramlab-torch")
-        },
-        std::path::PathBuf::from,
-    );
-    let p = cache.join("stacks/vllm-0.33/venv/bin/python");
-    if p.is_file() {
-        return Ok(p);
-    }
-    Err(refuse(format!(
-        "--runtime vllm --emulate needs vLLM: {} is missing (`scripts/torch-env.sh --stack \
-         vllm-0.33` installs it; or give --python or $VRAMLAB_VLLM_PYTHON)",
-        p.display()
-    )))
-}
-
-/// Runs vLLM's `LLM(...)` at the query's settings under `vramlab emulate --gpu` (this binary)
-/// and reads its startup lines.
+/// Runs vLLM's `LLM(...)` at the query's settings on the emulated `--emulate` card.
 fn emulate(
     a: &Args,
     name: &str,
@@ -268,77 +196,15 @@ fn emulate(
             gpu.key
         )));
     }
-    let python = vllm_python(a)?;
-    let dir = tempfile::tempdir()?;
-    std::fs::write(dir.path().join("config.json"), config_json(&a.model)?)?;
-    let program = format!(
-        "from vllm import LLM\nLLM(model={:?}, load_format='dummy', dtype='{}', \
-         max_model_len={}, gpu_memory_utilization={}, enforce_eager=True, \
-         skip_tokenizer_init=True, max_num_batched_tokens={}, max_num_seqs={}, \
-         kv_cache_dtype='{}')\n",
-        dir.path().to_str().expect("a temporary path is UTF-8"),
-        match precision {
-            Precision::F32 => "float32",
-            Precision::F16 => "float16",
-            _ => "bfloat16",
-        },
-        q.max_model_len,
-        q.utilization,
-        q.max_num_batched_tokens,
-        q.max_num_seqs,
-        if q.kv_bytes == 1 { "fp8" } else { "auto" },
-    );
-    let report = dir.path().join("report.json");
-    let timeout = match a.emulate_timeout.0 {
-        Some(d) => format!("{}s", d.as_secs().max(1)),
-        None => "0".into(),
-    };
-    eprintln!("running vLLM's startup on the emulated {} ...", gpu.key);
-    let out = std::process::Command::new(std::env::current_exe()?)
-        .args([
-            "emulate",
-            "--gpu",
-            &gpu.key,
-            "--timeout",
-            &timeout,
-            "--json-out",
-        ])
-        .arg(&report)
-        .arg("--")
-        .arg(&python)
-        .args(["-c", &program])
-        .output()?;
-    let read = std::fs::read(&report).ok();
-    let j: serde_json::Value = match read.as_deref().map(serde_json::from_slice) {
-        Some(Ok(j)) => j,
-        _ => {
-            let err = String::from_utf8_lossy(&out.stderr);
-            anyhow::bail!(
-                "vLLM's startup on the emulated {} failed: {}",
-                gpu.key,
-                err.lines().last().unwrap_or("no output")
-            )
-        }
-    };
-    let v = j["vllm"]
-        .as_array()
-        .and_then(|l| l.iter().find(|p| p["kv_tokens"].is_u64()))
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "vLLM's startup on the emulated {} printed no KV cache size (status {})",
-                gpu.key,
-                j["status"]
-            )
-        })?;
-    Ok(EmulatedServing {
-        gpu: gpu.key.clone(),
-        available_kv_bytes: v["available_kv_bytes"].as_i64().unwrap_or_default(),
-        kv_tokens: v["kv_tokens"].as_u64().unwrap_or_default(),
-        max_concurrency: v["max_concurrency"].as_f64().unwrap_or_default(),
-        weights_bytes: v["weights_bytes"].as_i64(),
-        activation_peak_bytes: v["activation_peak_bytes"].as_i64(),
-        report: j,
-    })
+    let python = vllm::python(a.python.as_deref())?;
+    vllm::startup(
+        &python,
+        gpu,
+        &vllm::config_json(&a.model)?,
+        q,
+        precision,
+        a.emulate_timeout.0,
+    )
 }
 
 /// The table: vLLM's startup figures in its own words, each in GiB as vLLM prints them and in

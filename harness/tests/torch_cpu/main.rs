@@ -17,6 +17,7 @@
 //! These need torch: they are `#[ignore]`d, and scripts/test.sh runs them after
 //! scripts/torch-env.sh, with VRAMLAB_TORCH_PYTHON set. Each probe is a process of its own, so
 //! the counts are the probe's alone. The bad-input tests below need no torch and always run.
+#[path = "../common/mod.rs"]
 mod common;
 use common::{models, one_line_exit_2, root, vramlab, SMOLLM2_PARAMS};
 use std::path::{Path, PathBuf};
@@ -180,80 +181,6 @@ decode_every = 4
     (config, scenario)
 }
 
-#[test]
-#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
-fn tiny_llama_gradients_state_and_transients_per_implementation() {
-    let dir = tempfile::tempdir().unwrap();
-    let (config, scenario) = tiny(dir.path());
-    let p = params(&config);
-    for implementation in ["foreach", "for-loop", "fused"] {
-        let out = dir.path().join(format!("tiny-{implementation}.csv"));
-        let rows = torch_cpu(&scenario, &out, implementation);
-        for (precision, bytes) in [("f32", 4), ("mixed-bf16", 4)] {
-            for (b, c) in [(1, 16), (2, 32)] {
-                let point =
-                    format!("synthetic-tiny/train/{precision}/b{b}/c{c}/adamw/none/ga1/full");
-                let point = point.replace("synthetic-tiny", &rows[0].model_id);
-                check_training(&rows, &point, &p, bytes, implementation);
-            }
-        }
-        if implementation == "foreach" {
-            let constants = dir.path().join("tiny.toml.fit");
-            vramlab()
-                .arg("fit")
-                .arg(&out)
-                .arg("--out")
-                .arg(&constants)
-                .assert()
-                .success();
-            assert!(std::fs::read_to_string(&constants)
-                .unwrap()
-                .contains("llama"));
-        }
-    }
-}
-
-#[test]
-#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
-fn smollm2_gguf_gradients_state_and_transients_per_implementation() {
-    let gguf = common::smollm2_gguf();
-    let p = params(&root().join("harness/presets/smollm2-135m/config.json"));
-    assert_eq!(p.count, SMOLLM2_PARAMS);
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("smollm2.toml");
-    std::fs::write(
-        &scenario,
-        format!(
-            "name = \"smollm2-torch\"\ndevice = \"cpu\"\n[model]\nsource = \"gguf:{}\"\n\
-             [sweep]\nmode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\ncontext = [64]\n\
-             optimizer = [\"adamw\"]\ntrain_steps = 2\n",
-            gguf.display()
-        ),
-    )
-    .unwrap();
-    // One implementation on the real model (the tiny llama above runs all three): the for-loop,
-    // whose transient is the model's own largest tensor (the tied embedding), twice.
-    {
-        let implementation = "for-loop";
-        let out = dir.path().join(format!("smollm2-{implementation}.csv"));
-        let rows = torch_cpu(&scenario, &out, implementation);
-        let point = "SmolLM2-135M-Instruct.Q4_1/train/f32/b1/c64/adamw/none/ga1/full";
-        check_training(&rows, point, &p, 4, implementation);
-        let load = rows
-            .iter()
-            .find(|r| r.point_id == point && r.phase == Some(Phase::Load))
-            .unwrap();
-        assert_eq!(load.feature_weight_bytes, Some(SMOLLM2_PARAMS * 4));
-        vramlab()
-            .arg("fit")
-            .arg(&out)
-            .arg("--out")
-            .arg(dir.path().join("smollm2.fit.toml"))
-            .assert()
-            .success();
-    }
-}
-
 fn probe_without_torch(scenario_text: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("s.toml");
@@ -271,20 +198,6 @@ fn probe_without_torch(scenario_text: &str) -> std::process::Output {
 
 const SMALL: &str = "name = \"s\"\n[model]\nsource = \"synthetic:c.json\"\n[sweep]\n\
     mode = [\"train\"]\nprecision = [\"f32\"]\nbatch = [1]\ncontext = [8]\n";
-
-#[test]
-fn an_unrunnable_scenario_is_one_line_and_exit_2() {
-    let out = probe_without_torch(&format!("{SMALL}kernels = \"fused\"\n"));
-    one_line_exit_2(&out, "cannot run `kernels = \"fused\"`");
-    let out = probe_without_torch(&format!("{SMALL}trainable = [\"lora-rx\"]\n"));
-    one_line_exit_2(&out, "cannot run `trainable = \"lora-rx\"`");
-}
-
-#[test]
-fn cpu_without_the_preload_meter_is_one_line_and_exit_2() {
-    let out = probe_without_torch(SMALL);
-    one_line_exit_2(&out, "LD_PRELOAD=libvramlab_preload.so");
-}
 
 // ------------------------------------------------------------------------- generation --
 
@@ -479,84 +392,6 @@ fn check_steps_and_decode(
     assert_eq!(kept, fresh, "{point}: the decode keeps exactly its output");
 }
 
-#[test]
-#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
-fn tiny_sd_on_diffusers_rows_steps_and_decode_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny-sd");
-    let cfg = tiny_sd(&model);
-    let scenario = gen_scenario(
-        dir.path(),
-        "tiny-sd-torch",
-        &model,
-        "resolution = [\"64x128\"]\nbatch = [1, 2]\ncfg = [true, false]\n\
-         vae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 64\noverlap = 16\n",
-    );
-    for attention in ["sdpa", "eager"] {
-        let out = dir.path().join(format!("gen-{attention}.csv"));
-        run_generate(&scenario, &out, attention);
-        let rows = generate_rows(&out, attention);
-        let mut cfg_act = std::collections::HashMap::new();
-        for (w, h) in [(64u64, 128u64)] {
-            for b in [1u64, 2] {
-                for guidance in ["cfg", "nocfg"] {
-                    for dec in ["full", "sliced", "tiled-t64o16"] {
-                        let point = format!("tiny-sd/generate/f32/{w}x{h}/b{b}/{guidance}/{dec}");
-                        let (denoise, decode) =
-                            check_point(&rows, &point, &["text_encoder", "unet", "vae"], 2);
-                        check_steps_and_decode(&denoise, decode, b, 1, w, h);
-                        cfg_act.insert((w, h, b, guidance), act(denoise[1]));
-                    }
-                }
-            }
-        }
-        // The same configs, the same file as candle's.
-        check_loads(&rows, &cfg.components(), |c| cfg.params(c));
-        // CFG doubles the denoiser's batch: CFG at batch 1 is batch 2 without it (± 1 %).
-        let (w, h) = (64u64, 128u64);
-        let (c1, n2) = (cfg_act[&(w, h, 1, "cfg")], cfg_act[&(w, h, 2, "nocfg")]);
-        eprintln!("{attention} {w}x{h}: denoise cfg b1 {c1} B, nocfg b2 {n2} B");
-        assert!(c1.abs_diff(n2) as f64 <= 0.01 * n2 as f64, "{c1} vs {n2}");
-    }
-}
-
-/// A tiny FLUX.1 transformer (FluxTransformer2DModel from `transformer/config.json`, random
-/// values) with a tiny 16-channel VAE: the same rows; no text encoder in the directory, so
-/// `text_encode` makes the T5 and CLIP outputs' shapes.
-#[test]
-#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
-fn tiny_flux_on_diffusers_rows_steps_and_decode_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny-flux");
-    tiny_flux(&model);
-    let scenario = gen_scenario(
-        dir.path(),
-        "tiny-flux-torch",
-        &model,
-        "resolution = [\"128x128\", \"128x64\"]\nbatch = [1, 2]\n\
-         vae_decode = [\"full\", \"tiled\"]\ntile = 64\noverlap = 16\n",
-    );
-    for attention in ["sdpa", "eager"] {
-        let out = dir.path().join(format!("flux-{attention}.csv"));
-        // No `cfg` in the table: FLUX's default is off (guidance-distilled), as vramlab's.
-        run_generate(&scenario, &out, attention);
-        let rows = generate_rows(&out, attention);
-        for (w, h) in [(128u64, 128u64), (128, 64)] {
-            for b in [1u64, 2] {
-                for dec in ["full", "tiled-t64o16"] {
-                    let point = format!("tiny-flux/generate/f32/{w}x{h}/b{b}/nocfg/{dec}");
-                    let (denoise, decode) = check_point(&rows, &point, &["transformer", "vae"], 2);
-                    check_steps_and_decode(&denoise, decode, b, 1, w, h);
-                    assert!(rows
-                        .iter()
-                        .filter(|r| r.point_id == point)
-                        .all(|r| r.architecture == "flux"));
-                }
-            }
-        }
-    }
-}
-
 fn tiny_flux(dir: &Path) {
     for (c, json) in [
         (
@@ -579,121 +414,5 @@ fn tiny_flux(dir: &Path) {
     }
 }
 
-/// Wan2.1 T2V on diffusers (transformers' UMT5EncoderModel, WanTransformer3DModel,
-/// AutoencoderKLWan) on the tiny Wan config of tests/wan.rs (`common::tiny_wan`), with the
-/// weights of vramlab's own synthetic writer, at two frame counts: a load row per component of
-/// its analytic parameters × 4 bytes, equal denoising steps (CFG as a second transformer call),
-/// the decoded videos' b·3·frames·H·W·4 bytes, the `frames` column, and the ids of
-/// `vramlab sweep --dry-run`.
-#[test]
-#[ignore = "needs torch: scripts/test.sh runs it after scripts/torch-env.sh"]
-fn tiny_wan_on_diffusers_rows_steps_and_decode_output() {
-    use vramlab::model::diffusion::Pipeline;
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny-wan");
-    let cfg = common::tiny_wan();
-    let f32 = candle_core::DType::F32;
-    let wan = vramlab::model::diffusion::wan::Wan::new(cfg.clone(), f32, f32);
-    vramlab::workload::generate::write_synthetic(&wan, &model).unwrap();
-    let scenario = gen_scenario(
-        dir.path(),
-        "tiny-wan-torch",
-        &model,
-        "resolution = [\"48x32\"]\nframes = [5, 9]\nbatch = [1, 2]\n\
-         cfg = [true, false]\nvae_decode = [\"full\", \"sliced\", \"tiled\"]\ntile = 16\n\
-         overlap = 8\n",
-    );
-    let dry = vramlab()
-        .args(["sweep", "--dry-run"])
-        .arg(&scenario)
-        .output()
-        .unwrap();
-    let want_ids: Vec<String> = String::from_utf8(common::ok_stdout(dry))
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
-    for attention in ["sdpa", "eager"] {
-        let out = dir.path().join(format!("wan-{attention}.csv"));
-        run_generate(&scenario, &out, attention);
-        let rows = generate_rows(&out, attention);
-        let mut ids: Vec<String> = Vec::new();
-        for r in &rows {
-            if ids.last() != Some(&r.point_id) {
-                ids.push(r.point_id.clone());
-            }
-        }
-        assert_eq!(ids, want_ids, "the probe's points are vramlab's");
-        for (w, h) in [(48u64, 32u64)] {
-            for frames in [5u64, 9] {
-                for b in [1u64, 2] {
-                    for guidance in ["cfg", "nocfg"] {
-                        for dec in ["full", "sliced", "tiled-t16o8"] {
-                            let point = format!(
-                                "tiny-wan/generate/f32/{w}x{h}/f{frames}/b{b}/{guidance}/{dec}"
-                            );
-                            let (denoise, decode) = check_point(
-                                &rows,
-                                &point,
-                                &["text_encoder", "transformer", "vae"],
-                                2,
-                            );
-                            check_steps_and_decode(&denoise, decode, b, frames, w, h);
-                            assert!(rows
-                                .iter()
-                                .filter(|r| r.point_id == point)
-                                .all(|r| r.architecture == "wan" && r.frames == Some(frames)));
-                        }
-                    }
-                }
-            }
-        }
-        check_loads(&rows, &wan.components(), |c| cfg.params_analytic(c));
-    }
-}
-
-#[test]
-fn an_unrunnable_generation_scenario_is_one_line_and_exit_2() {
-    let dir = tempfile::tempdir().unwrap();
-    tiny_flux(&dir.path().join("flux"));
-    let scenario = |source: &str, extra: &str| {
-        format!(
-            "name = \"g\"\ndevice = \"cpu\"\n[model]\nsource = \"{source}\"\n[sweep]\n\
-             mode = [\"generate\"]\nprecision = [\"f32\"]\nresolution = [\"64x64\"]\nbatch = [1]\n{extra}"
-        )
-    };
-    let flux = format!("diffusers:{}", dir.path().join("flux").display());
-    let out = probe_without_torch(&scenario(&flux, "cfg = [true]\n"));
-    one_line_exit_2(
-        &out,
-        "cfg = true: flux (FLUX) runs without classifier-free guidance",
-    );
-    let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nattention = [\"flash\"]\n"));
-    one_line_exit_2(&out, "cannot run `attention = \"flash\"` for generation");
-    let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nframes = [5]\n"));
-    one_line_exit_2(&out, "frames = 5: flux is an image model");
-    // A Wan directory as far as the probe reads it without torch: what vramlab's Wan pipeline
-    // refuses, the probe refuses.
-    let wan = dir.path().join("wan");
-    std::fs::create_dir_all(wan.join("transformer")).unwrap();
-    std::fs::write(wan.join("transformer/config.json"), "{}").unwrap();
-    std::fs::write(
-        wan.join("model_index.json"),
-        r#"{"_class_name": "WanPipeline"}"#,
-    )
-    .unwrap();
-    let wan = format!("diffusers:{}", wan.display());
-    for (extra, needle) in [
-        ("", "`frames` is missing: wan is a video model"),
-        ("frames = [6]\n", "frames = 6: wan decodes 4k+1 frames"),
-        (
-            "frames = [5]\nattention = [\"sliced\"]\n",
-            "Wan's DiT has no sliced attention",
-        ),
-    ] {
-        one_line_exit_2(&probe_without_torch(&scenario(&wan, extra)), needle);
-    }
-    let empty = format!("diffusers:{}", dir.path().display());
-    let out = probe_without_torch(&scenario(&empty, ""));
-    one_line_exit_2(&out, "neither unet/config.json nor transformer/config.json");
-}
+mod generation;
+mod llm;

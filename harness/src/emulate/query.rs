@@ -7,7 +7,8 @@ use super::{Launch, ProgramOutput};
 use crate::gpu::Gpu;
 use crate::record::Status;
 use crate::vocab::{
-    Attention, KvKind, LoraTargets, Mode, Optimizer, OptimizerImpl, Precision, Trainable,
+    Attention, Checkpointing, KvKind, LoraTargets, Mode, Optimizer, OptimizerImpl, Precision,
+    Trainable,
 };
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -64,32 +65,70 @@ pub struct Emulated {
 }
 
 /// The scenario the probe runs: one point.
-fn scenario(q: &Query, config: &Path) -> String {
-    let mut s = format!(
-        "name = \"estimate-emulated\"\ndevice = \"cuda:0\"\n[model]\nsource = \"synthetic:{}\"\n\
-         [sweep]\nmode = [\"{}\"]\nprecision = [\"{}\"]\nbatch = [{}]\ncontext = [{}]\n",
-        config.display(),
-        q.mode,
-        q.precision,
-        q.batch,
-        q.context
-    );
-    match q.mode {
-        Mode::Train => s.push_str(&format!(
-            "optimizer = [\"{}\"]\ncheckpointing = [\"{}\"]\ntrainable = [\"{}\"]\n\
-             train_steps = 3\n",
-            if q.optimizer.is_sgd() { "sgd" } else { "adamw" },
-            if q.checkpointing { "layer" } else { "none" },
-            q.trainable
-        )),
-        Mode::Infer => s.push_str(&format!(
-            "kv_cache = [\"{}\"]\ndecode_steps = {}\n",
-            q.kv_cache,
-            16.min(q.context.saturating_sub(1)).max(1)
-        )),
-        _ => {}
+fn scenario(q: &Query, config: &Path) -> Result<String> {
+    /// The probe's scenario for one point, as the scenario format spells it (serialized, so
+    /// a path or value is always quoted and escaped as TOML wants).
+    #[derive(Serialize)]
+    struct Scenario {
+        name: &'static str,
+        device: &'static str,
+        model: Model,
+        sweep: Sweep,
     }
-    s
+    #[derive(Serialize)]
+    struct Model {
+        source: String,
+    }
+    #[derive(Serialize)]
+    struct Sweep {
+        mode: [Mode; 1],
+        precision: [Precision; 1],
+        batch: [u64; 1],
+        context: [u64; 1],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        optimizer: Option<[Optimizer; 1]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        checkpointing: Option<[Checkpointing; 1]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        trainable: Option<[Trainable; 1]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        train_steps: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kv_cache: Option<[KvKind; 1]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        decode_steps: Option<u64>,
+    }
+    let train = q.mode == Mode::Train;
+    let infer = q.mode == Mode::Infer;
+    let s = Scenario {
+        name: "estimate-emulated",
+        device: "cuda:0",
+        model: Model {
+            source: format!("synthetic:{}", config.display()),
+        },
+        sweep: Sweep {
+            mode: [q.mode],
+            precision: [q.precision],
+            batch: [q.batch],
+            context: [q.context],
+            // The probe's own implementation comes from --torch-optim.
+            optimizer: train.then_some([if q.optimizer.is_sgd() {
+                Optimizer::Sgd
+            } else {
+                Optimizer::Adamw
+            }]),
+            checkpointing: train.then_some([if q.checkpointing {
+                Checkpointing::Layer
+            } else {
+                Checkpointing::None
+            }]),
+            trainable: train.then_some([q.trainable]),
+            train_steps: train.then_some(3),
+            kv_cache: infer.then_some([q.kv_cache]),
+            decode_steps: infer.then(|| 16.min(q.context.saturating_sub(1)).max(1)),
+        },
+    };
+    Ok(toml::to_string(&s)?)
 }
 
 /// Runs the query under `python`'s torch on `gpu`, with the stubs in `stubs`.
@@ -105,7 +144,7 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     let config = dir.join("config.json");
     std::fs::write(&config, serde_json::to_string_pretty(q.config)?)?;
     let scen = dir.join("scenario.toml");
-    std::fs::write(&scen, scenario(q, &config))?;
+    std::fs::write(&scen, scenario(q, &config)?)?;
     let csv = dir.join("rows.csv");
     let attention = match q.attention {
         Attention::Eager => "eager",
@@ -277,4 +316,59 @@ pub fn run_program(
     })?;
     let failed = uncaught(&rep, &argv[1])?;
     Ok(answer(gpu, rep, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{grid, spec::Spec};
+
+    fn query(config: &serde_json::Value, mode: Mode) -> Query<'_> {
+        Query {
+            config,
+            mode,
+            precision: Precision::Bf16,
+            batch: 4,
+            context: 512,
+            optimizer: Optimizer::Sgd,
+            optimizer_impl: OptimizerImpl::Foreach,
+            checkpointing: true,
+            trainable: Trainable::Full,
+            lora_targets: LoraTargets::DEFAULT,
+            attention: Attention::Sdpa,
+            kv_cache: KvKind::Growing,
+            gpus: 1,
+            offload: false,
+            timeout: None,
+        }
+    }
+
+    #[test]
+    fn the_probes_scenario_reads_back_as_the_query_whatever_the_path() {
+        let config = serde_json::json!({});
+        // A path TOML must escape: a quote, a backslash and a space.
+        let path = Path::new("/tmp/a \"quoted\" dir\\x/config.json");
+        for mode in [Mode::Train, Mode::Infer] {
+            let q = query(&config, mode);
+            let text = scenario(&q, path).unwrap();
+            let spec = Spec::parse(Path::new("scenario.toml"), &text)
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let p0 = &grid::expand(&spec)[0];
+            assert_eq!(p0.source, format!("synthetic:{}", path.display()));
+            let points = grid::expand(&spec);
+            assert_eq!(points.len(), 1, "{text}");
+            let p = &points[0];
+            assert_eq!((p.mode, p.precision), (mode, Precision::Bf16));
+            assert_eq!((p.batch, p.context), (4, 512));
+            if mode == Mode::Train {
+                assert_eq!(p.train.optimizer, Optimizer::Sgd);
+                assert_eq!(p.train.checkpointing, Checkpointing::Layer);
+                assert_eq!(p.train.trainable, Trainable::Full);
+                assert_eq!(p.train.steps, 3);
+            } else {
+                assert_eq!(p.kv_cache, KvKind::Growing);
+                assert_eq!(p.decode_steps, 16);
+            }
+        }
+    }
 }

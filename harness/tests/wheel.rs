@@ -252,7 +252,8 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
 
     // 4. `estimate --emulate` runs the torch probe the wheel ships (vramlab/_torch_probe, found
     // through the venv's package, not the checkout), and `validate --emulate` a peer program of
-    // it under another stack's interpreter (torch-1.10's, which has no vramlab installed).
+    // it (the SDXL notebook's, which imports the probe's own modules) under another stack's
+    // interpreter (torch-2.2's, which has no vramlab installed).
     let est = run(vramlab(&venv, &work).args([
         "estimate",
         "--model",
@@ -278,16 +279,20 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         &std::fs::read_to_string(root().join("results/peers/published.json")).unwrap(),
     )
     .unwrap();
-    let load_row = peers
+    let sdxl_row = peers
         .iter()
-        .find(|p| p["id"] == "hf-bertlarge-load-fp32-v100")
-        .expect("the bert-large load row");
+        .find(|p| p["id"] == "hf-blog-sdxl-fp16-sdpa-b4")
+        .expect("the SDXL notebook's SDPA row");
     std::fs::write(
         work.join("one.json"),
-        serde_json::to_string(&[load_row]).unwrap(),
+        serde_json::to_string(&[sdxl_row]).unwrap(),
     )
     .unwrap();
-    let v = run(vramlab(&venv, &work).args(["validate", "one.json", "--json", "--emulate"]));
+    let torch22 = std::env::var("VRAMLAB_TORCH22_PYTHON")
+        .expect("VRAMLAB_TORCH22_PYTHON: scripts/torch-env.sh --stack torch-2.2");
+    let v = run(vramlab(&venv, &work)
+        .args(["validate", "one.json", "--json", "--emulate", "--python"])
+        .arg(&torch22));
     let j: serde_json::Value = serde_json::from_str(&stdout(&v)).unwrap();
     let e = &j["rows"][0]["emulated"];
     assert_eq!(e["kind"], "ran", "{e}");
@@ -295,7 +300,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         e["program"]
             .as_str()
             .unwrap()
-            .contains("vramlab/_torch_probe/peer_hf_trainer.py"),
+            .contains("vramlab/_torch_probe/peer_sdxl.py"),
         "{e}"
     );
 

@@ -142,10 +142,21 @@ pub fn startup(
         .as_array()
         .and_then(|l| l.iter().find(|p| p["kv_tokens"].is_u64()))
         .ok_or_else(|| {
+            // vLLM's own reason: its refusal is a ValueError (one request of max_model_len
+            // does not fit, naming the largest length that does), else the last line.
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| l.contains("ValueError: "))
+                .map(str::to_string)
+                .or_else(|| super::last_line(&out.stderr))
+                .unwrap_or_default();
             anyhow::anyhow!(
-                "vLLM's startup on the emulated {} printed no KV cache size (status {})",
+                "vLLM's startup on the emulated {} printed no KV cache size (status {}): {}",
                 gpu.key,
-                j["status"]
+                j["status"],
+                last.trim()
             )
         })?;
     Ok(EmulatedServing {

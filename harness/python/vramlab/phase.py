@@ -222,9 +222,9 @@ class Recorder:
                     param_count=param_count,
                     optimizer="none", kernels="reference", attention="eager",
                     meter="torch-emulated" if emulated else "torch-cuda", status="ok")
-        # finish() first: a span still open is closed, and written, like the others.
-        run = self.finish()
-        spans = self.spans or [run]
+        # The closed phases only: under `vramlab emulate` the step span that the last
+        # optimizer step opened is still open here and covers no step.
+        spans = self.spans or [self.finish()]
         w = p.Writer(__import__("pathlib").Path(path))
         for s in spans:
             w.write(dict(base, phase=s.name, step=s.step,

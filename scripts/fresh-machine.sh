@@ -6,12 +6,16 @@
 # two can never disagree. Prints each command's wall time and exit status, and the disk that
 # the fresh CARGO_HOME and caches took.
 #
-#   scripts/fresh-machine.sh [--twice] [--dir DIR]
+#   scripts/fresh-machine.sh [--twice] [--keep] [--dir DIR]
 #
 #   --twice    then run the README's test command a second time with the caches now warm:
 #              it must do no CUDA toolchain work ("cached") and finish within CI's limit
+#   --keep     leave the clone, HOME and CARGO_HOME in place for inspection (about 30 GB: the
+#              torch stacks, target/, the CUDA toolchain). By default they are removed after
+#              the summary and only the log stays: CI runs on this same disk after a session
+#              stops, and a run left behind once filled it (pip: "No space left on device").
 #   --dir DIR  where to make the clone, the empty CARGO_HOME and HOME (default: a new
-#              folder under /tmp); left in place afterwards for inspection
+#              folder under /tmp)
 #
 # It also checks the CUDA toolchain's cudarc lookup from an empty CARGO_HOME (it must fetch
 # cudarc through cargo, not find it in a warm registry). That needs the network.
@@ -19,9 +23,10 @@
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
-args_parse "--twice --dir=" 0 0 "[--twice] [--dir DIR]" "$@"
+args_parse "--twice --keep --dir=" 0 0 "[--twice] [--keep] [--dir DIR]" "$@"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TWICE=${FLAG[twice]:-0}
+KEEP=${FLAG[keep]:-0}
 BASE=${FLAG[dir]:-}
 [ -n "$BASE" ] || BASE="$(mktemp -d /tmp/vramlab-fresh.XXXXXX)"
 mkdir -p "$BASE"
@@ -117,4 +122,10 @@ du_of() { du -sh "$1" 2>/dev/null | cut -f1; }
     [ -e "$d" ] && echo "    $(du_of "$d")	${d#"$BASE"/}"
   done
 } | tee -a "$LOG"
+if [ "$KEEP" = 1 ]; then
+  say "kept: $BASE (remove it before the session stops: CI shares this disk)"
+else
+  rm -rf "$CLONE" "$FRESH_HOME" "$FRESH_CARGO"
+  say "removed the clone, HOME and CARGO_HOME (--keep keeps them); the log stays: $LOG"
+fi
 exit "$status"

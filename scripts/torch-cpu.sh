@@ -16,6 +16,12 @@ args_parse "${PROBE_FLAGS[*]}" 1 1 "SCENARIO.toml --out FILE.csv [PROBE FLAGS]" 
 root=$(cd "$(dirname "$0")/.." && pwd)
 PY=${VRAMLAB_TORCH_PYTHON:-$("$root/scripts/torch-env.sh")}
 cargo build --quiet --release -p vramlab-preload --manifest-path "$root/Cargo.toml"
+# The probe runs vramlab's own points of the scenario (`vramlab sweep --dry-run --json`): this
+# checkout's build unless VRAMLAB_BIN names one.
+if [ -z "${VRAMLAB_BIN:-}" ]; then
+  cargo build --quiet -p vramlab --manifest-path "$root/Cargo.toml"
+  export VRAMLAB_BIN=${CARGO_TARGET_DIR:-$root/target}/debug/vramlab
+fi
 SO=${CARGO_TARGET_DIR:-$root/target}/release/libvramlab_preload.so
 [ -f "$SO" ] || { echo "scripts/torch-cpu.sh: $SO was not built" >&2; exit 1; }
 # ld.so splits LD_PRELOAD on spaces and colons: from a checkout under such a path, preload a copy.

@@ -69,7 +69,13 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
 fi
 t0=$(date +%s)
 mkdir -p "$(dirname "$VENV")"
-# A venv left by another pin set is updated in place: pip fetches only what changed.
+# A venv left by another pin set is updated in place: pip fetches only what changed. One with no
+# stamp at all is an install that never finished (a full disk once left torch without torch._C,
+# which pip then took as installed): it is made anew.
+if [ -d "$VENV" ] && [ ! -f "$STAMP" ]; then
+  echo "scripts/torch-env.sh: $VENV has no stamp (an unfinished install): installing it anew" >&2
+  rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   rm -rf "$VENV"
   if [ "$STACK" = torch-1.10 ]; then

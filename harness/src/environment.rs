@@ -70,8 +70,8 @@ pub const VARS: &[EnvVar] = &[
     EnvVar {
         name: "VRAMLAB_BIN",
         read_by: &[Python, Scripts],
-        default: "`vramlab` on PATH",
-        meaning: "the vramlab binary the torch probe runs `vramlab emulate` with on `--device emu:GPU` (a sweep sets it to itself), the one `vramlab.estimate()` runs (unset: the `vramlab` beside its Python, else on PATH), and the one scripts/gpu/run.sh measures with",
+        default: "`vramlab` on PATH, else this checkout's newest build",
+        meaning: "the vramlab binary the torch probe asks for a scenario's points (`sweep --dry-run --json`) and runs `vramlab emulate` with on `--device emu:GPU` (a sweep and `vramlab emulate` set it to themselves), the one `vramlab.estimate()` runs (unset: the `vramlab` beside its Python, else on PATH), and the one scripts/gpu/run.sh measures with",
     },
     EnvVar {
         name: "VRAMLAB_BLESS",

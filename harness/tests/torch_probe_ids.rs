@@ -1,7 +1,10 @@
-//! The torch probe (scripts/torch_probe) and `vramlab sweep` measure the same grid: for every
-//! scenario in scenarios/, `python3 scripts/torch_probe --dry-run` (with `--device cpu` for the
-//! CPU scenarios, as scripts/torch-cpu.sh runs it) prints exactly the ids of `vramlab sweep --dry-run`.
-//! The dry run imports no torch, so this runs wherever python3 (≥ 3.11, for tomllib) does.
+//! The torch probe (scripts/torch_probe) and `vramlab sweep` measure the same grid, vramlab's: the
+//! probe reads its points from `vramlab sweep --dry-run --json` (its grid.py; the pytest
+//! test_grid.py checks it takes no point of its own). For every scenario in scenarios/, the
+//! probe's command line, `python3 scripts/torch_probe --dry-run` (with `--device cpu` for the
+//! CPU scenarios, as scripts/torch-cpu.sh runs it), reads them and prints exactly the ids of
+//! `vramlab sweep --dry-run`. The dry run imports no torch, so this runs wherever python3
+//! (≥ 3.11, for tomllib) does.
 mod common;
 use common::{root, vramlab};
 
@@ -18,15 +21,21 @@ fn ids(out: &std::process::Output, what: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn torch_probe_dry_run_ids_equal_vramlab_ids() {
-    let mut scenarios: Vec<_> = std::fs::read_dir(root().join("scenarios"))
+/// The committed scenarios (scenarios/*.toml), in order.
+fn scenarios() -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root().join("scenarios"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
-    scenarios.sort();
-    assert!(!scenarios.is_empty());
+    v.sort();
+    assert!(!v.is_empty());
+    v
+}
+
+#[test]
+fn torch_probe_dry_run_ids_equal_vramlab_ids() {
+    let scenarios = scenarios();
     for s in &scenarios {
         let ours = vramlab()
             .args(["sweep", "--dry-run"])
@@ -47,6 +56,7 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
                 &[][..]
             })
             .arg("--dry-run")
+            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
             .current_dir(root())
             .output()
             .expect("python3 runs");
@@ -77,6 +87,7 @@ fn torch_probe_dry_run_imports_no_torch() {
         .arg(root().join("scenarios/gpu-smoke.toml"))
         .arg("--dry-run")
         .env("PYTHONPATH", dir.path())
+        .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab"))
         .current_dir(root())
         .output()
         .unwrap();
@@ -105,4 +116,59 @@ fn torch_probe_columns_are_the_record_columns() {
         "schema version"
     );
     assert_eq!(lines[1], vramlab::record::columns().join(","));
+}
+
+/// `sweep --dry-run --json`, what the probe reads: for every scenario, the points of
+/// `--dry-run` in the same order, each naming its `[sweep]` table; a shard's are the shard's
+/// (on a synthetic scenario: a shard weighs the models' configs); `--json` alone is a usage
+/// error (exit 2).
+#[test]
+fn sweep_dry_run_json_is_the_dry_runs_points() {
+    let scenarios = scenarios();
+    let smoke = root().join("scenarios/gpu-smoke.toml");
+    let runs = scenarios
+        .iter()
+        .map(|s| (s, None))
+        .chain([(&smoke, Some("1/2")), (&smoke, Some("2/2"))]);
+    for (s, shard) in runs {
+        let run = |json: bool| {
+            let mut c = vramlab();
+            c.args(["sweep", "--dry-run"]).arg(s).current_dir(root());
+            if json {
+                c.arg("--json");
+            }
+            if let Some(k) = shard {
+                c.args(["--shard", k]);
+            }
+            c.output().unwrap()
+        };
+        let what = format!("{} (shard {shard:?})", s.display());
+        let lines = ids(&run(false), &what);
+        let doc: serde_json::Value =
+            serde_json::from_slice(&run(true).stdout).expect("one JSON document");
+        let points = doc["points"].as_array().expect("points");
+        let json_ids: Vec<_> = points.iter().map(|p| p["id"].as_str().unwrap()).collect();
+        assert_eq!(json_ids, lines, "{what}");
+        let tables = toml::from_str::<toml::Value>(&std::fs::read_to_string(s).unwrap()).unwrap()
+            ["sweep"]
+            .as_array()
+            .map_or(1, Vec::len);
+        assert!(
+            points
+                .iter()
+                .all(|p| (p["table"].as_u64().unwrap() as usize) < tables),
+            "{what}: a point names a table the scenario does not have"
+        );
+        let plan = doc["plan"].as_str().unwrap();
+        assert!(
+            ["llm", "generate", "finetune"].contains(&plan),
+            "{what}: {plan}"
+        );
+    }
+    let out = vramlab()
+        .args(["sweep", "--json"])
+        .arg(root().join("scenarios/gpu-smoke.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

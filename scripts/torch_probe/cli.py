@@ -9,8 +9,8 @@
 of points, `--worker-point ID`...; harness/src/sweep/torch.rs). `--gpus N`: training as rank 0
 of FSDP full shard over N GPUs, in one process (llm.fully_sharded).
 
-Reads the same scenario TOML as `vramlab sweep`, expands the same grid (the point ids are
-identical to `vramlab sweep --dry-run`; harness/tests/torch_probe_ids.rs checks it), builds each
+Reads the same scenario TOML as `vramlab sweep` and runs vramlab's own points of it (`vramlab sweep
+--dry-run --json`, the binary from $VRAMLAB_BIN, PATH, or this checkout's target/; grid.py), builds each
 model with Hugging Face transformers from the same config.json (the real class of its
 `model_type`, e.g. LlamaForCausalLM), with real weights where the scenario names them
 (`hf:DIR` safetensors, `gguf:FILE` through transformers' GGUF loader, dequantized), runs the same
@@ -72,7 +72,8 @@ from .common import InputError, emulated, git_rev, now_rfc3339, self_args, short
 from .csvout import SCHEMA_VERSION, Writer
 from .features import PRECISION_BYTES, features, shape_of
 from .generate import gen_group_len, gen_layout, run_generate_group
-from .grid import as_list, expand, expand_generate, is_finetune, load_spec, parse_source
+from .grid import as_list, load_spec, parse_source
+from .grid import points as scenario_points
 from .llm import (
     adapter_count,
     build_model,
@@ -99,24 +100,22 @@ RUNNABLE = {"mode": {"infer", "encode", "train", "generate"}, "precision": set(P
             "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
 
 
-def check_runnable(path: Path, spec: dict):
-    """What the probe cannot run is refused before anything is measured (exit 2)."""
-    for s in as_list(spec["sweep"]):
-        if "generate" in s.get("mode", []):
-            check_generate(path, spec, s)
+def check_runnable(path: Path, spec: dict, plan: str, points: list):
+    """What the probe cannot run is refused before anything is measured (exit 2). `plan` and
+    `points` are vramlab's (grid.points)."""
+    if plan == "finetune":
+        raise InputError(f"{path}: the torch probe cannot run `mode = [\"train\"]` on a diffusion "
+                         "pipeline (the denoiser's LoRA is measured by vramlab only)")
+    for i, s in enumerate(as_list(spec["sweep"])):
+        if plan == "generate":
+            check_generate(path, s, [p for p in points if p["table"] == i])
             continue
-        if is_finetune(spec, s):
-            raise InputError(f"{path}: the torch probe cannot run `mode = [\"train\"]` on a diffusion "
-                             "pipeline (the denoiser's LoRA is measured by vramlab only)")
         for k, v in s.items():
             if k not in SWEEP_KEYS:
                 raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(v)}`")
             bad = [x for x in as_list(v) if k in RUNNABLE and x not in RUNNABLE[k]]
             if bad:
                 raise InputError(f"{path}: the torch probe cannot run `{k} = {json.dumps(bad[0])}`")
-        for tr in s.get("trainable", []):
-            if tr not in ("full", "frozen-embeddings") and not re.fullmatch(r"lora-r[1-9][0-9]*", tr):
-                raise InputError(f"{path}: the torch probe cannot run `trainable = \"{tr}\"`")
 
 
 def check_ranks(args, points: list):
@@ -143,9 +142,10 @@ def peft_version() -> str:
     return peft.__version__
 
 
-def check_generate(path: Path, spec: dict, s: dict):
-    """A generation table: its keys, attention (eager or sliced; the probe's --attention
-    says eager or sdpa), and each point's diffusers directory (no torch)."""
+def check_generate(path: Path, s: dict, points: list):
+    """A generation table (`s`, whose `points` these are): its keys, attention (eager or
+    sliced; the probe's --attention says eager or sdpa), and each point's diffusers directory
+    (no torch)."""
     for k, v in s.items():
         if k not in SWEEP_KEYS or k in ("kv_cache", "optimizer", "checkpointing", "grad_accum",
                                         "trainable", "kernels"):
@@ -155,7 +155,7 @@ def check_generate(path: Path, spec: dict, s: dict):
         raise InputError(f"{path}: the torch probe cannot run `attention = \"{bad[0]}\"` for generation")
     if s.get("mode") != ["generate"]:
         raise InputError(f"{path}: [sweep] mode \"generate\" runs alone in its [sweep] table")
-    for p in expand_generate(spec, s):
+    for p in points:
         try:
             lay = gen_layout(p)
         except InputError as e:
@@ -167,8 +167,8 @@ def check_generate(path: Path, spec: dict, s: dict):
 
 def run(args) -> int:
     spec, text = load_spec(args.scenario)
-    check_runnable(args.scenario, spec)
-    points = expand(spec)
+    plan, points = scenario_points(args.scenario, spec)
+    check_runnable(args.scenario, spec, plan, points)
     worker = args.worker_point is not None
     if worker:
         # A worker of `vramlab sweep` (runtime = "torch"): the points it was given, in grid order.
@@ -515,24 +515,23 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.check:
+        if args.check or args.dry_run:
             spec, _ = load_spec(args.scenario)
-            check_runnable(args.scenario, spec)
+            plan, points = scenario_points(args.scenario, spec)
+            if args.check:
+                check_runnable(args.scenario, spec, plan, points)
+            else:
+                for p in points:
+                    print(p["id"])
             return 0
         if args.gpu_memory and not args.device.startswith("emu:"):
             raise InputError(f"--gpu-memory {args.gpu_memory}: only for --device emu:GPU")
-        if args.dry_run:
-            spec, _ = load_spec(args.scenario)
-            for p in expand(spec):
-                print(p["id"])
-            return 0
+        spec, _ = load_spec(args.scenario)
         if args.out is None:
-            spec, _ = load_spec(args.scenario)
             args.out = Path("results") / f"{spec['name']}-torch.csv"
         if args.out.suffix != ".csv":
             raise InputError(f"--out {args.out}: must end in .csv")
-        spec, _ = load_spec(args.scenario)
-        check_ranks(args, expand(spec))
+        check_ranks(args, scenario_points(args.scenario, spec)[1])
         if "stack" in spec and not os.environ.get("VRAMLAB_PROBE_STACK"):
             return run_stacks(args, spec["stack"], argv if argv is not None else sys.argv[1:])
         if args.device.startswith("emu:"):

@@ -58,14 +58,21 @@ def emulated() -> bool:
 
 
 def vramlab_bin() -> str:
-    """The vramlab binary: $VRAMLAB_BIN, PATH, or this checkout's release or debug build."""
+    """The vramlab binary (the scenario's points, and `vramlab emulate` for emu:GPU): $VRAMLAB_BIN,
+    PATH, the one beside this Python (the wheel's venv), or this checkout's newest build (release
+    or debug)."""
     import shutil
+    import sys
     for c in (os.environ.get("VRAMLAB_BIN"), shutil.which("vramlab"),
-              ROOT / "target" / "release" / "vramlab", ROOT / "target" / "debug" / "vramlab"):
+              str(Path(sys.executable).parent / "vramlab")):
         if c and Path(c).is_file():
             return str(c)
-    raise InputError("--device emu:GPU needs the vramlab binary (set VRAMLAB_BIN, put it on PATH, "
-                     "or `cargo build -p vramlab`)")
+    builds = [b for b in (ROOT / "target" / "release" / "vramlab", ROOT / "target" / "debug" / "vramlab")
+              if b.is_file()]
+    if builds:
+        return str(max(builds, key=lambda b: b.stat().st_mtime))
+    raise InputError("the torch probe needs the vramlab binary, which expands the scenario's points "
+                     "and runs emu:GPU (set VRAMLAB_BIN, put it on PATH, or `cargo build -p vramlab`)")
 
 
 def read_json(path: Path) -> dict:

@@ -26,6 +26,11 @@ pub struct Args {
     /// Print the expanded point ids, one per line, and exit without measuring.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: print the points themselves as one JSON object, `{"plan": "llm" |
+    /// "generate" | "finetune", "points": [...]}`, each point with every axis value it runs
+    /// with (the torch probe reads its points from this; docs/src/reference/scenario.md).
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
     /// Do not print the per-point summary table at the end.
     #[arg(long)]
     pub quiet: bool,
@@ -63,6 +68,7 @@ pub fn run(args: Args) -> Result<()> {
         out: args.out,
         device: args.device,
         dry_run: args.dry_run,
+        json: args.json,
         quiet: args.quiet,
         capacity: args.capacity,
         resume: args.resume,

@@ -437,6 +437,10 @@ impl Launch<'_> {
         for (k, v) in self.gpu.env() {
             c.env(k, v);
         }
+        // The torch probe asks this binary for a scenario's points (`sweep --dry-run --json`).
+        if let Ok(exe) = std::env::current_exe() {
+            c.env("VRAMLAB_BIN", exe);
+        }
         if self.offline {
             c.env("HF_HUB_OFFLINE", "1")
                 .env("TRANSFORMERS_OFFLINE", "1");

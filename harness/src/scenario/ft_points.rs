@@ -10,7 +10,7 @@ use anyhow::Result;
 use std::path::Path;
 
 /// One fine-tuning point.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct FtPoint {
     pub id: String,
     pub source: String,

@@ -9,7 +9,7 @@ use anyhow::Result;
 use std::path::Path;
 
 /// One expanded generation point.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct GenPoint {
     pub id: String,
     pub source: String,

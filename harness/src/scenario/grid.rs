@@ -37,6 +37,9 @@ pub struct Point {
     pub train: TrainAxes,
     /// The op implementations (`kernels`, `attention`); both modes.
     pub ops: Ops,
+    /// The index of the `[sweep]` table the point comes from (the torch probe reads that
+    /// table's own keys: an `attention` it does not set is the probe's `--attention`).
+    pub table: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -90,11 +93,12 @@ pub fn expand(spec: &Spec) -> Vec<Point> {
     spec.sweep
         .0
         .iter()
-        .flat_map(|s| expand_one(spec, s))
+        .enumerate()
+        .flat_map(|(table, s)| expand_one(spec, table, s))
         .collect()
 }
 
-fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
+fn expand_one(spec: &Spec, table: usize, s: &SweepSpec) -> Vec<Point> {
     // The per-mode axes: KV cache kinds for inference; optimizer × checkpointing ×
     // accumulation × trainable set for training.
     type Axes = (String, KvKind, KvWindow, Option<TrainAxes>);
@@ -219,6 +223,7 @@ fn expand_one(spec: &Spec, s: &SweepSpec) -> Vec<Point> {
                                         repeat,
                                         train: train.unwrap_or(default_train),
                                         ops,
+                                        table,
                                     });
                                 }
                             }

@@ -87,8 +87,7 @@ pub fn run(mut r: Run<'_>, mut points: Vec<Point>) -> Result<()> {
         prepared = Some(models);
     }
     if r.o.dry_run {
-        super::print_ids(&points);
-        return Ok(());
+        return super::print_points(r.o, "llm", &points);
     }
     let models = match prepared {
         Some(m) => m,

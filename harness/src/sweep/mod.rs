@@ -38,6 +38,8 @@ pub struct Options {
     pub out: Option<PathBuf>,
     pub device: Option<String>,
     pub dry_run: bool,
+    /// With `dry_run`: the points as JSON ([`print_points`]).
+    pub json: bool,
     pub quiet: bool,
     pub capacity: Option<String>,
     pub resume: bool,
@@ -200,11 +202,22 @@ pub fn keep<P: Clone>(
     }
 }
 
-/// Prints the point ids, one per line (`--dry-run`).
-pub fn print_ids<P: SweepPoint>(points: &[P]) {
-    for p in points {
-        println!("{}", p.id());
+/// `--dry-run`: the point ids, one per line, or (`--json`) the points themselves as
+/// `{"plan": PLAN, "points": [...]}`, PLAN naming their kind (`llm`, `generate`, `finetune`).
+pub fn print_points<P: SweepPoint + serde::Serialize>(
+    o: &Options,
+    plan: &str,
+    points: &[P],
+) -> Result<()> {
+    if o.json {
+        let doc = serde_json::json!({ "plan": plan, "points": points });
+        println!("{}", serde_json::to_string(&doc)?);
+    } else {
+        for p in points {
+            println!("{}", p.id());
+        }
     }
+    Ok(())
 }
 
 /// A worker's `--worker START:END`, checked against `n` points.

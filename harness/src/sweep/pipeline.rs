@@ -41,11 +41,10 @@ pub fn run(mut r: Run<'_>, points: Points) -> Result<()> {
         })),
     };
     if r.o.dry_run {
-        match &points {
-            Points::Gen(v) => super::print_ids(v),
-            Points::Ft(v) => super::print_ids(v),
-        }
-        return Ok(());
+        return match &points {
+            Points::Gen(v) => super::print_points(r.o, "generate", v),
+            Points::Ft(v) => super::print_points(r.o, "finetune", v),
+        };
     }
     r.out = super::output::path(r.o.out.as_deref(), &r.spec.name)?;
     if let Some(range) = &r.o.worker {

@@ -168,8 +168,12 @@ fn an_unrunnable_generation_scenario_is_one_line_and_exit_2() {
         &out,
         "cfg = true: flux (FLUX) runs without classifier-free guidance",
     );
+    // A scenario vramlab itself refuses is vramlab's line: the probe runs vramlab's points.
     let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nattention = [\"flash\"]\n"));
-    one_line_exit_2(&out, "cannot run `attention = \"flash\"` for generation");
+    one_line_exit_2(
+        &out,
+        "attention `flash` is not available for this generation model",
+    );
     let out = probe_without_torch(&scenario(&flux, "cfg = [false]\nframes = [5]\n"));
     one_line_exit_2(&out, "frames = 5: flux is an image model");
     // A Wan directory as far as the probe reads it without torch: what vramlab's Wan pipeline

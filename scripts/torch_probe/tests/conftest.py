@@ -13,13 +13,15 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def vramlab() -> str:
+def vramlab(monkeypatch) -> str:
+    """The vramlab binary, which the probe's grid.points runs too (through $VRAMLAB_BIN)."""
     b = os.environ.get("VRAMLAB_BIN")
     if not b:
         pytest.skip("VRAMLAB_BIN is not set: point it at a vramlab binary (`cargo build -p vramlab`, "
                     "then target/debug/vramlab) to compare with vramlab itself")
     if not Path(b).is_file():
         pytest.fail(f"VRAMLAB_BIN={b}: no such file")
+    monkeypatch.setenv("VRAMLAB_BIN", b)
     return b
 
 

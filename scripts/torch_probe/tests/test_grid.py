@@ -1,9 +1,13 @@
-"""grid: the probe's points and ids are `vramlab sweep --dry-run`'s, for every committed scenario
-and for small grids that reach the axes the committed ones leave out."""
+"""grid: the probe's points are `vramlab sweep --dry-run --json`'s, read into the probe's form, for
+every committed scenario and for small grids that reach the axes the committed ones leave out; the
+probe makes up no point of its own and relays vramlab's refusal."""
+import json
+import sys
+
 import pytest
 from conftest import ROOT, run_vramlab
 
-from torch_probe import grid
+from torch_probe import common, grid
 from torch_probe.common import InputError
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
@@ -48,21 +52,29 @@ kernels = ["reference", "fused"]
 }
 
 
-def ids(spec: dict) -> list[str]:
-    return [p["id"] for p in grid.expand(spec)]
+def points(path):
+    return grid.points(path, grid.load_spec(path)[0])
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
-def test_scenario_ids_are_vramlabs(vramlab, path, monkeypatch):
+def test_scenario_points_are_vramlabs(vramlab, path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    spec, _ = grid.load_spec(path)
-    got = ids(spec)
+    plan, got = points(path)
     assert got, f"{path.name}: no points"
-    assert got == run_vramlab(vramlab, "sweep", "--dry-run", path).splitlines()
+    assert [p["id"] for p in got] == run_vramlab(vramlab, "sweep", "--dry-run", path).splitlines()
+    tables = grid.as_list(grid.load_spec(path)[0]["sweep"])
+    for p in got:
+        if plan == "llm":
+            # The table's own attention, else the probe's --attention (None).
+            want = p["ops"]["attention"] if "attention" in tables[p["table"]] else None
+            assert p["attention"] == want, p["id"]
+        elif plan == "generate":
+            assert f"{p['width']}x{p['height']}" == p["shape"]["resolution"], p["id"]
+            assert (p["mode"], p["gen_attention"], p["frames"]) == ("generate", p["attention"], p["shape"]["frames"])
 
 
 @pytest.mark.parametrize("name", sorted(GRIDS))
-def test_grid_ids_are_vramlabs(vramlab, name, tmp_path, monkeypatch):
+def test_grid_points_are_vramlabs(vramlab, name, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     (tmp_path / "config.json").write_text(TINY_CONFIG)
     path = tmp_path / f"{name}.toml"
@@ -70,28 +82,57 @@ def test_grid_ids_are_vramlabs(vramlab, name, tmp_path, monkeypatch):
                     + GRIDS[name])
     spec, text = grid.load_spec(path)
     assert text == path.read_text()
-    assert ids(spec) == run_vramlab(vramlab, "sweep", "--dry-run", path).splitlines()
+    plan, got = grid.points(path, spec)
+    assert plan == "llm"
+    assert [p["id"] for p in got] == run_vramlab(vramlab, "sweep", "--dry-run", path).splitlines()
+    # Only the one-table grid sets `attention`: its points carry it, the others leave it to
+    # the probe's --attention.
+    attention = {p["attention"] for p in got}
+    assert attention == ({"eager", "flash"} if name == "infer-and-train-in-one-table" else {None})
 
 
-def test_point_fields():
-    spec = {"name": "s", "model": {"source": "synthetic:m/config.json"},
-            "sweep": {"mode": ["infer"], "precision": ["f32"], "batch": [2], "context": [64],
-                      "decode_steps": 8}}
-    [p] = grid.expand(spec)
-    assert p["id"] == "synthetic-m/infer/f32/b2/c64/preallocated"
+def test_point_fields(vramlab, tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[model]\nsource = "synthetic:m/config.json"\n[sweep]\nmode = ["infer"]\n'
+                    'precision = ["f32"]\nbatch = [2]\ncontext = [64]\ndecode_steps = 8\n')
+    plan, [p] = points(path)
+    assert (plan, p["id"]) == ("llm", "synthetic-m/infer/f32/b2/c64/preallocated")
     assert (p["prompt_len"], p["decode_steps"], p["decode_every"]) == (56, 8, 8)
     assert p["train"]["optimizer"] == "adamw"
 
 
-@pytest.mark.parametrize("source, want", [
-    ("hf:models/SmolLM2-135M", "SmolLM2-135M"),
-    ("gguf:models/x/SmolLM2.Q4_1.gguf", "SmolLM2.Q4_1"),
-    ("synthetic:configs/llama-3.1-8b.json", "synthetic-llama-3.1-8b"),
-    ("synthetic:configs/tiny/config.json", "synthetic-tiny"),
-    ("nonsense", "nonsense"),
-])
-def test_model_id(source, want):
-    assert grid.model_id(source) == want
+def fake_vramlab(tmp_path, monkeypatch, stdout: str, stderr: str = "", code: int = 0):
+    """A `vramlab` that prints `stdout` and `stderr` and exits `code`, as VRAMLAB_BIN."""
+    b = tmp_path / "vramlab"
+    b.write_text(f"#!/bin/sh\ncat <<'EOF'\n{stdout}\nEOF\nprintf '%s\\n' '{stderr}' >&2\nexit {code}\n")
+    b.chmod(0o755)
+    monkeypatch.setenv("VRAMLAB_BIN", str(b))
+
+
+def test_the_points_are_the_binarys_alone(tmp_path, monkeypatch):
+    """Whatever vramlab prints is the grid: a point it names is run, none is made up here."""
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[model]\nsource = "hf:x"\n[sweep]\nmode = ["infer"]\n')
+    point = {"id": "made/up/by/the/binary", "table": 0, "mode": "infer", "ops": {"attention": "sdpa"}}
+    fake_vramlab(tmp_path, monkeypatch, json.dumps({"plan": "llm", "points": [point]}))
+    plan, [p] = points(path)
+    assert (plan, p["id"], p["attention"]) == ("llm", "made/up/by/the/binary", None)
+
+
+def test_a_scenario_vramlab_refuses_is_its_line(tmp_path, monkeypatch):
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[model]\nsource = "hf:x"\n[sweep]\nmode = ["infer"]\n')
+    fake_vramlab(tmp_path, monkeypatch, "", f"error: {path}: line 5: bad", 2)
+    with pytest.raises(InputError, match=f"^{path}: line 5: bad$"):
+        points(path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("VRAMLAB_BIN", str(empty / "missing"))
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(common, "ROOT", empty)
+    monkeypatch.setattr(sys, "executable", str(empty / "python"))
+    with pytest.raises(InputError, match="needs the vramlab binary"):
+        points(path)
 
 
 def test_expand_env(monkeypatch):

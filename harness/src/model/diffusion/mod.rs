@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 pub type Shapes = Vec<(String, Vec<usize>)>;
 
 /// The shape of one generation point.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct GenShape {
     pub batch: usize,
     pub resolution: Resolution,

@@ -60,6 +60,52 @@ pub struct ServingQuery {
     pub kv_bytes: u64,
 }
 
+impl ServingQuery {
+    /// A query from `vllm serve`'s settings, checked: the utilization in (0, 1], the lengths
+    /// and the sequence count at least 1 and within what any GPU could hold (beyond
+    /// [`crate::estimate::MAX_CONTEXT`] tokens or [`crate::estimate::MAX_BATCH`] sequences no
+    /// card holds a step, and the byte products stay in 64 bits). The error names the
+    /// `vllm serve` flag. The one constructor of `estimate --runtime vllm` and of `validate`'s
+    /// vLLM rows.
+    pub fn new(
+        utilization: f64,
+        (max_model_len, max_num_batched_tokens, max_num_seqs): (u64, u64, u64),
+        weight_bytes: u64,
+        kv_bytes: u64,
+    ) -> Result<ServingQuery, String> {
+        if !(utilization > 0.0 && utilization <= 1.0) {
+            return Err(format!(
+                "--gpu-memory-utilization must be in (0, 1], got {utilization}"
+            ));
+        }
+        use crate::estimate::{MAX_BATCH, MAX_CONTEXT};
+        for (flag, value, max) in [
+            ("--max-model-len", max_model_len, MAX_CONTEXT),
+            (
+                "--max-num-batched-tokens",
+                max_num_batched_tokens,
+                MAX_CONTEXT,
+            ),
+            ("--max-num-seqs", max_num_seqs, MAX_BATCH),
+        ] {
+            if value == 0 {
+                return Err(format!("{flag} must be at least 1"));
+            }
+            if value > max {
+                return Err(format!("{flag} {value} is larger than {max}"));
+            }
+        }
+        Ok(ServingQuery {
+            utilization,
+            max_model_len,
+            max_num_batched_tokens,
+            max_num_seqs,
+            weight_bytes,
+            kv_bytes,
+        })
+    }
+}
+
 /// The bytes per element vLLM loads a dense checkpoint's weights in (bf16, f16 or f32), or
 /// `None` for a precision it does not serve this way.
 pub fn weight_bytes(p: crate::vocab::Precision) -> Option<u64> {
@@ -259,5 +305,43 @@ pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
         max_num_seqs: s,
         fits: available > 0 && blocks >= per_request,
         max_model_len_fits: blocks * BLOCK_TOKENS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServingQuery;
+    use crate::estimate::{MAX_BATCH, MAX_CONTEXT};
+
+    #[test]
+    fn a_query_is_checked_where_it_is_made() {
+        let q = |u: f64, lens: (u64, u64, u64)| ServingQuery::new(u, lens, 2, 2);
+        let ok = q(0.9, (4096, 2048, 256)).unwrap();
+        assert_eq!(
+            (ok.max_model_len, ok.max_num_batched_tokens, ok.max_num_seqs),
+            (4096, 2048, 256)
+        );
+        assert!(q(1.0, (MAX_CONTEXT, MAX_CONTEXT, MAX_BATCH)).is_ok());
+        for (u, lens, needle) in [
+            (
+                0.0,
+                (1, 1, 1),
+                "--gpu-memory-utilization must be in (0, 1], got 0",
+            ),
+            (1.5, (1, 1, 1), "--gpu-memory-utilization"),
+            (f64::NAN, (1, 1, 1), "--gpu-memory-utilization"),
+            (0.9, (0, 1, 1), "--max-model-len must be at least 1"),
+            (
+                0.9,
+                (1, 0, 1),
+                "--max-num-batched-tokens must be at least 1",
+            ),
+            (0.9, (1, 1, 0), "--max-num-seqs must be at least 1"),
+            (0.9, (MAX_CONTEXT + 1, 1, 1), "--max-model-len"),
+            (0.9, (1, 1, MAX_BATCH + 1), "is larger than"),
+        ] {
+            let e = q(u, lens).unwrap_err();
+            assert!(e.contains(needle), "{u} {lens:?}: {e}");
+        }
     }
 }

@@ -66,14 +66,13 @@ fn startup(r: &PeerRow) -> Result<Startup, (String, String)> {
         .as_deref()
         .and_then(crate::gpu::by_name)
         .expect("a vLLM startup row's card, checked when read");
-    let query = ServingQuery {
-        utilization: v.gpu_memory_utilization,
-        max_model_len: v.max_model_len,
-        max_num_batched_tokens: v.max_num_batched_tokens,
-        max_num_seqs: v.max_num_seqs,
+    let query = ServingQuery::new(
+        v.gpu_memory_utilization,
+        (v.max_model_len, v.max_num_batched_tokens, v.max_num_seqs),
         weight_bytes,
-        kv_bytes: serving::kv_bytes(v.kv_cache_dtype, weight_bytes),
-    };
+        serving::kv_bytes(v.kv_cache_dtype, weight_bytes),
+    )
+    .map_err(fail)?;
     Ok(Startup {
         model,
         gpu,

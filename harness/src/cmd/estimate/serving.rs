@@ -68,12 +68,6 @@ pub fn report(a: &Args) -> Result<ServingReport> {
             "--runtime vllm: one GPU only (tensor parallelism is not modelled yet)",
         ));
     }
-    if !(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0) {
-        return Err(refuse(format!(
-            "--gpu-memory-utilization must be in (0, 1], got {}",
-            a.gpu_memory_utilization
-        )));
-    }
     let Some(gpu_name) = &a.gpu else {
         return Err(refuse(
             "--runtime vllm needs --gpu (vLLM sizes its KV cache from the card's memory)",
@@ -108,39 +102,18 @@ pub fn report(a: &Args) -> Result<ServingReport> {
         )));
     };
     let (default_tokens, default_seqs) = serving::serve_defaults(&gpu);
-    let q = ServingQuery {
-        utilization: a.gpu_memory_utilization,
-        max_model_len: a
-            .max_model_len
-            .unwrap_or(cfg.max_position_embeddings as u64),
-        max_num_batched_tokens: a.max_num_batched_tokens.unwrap_or(default_tokens),
-        max_num_seqs: a.max_num_seqs.unwrap_or(default_seqs),
+    let q = ServingQuery::new(
+        a.gpu_memory_utilization,
+        (
+            a.max_model_len
+                .unwrap_or(cfg.max_position_embeddings as u64),
+            a.max_num_batched_tokens.unwrap_or(default_tokens),
+            a.max_num_seqs.unwrap_or(default_seqs),
+        ),
         weight_bytes,
-        kv_bytes: serving::kv_bytes(a.kv_cache_dtype, weight_bytes),
-    };
-    if q.max_model_len == 0 || q.max_num_batched_tokens == 0 || q.max_num_seqs == 0 {
-        return Err(refuse(
-            "--max-model-len, --max-num-batched-tokens and --max-num-seqs must be at least 1",
-        ));
-    }
-    // Absurd sizes: beyond these no GPU holds a step (and the byte products stay in 64 bits).
-    for (flag, value, max) in [
-        (
-            "--max-model-len",
-            q.max_model_len,
-            crate::estimate::MAX_CONTEXT,
-        ),
-        (
-            "--max-num-batched-tokens",
-            q.max_num_batched_tokens,
-            crate::estimate::MAX_CONTEXT,
-        ),
-        ("--max-num-seqs", q.max_num_seqs, crate::estimate::MAX_BATCH),
-    ] {
-        if value > max {
-            return Err(refuse(format!("{flag} {value} is larger than {max}")));
-        }
-    }
+        serving::kv_bytes(a.kv_cache_dtype, weight_bytes),
+    )
+    .map_err(refuse)?;
     let s = serving::serving(cfg, &gpu, &q);
     let mut notes = Vec::new();
     if !s.fits {

@@ -3,7 +3,8 @@
 # (ruff, pytest, mypy), pinned: `$(scripts/lint-env.sh)/ruff check`. Installs them from PyPI on first
 # use into $VRAMLAB_LINT_CACHE (default ~/.cache/vramlab-lint; a few seconds and about 100 MB);
 # later calls check a stamp and return at once. Needs python3 >= 3.11 with venv and pip (the
-# torch probe uses tomllib). Progress goes to stderr; stdout is the bin directory alone.
+# torch environments' own floor, scripts/torch-env.sh). Progress goes to stderr; stdout is the
+# bin directory alone.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 args_parse "" 0 0 "" "$@"

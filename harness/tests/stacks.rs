@@ -386,3 +386,40 @@ fn fsdp1_on_torch_2_2_loads_rank_0s_flat_shards() {
             .all(|r| r.status == Some(vramlab::record::Status::Ok)));
     }
 }
+
+/// The probe parses no TOML of its own (vramlab reads the scenario and expands its points), so
+/// the oldest interpreter a stack has, the torch-1.10 stack's CPython 3.9 (the wheel's floor),
+/// lists the same points as vramlab: every committed scenario's dry run, without torch.
+#[test]
+#[ignore = "needs the torch-1.10 stack's CPython 3.9 (scripts/torch-env.sh --stack torch-1.10; scripts/test.sh)"]
+fn the_probe_reads_vramlabs_points_on_python_3_9() {
+    let python = torch_env("VRAMLAB_TORCH110_PYTHON");
+    let version = std::process::Command::new(&python)
+        .args(["-c", "import sys; print(sys.version_info[:2])"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), "(3, 9)");
+    for s in &common::scenarios() {
+        let run = |cmd: &mut std::process::Command| {
+            let out = cmd.current_dir(root()).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                s.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        let ours = run(
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("vramlab"))
+                .args(["sweep", "--dry-run"])
+                .arg(s),
+        );
+        let theirs = run(std::process::Command::new(&python)
+            .arg(root().join("scripts/torch_probe"))
+            .arg(s)
+            .args(["--dry-run", "--device", "cpu"])
+            .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab")));
+        assert_eq!(theirs, ours, "{}", s.display());
+    }
+}

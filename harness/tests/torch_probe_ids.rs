@@ -3,8 +3,8 @@
 //! test_grid.py checks it takes no point of its own). For every scenario in scenarios/, the
 //! probe's command line, `python3 scripts/torch_probe --dry-run` (with `--device cpu` for the
 //! CPU scenarios, as scripts/torch-cpu.sh runs it), reads them and prints exactly the ids of
-//! `vramlab sweep --dry-run`. The dry run imports no torch, so this runs wherever python3
-//! (≥ 3.11, for tomllib) does.
+//! `vramlab sweep --dry-run`. The dry run imports no torch and parses no TOML, so this runs
+//! wherever python3 (≥ 3.9) does.
 mod common;
 use common::{root, vramlab};
 
@@ -21,21 +21,9 @@ fn ids(out: &std::process::Output, what: &str) -> Vec<String> {
         .collect()
 }
 
-/// The committed scenarios (scenarios/*.toml), in order.
-fn scenarios() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(root().join("scenarios"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    v.sort();
-    assert!(!v.is_empty());
-    v
-}
-
 #[test]
 fn torch_probe_dry_run_ids_equal_vramlab_ids() {
-    let scenarios = scenarios();
+    let scenarios = common::scenarios();
     for s in &scenarios {
         let ours = vramlab()
             .args(["sweep", "--dry-run"])
@@ -124,7 +112,7 @@ fn torch_probe_columns_are_the_record_columns() {
 /// error (exit 2).
 #[test]
 fn sweep_dry_run_json_is_the_dry_runs_points() {
-    let scenarios = scenarios();
+    let scenarios = common::scenarios();
     let smoke = root().join("scenarios/gpu-smoke.toml");
     let runs = scenarios
         .iter()

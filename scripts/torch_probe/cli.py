@@ -72,8 +72,8 @@ from .common import InputError, emulated, git_rev, now_rfc3339, self_args, short
 from .csvout import SCHEMA_VERSION, Writer
 from .features import PRECISION_BYTES, features, shape_of
 from .generate import gen_group_len, gen_layout, run_generate_group
-from .grid import as_list, load_spec, parse_source
-from .grid import points as scenario_points
+from .grid import as_list, parse_source
+from .grid import load as load_scenario
 from .llm import (
     adapter_count,
     build_model,
@@ -165,9 +165,9 @@ def check_generate(path: Path, s: dict, points: list):
                              "(frames 4k+1, e.g. [5, 9])")
 
 
-def run(args) -> int:
-    spec, text = load_spec(args.scenario)
-    plan, points = scenario_points(args.scenario, spec)
+def run(args, scenario) -> int:
+    """Measures `scenario`'s points (grid.load) as `args` say."""
+    spec, text, plan, points = scenario
     check_runnable(args.scenario, spec, plan, points)
     worker = args.worker_point is not None
     if worker:
@@ -515,9 +515,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        scenario = load_scenario(args.scenario)
+        spec, plan, points = scenario.spec, scenario.plan, scenario.points
         if args.check or args.dry_run:
-            spec, _ = load_spec(args.scenario)
-            plan, points = scenario_points(args.scenario, spec)
             if args.check:
                 check_runnable(args.scenario, spec, plan, points)
             else:
@@ -526,19 +526,18 @@ def main(argv=None) -> int:
             return 0
         if args.gpu_memory and not args.device.startswith("emu:"):
             raise InputError(f"--gpu-memory {args.gpu_memory}: only for --device emu:GPU")
-        spec, _ = load_spec(args.scenario)
         if args.out is None:
             args.out = Path("results") / f"{spec['name']}-torch.csv"
         if args.out.suffix != ".csv":
             raise InputError(f"--out {args.out}: must end in .csv")
-        check_ranks(args, scenario_points(args.scenario, spec)[1])
+        check_ranks(args, points)
         if "stack" in spec and not os.environ.get("VRAMLAB_PROBE_STACK"):
             return run_stacks(args, spec["stack"], argv if argv is not None else sys.argv[1:])
         if args.device.startswith("emu:"):
             return run_emulated(args, argv if argv is not None else sys.argv[1:])
         if args.device != "cpu" and not re.fullmatch(r"cuda(:[0-9]+)?", args.device):
             raise InputError(f"--device {args.device}: must be cpu, cuda:N or emu:GPU")
-        return run(args)
+        return run(args, scenario)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,13 +1,13 @@
-"""A scenario TOML and its points. The points are vramlab's own: `vramlab sweep SCENARIO --dry-run
---json` expands the grid (harness/src/scenario/), and this module only reads what it prints into the
-probe's form, so the ids, the axes' order and their defaults have one source. Imports no torch."""
+"""A scenario and its points, vramlab's own: `vramlab sweep SCENARIO --dry-run --json` parses the
+TOML and expands the grid (harness/src/scenario/), and this module only reads what it prints into
+the probe's form, so the ids, the axes' order, their defaults and the TOML's reading have one
+source (and the probe needs no tomllib: Python 3.9 runs it). Imports no torch."""
 import json
 import os
 import re
 import subprocess
 from pathlib import Path
-
-import tomllib
+from typing import NamedTuple
 
 from .common import InputError, vramlab_bin
 
@@ -47,21 +47,6 @@ def as_list(v):
     return v if isinstance(v, list) else [v]
 
 
-def load_spec(path: Path) -> tuple[dict, str]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read scenario: {e}") from e
-    try:
-        spec = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: {e}") from e
-    for key in ("name", "model", "sweep"):
-        if key not in spec:
-            raise InputError(f"{path}: missing field `{key}`")
-    return spec, text
-
-
 def parse_resolution(r: str) -> tuple[int, int]:
     m = re.fullmatch(r"([0-9]+)x([0-9]+)", str(r))
     if not m:
@@ -69,10 +54,25 @@ def parse_resolution(r: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def points(path: Path, spec: dict) -> tuple[str, list[dict]]:
-    """The plan (`llm`, `generate` or `finetune`) and the points of the scenario at `path` (its
-    parsed `spec`), in grid order, as `vramlab sweep --dry-run --json` prints them, each in the
-    probe's form (`_FORMS`). A scenario vramlab refuses is its one line."""
+class Scenario(NamedTuple):
+    """A scenario as vramlab read it."""
+    spec: dict
+    """The TOML, as vramlab parsed it."""
+    text: str
+    """The file's text (its hash and text go in the manifest)."""
+    plan: str
+    """The points' kind: `llm`, `generate` or `finetune`."""
+    points: list
+    """The points in grid order, each in the probe's form (`_FORMS`)."""
+
+
+def load(path: Path) -> Scenario:
+    """The scenario at `path`, through `vramlab sweep PATH --dry-run --json`. A file vramlab
+    refuses is its one line."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read scenario: {e}") from e
     cmd = [vramlab_bin(), "sweep", str(path), "--dry-run", "--json"]
     # The CPU meter's preload is the probe's, not the binary's.
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
@@ -85,8 +85,9 @@ def points(path: Path, spec: dict) -> tuple[str, list[dict]]:
         line = lines[-1] if lines else f"`vramlab sweep --dry-run --json` exited {out.returncode}"
         raise InputError(line[len("error: "):] if line.startswith("error: ") else line)
     doc = json.loads(out.stdout)
+    spec, plan = doc["scenario"], doc["plan"]
     tables = as_list(spec["sweep"])
-    return doc["plan"], [_FORMS[doc["plan"]](p, tables[p["table"]]) for p in doc["points"]]
+    return Scenario(spec, text, plan, [_FORMS[plan](p, tables[p["table"]]) for p in doc["points"]])
 
 
 def _llm(p: dict, table: dict) -> dict:

@@ -1,6 +1,8 @@
 """Language models with transformers: building the model, the KV cache, the inference and
 training points (phases load; prefill, decode, total; forward, backward, optimizer, step_total)
 and LoRA adapters."""
+from __future__ import annotations
+
 import time
 from pathlib import Path
 

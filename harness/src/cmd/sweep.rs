@@ -26,9 +26,9 @@ pub struct Args {
     /// Print the expanded point ids, one per line, and exit without measuring.
     #[arg(long)]
     pub dry_run: bool,
-    /// With --dry-run: print the points themselves as one JSON object, `{"plan": "llm" |
-    /// "generate" | "finetune", "points": [...]}`, each point with every axis value it runs
-    /// with (the torch probe reads its points from this; docs/src/reference/scenario.md).
+    /// With --dry-run: print one JSON object instead, `{"scenario": {...}, "plan": "llm" |
+    /// "generate" | "finetune", "points": [...]}`: the scenario as parsed, and each point with
+    /// every axis value it runs with (what the torch probe runs; docs/src/reference/scenario.md).
     #[arg(long, requires = "dry_run")]
     pub json: bool,
     /// Do not print the per-point summary table at the end.

@@ -87,7 +87,7 @@ pub fn run(mut r: Run<'_>, mut points: Vec<Point>) -> Result<()> {
         prepared = Some(models);
     }
     if r.o.dry_run {
-        return super::print_points(r.o, "llm", &points);
+        return super::print_points(&r, "llm", &points);
     }
     let models = match prepared {
         Some(m) => m,

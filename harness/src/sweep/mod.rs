@@ -203,14 +203,17 @@ pub fn keep<P: Clone>(
 }
 
 /// `--dry-run`: the point ids, one per line, or (`--json`) the points themselves as
-/// `{"plan": PLAN, "points": [...]}`, PLAN naming their kind (`llm`, `generate`, `finetune`).
+/// `{"scenario": ..., "plan": PLAN, "points": [...]}`: the scenario's TOML as vramlab parsed it,
+/// PLAN naming the points' kind (`llm`, `generate`, `finetune`). The torch probe reads this
+/// and parses no TOML of its own.
 pub fn print_points<P: SweepPoint + serde::Serialize>(
-    o: &Options,
+    r: &Run<'_>,
     plan: &str,
     points: &[P],
 ) -> Result<()> {
-    if o.json {
-        let doc = serde_json::json!({ "plan": plan, "points": points });
+    if r.o.json {
+        let scenario: toml::Value = toml::from_str(r.text)?;
+        let doc = serde_json::json!({ "scenario": scenario, "plan": plan, "points": points });
         println!("{}", serde_json::to_string(&doc)?);
     } else {
         for p in points {

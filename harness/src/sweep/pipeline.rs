@@ -42,8 +42,8 @@ pub fn run(mut r: Run<'_>, points: Points) -> Result<()> {
     };
     if r.o.dry_run {
         return match &points {
-            Points::Gen(v) => super::print_points(r.o, "generate", v),
-            Points::Ft(v) => super::print_points(r.o, "finetune", v),
+            Points::Gen(v) => super::print_points(&r, "generate", v),
+            Points::Ft(v) => super::print_points(&r, "finetune", v),
         };
     }
     r.out = super::output::path(r.o.out.as_deref(), &r.spec.name)?;

@@ -219,7 +219,7 @@ fn stack_without_the_probe() {
 }
 
 /// What the torch probe cannot run is refused by its `--check` before any worker starts. The
-/// check imports no torch, so any Python 3.11+ runs it.
+/// check imports no torch, so any Python 3.9+ runs it.
 #[test]
 fn runtime_torch_refuses_what_the_probe_cannot_run() {
     let tmp = tempfile::tempdir().unwrap();

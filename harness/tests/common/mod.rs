@@ -359,3 +359,15 @@ pub fn serving_estimate(preset: &str, gpu: &str, more: &[&str]) -> serde_json::V
     let base = ["--model", preset, "--runtime", "vllm", "--gpu", gpu];
     estimate_json(&[&base[..], &["--enforce-eager"], more].concat())
 }
+
+/// The committed scenarios (scenarios/*.toml), in order.
+pub fn scenarios() -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root().join("scenarios"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty());
+    v
+}

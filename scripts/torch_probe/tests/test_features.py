@@ -40,7 +40,7 @@ def test_features_are_vramlabs(vramlab, tmp_path):
     out = tmp_path / "tiny.csv"
     run_vramlab(vramlab, "sweep", scenario, "--out", out)
     rows = list(csv.DictReader(out.open()))
-    points = {p["id"]: p for p in grid.points(scenario, grid.load_spec(scenario)[0])[1]}
+    points = {p["id"]: p for p in grid.load(scenario).points}
     shape = shape_of(SimpleNamespace(**json.loads(TINY_CONFIG)))
     checked = set()
     for r in rows:

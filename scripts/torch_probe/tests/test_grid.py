@@ -53,7 +53,8 @@ kernels = ["reference", "fused"]
 
 
 def points(path):
-    return grid.points(path, grid.load_spec(path)[0])
+    s = grid.load(path)
+    return s.plan, s.points
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
@@ -62,7 +63,7 @@ def test_scenario_points_are_vramlabs(vramlab, path, monkeypatch):
     plan, got = points(path)
     assert got, f"{path.name}: no points"
     assert [p["id"] for p in got] == run_vramlab(vramlab, "sweep", "--dry-run", path).splitlines()
-    tables = grid.as_list(grid.load_spec(path)[0]["sweep"])
+    tables = grid.as_list(grid.load(path).spec["sweep"])
     for p in got:
         if plan == "llm":
             # The table's own attention, else the probe's --attention (None).
@@ -80,9 +81,9 @@ def test_grid_points_are_vramlabs(vramlab, name, tmp_path, monkeypatch):
     path = tmp_path / f"{name}.toml"
     path.write_text(f'name = "{name}"\ndevice = "cpu"\n[model]\nsource = "synthetic:{tmp_path}/config.json"\n'
                     + GRIDS[name])
-    spec, text = grid.load_spec(path)
+    spec, text, plan, got = grid.load(path)
     assert text == path.read_text()
-    plan, got = grid.points(path, spec)
+    assert spec["name"] == name
     assert plan == "llm"
     assert [p["id"] for p in got] == run_vramlab(vramlab, "sweep", "--dry-run", path).splitlines()
     # Only the one-table grid sets `attention`: its points carry it, the others leave it to
@@ -114,7 +115,9 @@ def test_the_points_are_the_binarys_alone(tmp_path, monkeypatch):
     path = tmp_path / "s.toml"
     path.write_text('name = "s"\n[model]\nsource = "hf:x"\n[sweep]\nmode = ["infer"]\n')
     point = {"id": "made/up/by/the/binary", "table": 0, "mode": "infer", "ops": {"attention": "sdpa"}}
-    fake_vramlab(tmp_path, monkeypatch, json.dumps({"plan": "llm", "points": [point]}))
+    spec = {"name": "from-the-binary", "sweep": {"mode": ["infer"]}}
+    fake_vramlab(tmp_path, monkeypatch, json.dumps({"scenario": spec, "plan": "llm", "points": [point]}))
+    assert grid.load(path).spec["name"] == "from-the-binary"
     plan, [p] = points(path)
     assert (plan, p["id"], p["attention"]) == ("llm", "made/up/by/the/binary", None)
 
@@ -159,11 +162,15 @@ def test_parse_resolution():
         grid.parse_resolution("512")
 
 
-def test_load_spec_names_the_missing_field(tmp_path):
+def test_the_scenario_is_vramlabs_reading(vramlab, tmp_path):
+    """The TOML is read by vramlab alone: its one line for a missing field or bad syntax, and
+    the probe's spec is what vramlab parsed."""
     p = tmp_path / "s.toml"
     p.write_text('name = "s"\n[model]\nsource = "hf:x"\n')
-    with pytest.raises(InputError, match="missing field `sweep`"):
-        grid.load_spec(p)
+    with pytest.raises(InputError, match=f"^{p}: .*sweep"):
+        grid.load(p)
     p.write_text("name = ")
     with pytest.raises(InputError, match=str(p)):
-        grid.load_spec(p)
+        grid.load(p)
+    with pytest.raises(InputError, match="cannot read scenario"):
+        grid.load(tmp_path / "missing.toml")

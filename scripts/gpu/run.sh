@@ -155,6 +155,9 @@ fi
 if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
   finish "FAIL: no vramlab binary at '${BIN}' (device: scripts/gpu/build.sh and carry .cache/gpu-bundle; rehearsal: cargo build)" 1
 fi
+# The torch probe asks this binary for each scenario's points (`vramlab sweep --dry-run --json`).
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+export VRAMLAB_BIN="$BIN"
 [ -f "$BUNDLE/BUILD_INFO" ] && [ "$MODE" = device ] && cp "$BUNDLE/BUILD_INFO" "$WORK/"
 
 # 1. Libraries.

@@ -76,12 +76,9 @@ for major in 12 13; do
   sed -i "1s|.*|headers ${pins[*]}|" "$STUBS/cu$major/BUILD-INFO"
 done
 
-# The torch probe's package (scripts/torch_probe, without its unit tests) as the subpackage
-# vramlab._torch_probe, runnable from the wheel as `python -m vramlab.probe`.
-PROBE="$ROOT/harness/python/vramlab/_torch_probe"
-rm -rf "$PROBE" "$PROBE.py"  # (.py: the single-file probe of earlier builds)
-mkdir -p "$PROBE"
-tar -C "$ROOT/scripts/torch_probe" --exclude=tests --exclude=__pycache__ -cf - . | tar -C "$PROBE" -xf -
+# The torch probe (vramlab/probe) and the published programs (vramlab/peers) are the package's
+# own folders: maturin packs them as they are. Copies an earlier build left are removed.
+rm -rf "$ROOT/harness/python/vramlab/_torch_probe" "$ROOT/harness/python/vramlab/_torch_probe.py"
 
 log "maturin build --profile $PROFILE (the vramlab binary, without the cuda feature)"
 mlog="$CACHE/maturin.log"

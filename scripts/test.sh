@@ -29,10 +29,10 @@ export VRAMLAB_MODELS=${VRAMLAB_MODELS:-$PWD/.cache/models}
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" step cargo doc --no-deps --workspace
-# The Python lint: ruff over the torch probe (scripts/torch_probe) and the vramlab package, pinned
+# The Python lint: ruff over the vramlab package (the torch probe is its vramlab/probe), pinned
 # in a cached venv by scripts/lint-env.sh (seconds from cold, instant when warm).
 PYTOOLS=$(scripts/lint-env.sh)
-step "$PYTOOLS/ruff" check scripts/torch_probe harness/python/vramlab harness/python/tests
+step "$PYTOOLS/ruff" check harness/python/vramlab harness/python/tests
 # The package's types (mypy, configured in pyproject.toml: checked at the wheel's floor, 3.9).
 step "$PYTOOLS/mypy" harness/python/vramlab
 step cargo test --workspace

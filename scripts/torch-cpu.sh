@@ -3,13 +3,13 @@
 #   scripts/torch-cpu.sh SCENARIO.toml --out FILE.csv [--torch-optim foreach|for-loop|fused]
 #                        [--attention eager|sdpa]
 # Builds the preload meter (harness/preload, seconds), takes the python of scripts/torch-env.sh
-# (or $VRAMLAB_TORCH_PYTHON), and runs scripts/torch_probe --device cpu under
+# (or $VRAMLAB_TORCH_PYTHON), and runs harness/python/vramlab/probe --device cpu under
 # LD_PRELOAD=libvramlab_preload.so, so that `allocated` counts every heap byte of the process.
-# The probe's other flags (python3 scripts/torch_probe --help) are passed on too; any other
+# The probe's other flags (python3 harness/python/vramlab/probe --help) are passed on too; any other
 # argument is refused before anything is built.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
-# The probe's flags (scripts/torch_probe/cli.py's parser(); a trailing = for a value).
+# The probe's flags (harness/python/vramlab/probe/cli.py's parser(); a trailing = for a value).
 PROBE_FLAGS=(--out= --device= --torch-optim= --attention= --lora= --lora-targets= --no-onednn --dry-run --check
              --gpus= --offload --gpu-memory= --worker-point= --run-id=)
 args_parse "${PROBE_FLAGS[*]}" 1 1 "SCENARIO.toml --out FILE.csv [PROBE FLAGS]" "$@"
@@ -31,4 +31,4 @@ case "$SO" in
     cp "$SO" "$copy"
     SO=$copy ;;
 esac
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LD_PRELOAD=$SO exec "$PY" "$root/scripts/torch_probe" --device cpu "$@"
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LD_PRELOAD=$SO exec "$PY" "$root/harness/python/vramlab/probe" --device cpu "$@"

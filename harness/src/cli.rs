@@ -106,7 +106,7 @@ pub enum Command {
     /// order with the version that added it.
     ///
     /// One definition (the record type) serves `sweep`'s writer, every reader, and the torch
-    /// probe, which reads `--json` (scripts/torch_probe/schema.json) instead of keeping a
+    /// probe, which reads `--json` (harness/python/vramlab/probe/schema.json) instead of keeping a
     /// column list of its own. `--markdown` prints the column table of docs/src/reference/csv.md.
     Schema(crate::cmd::schema::Args),
 }

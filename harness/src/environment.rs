@@ -14,7 +14,7 @@ pub enum Reader {
     Build,
     /// The emulated GPU's stub libraries (harness/emulator), set by `vramlab emulate`.
     Stubs,
-    /// vramlab's Python package or the torch probe (harness/python, scripts/torch_probe).
+    /// vramlab's Python package or the torch probe (harness/python, its vramlab/probe).
     Python,
     /// The repository's scripts (scripts/).
     Scripts,
@@ -40,7 +40,7 @@ impl Reader {
             Reader::Vramlab => &["harness/src/"],
             Reader::Build => &["harness/build.rs"],
             Reader::Stubs => &["harness/emulator/"],
-            Reader::Python => &["harness/python/", "scripts/torch_probe/"],
+            Reader::Python => &["harness/python/"],
             Reader::Scripts => &["scripts/"],
             Reader::Tests => &["harness/tests/", "scripts/test.sh"],
         }

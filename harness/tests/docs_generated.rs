@@ -10,7 +10,7 @@
 //!   rewrites every block (as `--test help` does for docs/src/reference/cli.md).
 //! - scenarios/README.md links every scenarios/*.toml file, and every scenario file it links
 //!   exists.
-//! - The torch probe's scripts/torch_probe/schema.json is what `vramlab schema --json` prints.
+//! - The torch probe's harness/python/vramlab/probe/schema.json is what `vramlab schema --json` prints.
 mod common;
 use std::path::{Path, PathBuf};
 
@@ -167,12 +167,12 @@ fn the_scenario_index_lists_every_scenario() {
     );
 }
 
-/// The torch probe's copy of the CSV schema (scripts/torch_probe/schema.json, which its writer
+/// The torch probe's copy of the CSV schema (harness/python/vramlab/probe/schema.json, which its writer
 /// reads) is what `vramlab schema --json` prints now: one definition of the columns, the record
 /// type's. `VRAMLAB_BLESS=1` rewrites it.
 #[test]
 fn the_probes_schema_is_the_binarys() {
-    let path = common::root().join("scripts/torch_probe/schema.json");
+    let path = common::root().join("harness/python/vramlab/probe/schema.json");
     let want = run(&path, "schema --json");
     if bless() {
         std::fs::write(&path, &want).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

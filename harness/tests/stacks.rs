@@ -183,7 +183,7 @@ fn probe(
     out: &std::path::Path,
 ) -> Vec<Record> {
     let done = std::process::Command::new(python)
-        .arg(root().join("scripts/torch_probe"))
+        .arg(root().join("harness/python/vramlab/probe"))
         .arg(scenario)
         .args(args)
         .arg("--out")
@@ -416,7 +416,7 @@ fn the_probe_reads_vramlabs_points_on_python_3_9() {
                 .arg(s),
         );
         let theirs = run(std::process::Command::new(&python)
-            .arg(root().join("scripts/torch_probe"))
+            .arg(root().join("harness/python/vramlab/probe"))
             .arg(s)
             .args(["--dry-run", "--device", "cpu"])
             .env("VRAMLAB_BIN", assert_cmd::cargo::cargo_bin("vramlab")));

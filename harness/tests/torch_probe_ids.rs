@@ -1,7 +1,7 @@
-//! The torch probe (scripts/torch_probe) and `vramlab sweep` measure the same grid, vramlab's: the
+//! The torch probe (harness/python/vramlab/probe) and `vramlab sweep` measure the same grid, vramlab's: the
 //! probe reads its points from `vramlab sweep --dry-run --json` (its grid.py; the pytest
 //! test_grid.py checks it takes no point of its own). For every scenario in scenarios/, the
-//! probe's command line, `python3 scripts/torch_probe --dry-run` (with `--device cpu` for the
+//! probe's command line, `python3 harness/python/vramlab/probe --dry-run` (with `--device cpu` for the
 //! CPU scenarios, as scripts/torch-cpu.sh runs it), reads them and prints exactly the ids of
 //! `vramlab sweep --dry-run`. The dry run imports no torch and parses no TOML, so this runs
 //! wherever python3 (≥ 3.9) does.
@@ -36,7 +36,7 @@ fn torch_probe_dry_run_ids_equal_vramlab_ids() {
             .unwrap()
             .contains("device = \"cpu\"");
         let theirs = std::process::Command::new("python3")
-            .arg(root().join("scripts/torch_probe"))
+            .arg(root().join("harness/python/vramlab/probe"))
             .arg(s)
             .args(if cpu {
                 &["--device", "cpu"][..]
@@ -71,7 +71,7 @@ fn torch_probe_dry_run_imports_no_torch() {
     )
     .unwrap();
     let out = std::process::Command::new("python3")
-        .arg(root().join("scripts/torch_probe"))
+        .arg(root().join("harness/python/vramlab/probe"))
         .arg(root().join("scenarios/gpu-smoke.toml"))
         .arg("--dry-run")
         .env("PYTHONPATH", dir.path())
@@ -90,14 +90,14 @@ fn torch_probe_dry_run_imports_no_torch() {
 #[test]
 fn torch_probe_columns_are_the_record_columns() {
     let out = std::process::Command::new("python3")
-        .current_dir(root().join("scripts"))
+        .current_dir(root().join("harness/python"))
         .args([
             "-c",
-            "import torch_probe as t; print(t.SCHEMA_VERSION); print(','.join(t.COLUMNS))",
+            "import vramlab.probe as t; print(t.SCHEMA_VERSION); print(','.join(t.COLUMNS))",
         ])
         .output()
         .unwrap();
-    let lines = ids(&out, "import torch_probe");
+    let lines = ids(&out, "import vramlab.probe");
     assert_eq!(
         lines[0],
         vramlab::record::SCHEMA_VERSION.to_string(),

@@ -182,14 +182,17 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
     for id in ids.lines() {
         assert!(stdout(&want).contains(id), "{id} not in vramlab's dry run");
     }
-    // It ran the wheel's copy of the package, vramlab._torch_probe, which leaves out its tests.
+    // It ran the wheel's package, vramlab/probe, whose tests stay in the checkout.
     let probe = PathBuf::from(stdout(&run(Command::new(&py)
         .current_dir(&work)
         .env_remove("PYTHONPATH")
-        .args(["-c", "import vramlab.probe as p; print(p.source())"]))));
+        .args([
+            "-c",
+            "import os, vramlab.probe as p; print(os.path.dirname(p.__file__))",
+        ]))));
     assert_eq!(
         probe.canonicalize().unwrap(),
-        site.join("vramlab/_torch_probe").canonicalize().unwrap()
+        site.join("vramlab/probe").canonicalize().unwrap()
     );
     assert!(probe.join("grid.py").is_file(), "{}", probe.display());
     assert!(!probe.join("tests").exists(), "{}", probe.display());
@@ -250,7 +253,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         );
     }
 
-    // 4. `estimate --emulate` runs the torch probe the wheel ships (vramlab/_torch_probe, found
+    // 4. `estimate --emulate` runs the torch probe the wheel ships (vramlab/probe, found
     // through the venv's package, not the checkout), and `validate --emulate` a peer program of
     // it (the SDXL notebook's, which imports the probe's own modules) under another stack's
     // interpreter (torch-2.2's, which has no vramlab installed).
@@ -300,7 +303,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_emulates() {
         e["program"]
             .as_str()
             .unwrap()
-            .contains("vramlab/_torch_probe/peer_sdxl.py"),
+            .contains("vramlab/peers/peer_sdxl.py"),
         "{e}"
     );
 

@@ -49,10 +49,10 @@ EMU_INC="$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_paths()["pureli
 # working tree's copies when it runs from a clone).
 mkdir -p "$BUNDLE/scenarios" "$BUNDLE/scripts/gpu" "$BUNDLE/scripts/lib"
 cp scenarios/gpu-smoke.toml "$BUNDLE/scenarios/"
-# The torch probe's package, without its unit tests.
-rm -rf "$BUNDLE/scripts/torch_probe"
-mkdir -p "$BUNDLE/scripts/torch_probe"
-tar -C scripts/torch_probe --exclude=tests --exclude=__pycache__ -cf - . | tar -C "$BUNDLE/scripts/torch_probe" -xf -
+# The torch probe's package (vramlab/probe).
+rm -rf "$BUNDLE/harness/python/vramlab/probe"
+mkdir -p "$BUNDLE/harness/python/vramlab/probe"
+tar -C harness/python/vramlab/probe --exclude=__pycache__ -cf - . | tar -C "$BUNDLE/harness/python/vramlab/probe" -xf -
 cp scripts/gpu/run.sh "$BUNDLE/scripts/gpu/"
 cp scripts/lib/args.sh "$BUNDLE/scripts/lib/"  # run.sh sources it
 grep -o 'synthetic:[^"]*' scenarios/gpu-smoke.toml | cut -d: -f2- | while read -r cfg; do

@@ -26,7 +26,7 @@
 #    CPU, and 10 AdamW steps; its log goes into the archive (rehearsal: VRAMLAB_CUDA_OPS, if
 #    set, is run the same way; without a device it says so in one line and exits 0);
 # 3. for each scenario (gpu-smoke, then gpu-gen-sd15): `vramlab sweep` on the device, then
-#    scripts/torch_probe on the same scenario (skipped, and said so, where torch is not
+#    harness/python/vramlab/probe on the same scenario (skipped, and said so, where torch is not
 #    importable, or diffusers for a generation scenario);
 #    then the same torch probe on an emulated H200 (`vramlab emulate --gpu h200`, the stubs
 #    from the bundle's emu-cu13, or built from the torch environment in a rehearsal): the
@@ -275,7 +275,7 @@ for scenario in $SCENARIOS; do
       timeout -k 10 "$t" env VRAMLAB_TORCH_PYTHON="$PYTHON" scripts/torch-cpu.sh "$scenario" \
         --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
     else
-      timeout -k 10 "$t" "$PYTHON" scripts/torch_probe "$scenario" --device "$DEVICE" \
+      timeout -k 10 "$t" "$PYTHON" harness/python/vramlab/probe "$scenario" --device "$DEVICE" \
         --out "$WORK/$stem-torch.csv" >>"$LOG" 2>&1
     fi
     rc=$?
@@ -288,7 +288,7 @@ for scenario in $SCENARIOS; do
     emu_env=(VRAMLAB_PYTHON_DIR="$ROOT/harness/python")
     [ -n "$BUNDLE_STUBS" ] && emu_env+=(VRAMLAB_EMU_STUBS="$BUNDLE_STUBS")
     timeout -k 10 "$t" env "${emu_env[@]}" "$BIN" emulate --gpu "$EMU_GPU" -- "$PYTHON" \
-      scripts/torch_probe "$scenario" --device cuda:0 --out "$WORK/$stem-torch-emulated.csv" \
+      harness/python/vramlab/probe "$scenario" --device cuda:0 --out "$WORK/$stem-torch-emulated.csv" \
       >>"$LOG" 2>&1
     rc=$?
     STEPS+=("torch emulated $stem: exit $rc, $((SECONDS - t1)) s, rows: $(row_counts "$WORK/$stem-torch-emulated.csv")")

@@ -1,7 +1,7 @@
 # Argument checks shared by the scripts under scripts/ (sourced, not run). Every script rejects
 # an unknown flag or an unexpected argument before it does anything else, with one line on
 # stderr naming itself and the argument, and exit 2; `-h`/`--help` prints its header comment
-# (its usage) and exits 0. scripts/torch_probe/tests/test_script_args.py checks every script.
+# (its usage) and exits 0. harness/python/tests/probe/test_script_args.py checks every script.
 #
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 #   args_parse "--stack= --twice" 0 1 "[--stack NAME] [--twice] [DIR]" "$@"

@@ -369,9 +369,9 @@ def test_as_dict_and_elapsed(dev: Device, stub: FakeStub, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("emulated", [False, True])
 def test_write_csv(dev: Device, monkeypatch: pytest.MonkeyPatch, tmp_path, emulated: bool) -> None:
-    rows: List[dict] = []  # what the probe's CSV writer (scripts/torch_probe/csvout.py) is given
+    rows: List[dict] = []  # what the probe's CSV writer (vramlab/probe/csvout.py) is given
     csvout = types.SimpleNamespace(SCHEMA_VERSION=99, Writer=lambda path: types.SimpleNamespace(write=rows.append))
-    monkeypatch.setattr(importlib.import_module("vramlab.probe"), "load", lambda: csvout)
+    monkeypatch.setattr(importlib.import_module("vramlab.probe"), "csvout", csvout)
     if emulated:
         install_stub(monkeypatch, FakeStub(dev))
     rec = P.recorder()

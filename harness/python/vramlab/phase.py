@@ -207,10 +207,9 @@ class Recorder:
         import datetime
         import os
 
-        from . import probe
+        from .probe import csvout as p
 
         torch = self._torch()
-        p = probe.load()
         emulated = self._emu is not None
         name = torch.cuda.get_device_name() + (" (emulated)" if emulated else "")
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,7 +1,7 @@
 //! `vramlab schema`: the CSV schema every writer of a vramlab CSV follows, from the one
 //! definition (`crate::record::Record`): the schema version, the oldest version readers accept,
 //! and each column in order with the version that added it. `--json` is what the torch probe
-//! reads (scripts/torch_probe/schema.json is this output; a test fails when it is stale), so the
+//! reads (harness/python/vramlab/probe/schema.json is this output; a test fails when it is stale), so the
 //! Python writer has no column list of its own.
 use crate::record::{self, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
 use anyhow::Result;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 (one line naming it).\n\nA generation preset: `vramlab synth-weights --pipeline wan2.1-t2v-1.3b \
 --dtype bf16 --configs-only` writes model_index.json and each component's config.json (no \
 weights) into the directory a sweep's `synthetic:wan2.1-t2v-1.3b` source uses, which is what \
-`scripts/torch_probe.py --device emu:GPU` builds the models from. A later sweep writes the \
+the torch probe on `--device emu:GPU` builds the models from. A later sweep writes the \
 weights that are missing."
 )]
 pub struct Args {

@@ -76,25 +76,30 @@ pub(crate) fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
 }
 
-/// The torch probe's package directory, which every caller runs by path (`python DIR ...` for
-/// the probe, `python DIR/peer_*.py ...` for a peer program), so any stack's interpreter runs
-/// it without vramlab installed there: where vramlab's Python package is the installed wheel's
-/// ([`python_dir`]), the copy the wheel ships (`vramlab/_torch_probe`); in a checkout, its
-/// `scripts/torch_probe`. The one place sweep, estimate, validate and emulate find it.
+/// The torch probe's package directory, `vramlab/probe` of the vramlab Python package
+/// ([`python_dir`]: the installed wheel's, or the checkout's `harness/python`), which every
+/// caller runs by path (`python DIR ...`), so any stack's interpreter runs it without vramlab
+/// installed there. The one place sweep, estimate and emulate find it.
 pub fn probe_dir() -> Result<PathBuf> {
-    let package = python_dir();
-    let dir = if package == checkout_python_dir() {
-        scripts_dir().join("torch_probe")
-    } else {
-        package.join("vramlab/_torch_probe")
-    };
-    if dir.join("__main__.py").is_file() {
+    package_dir("probe", "__main__.py")
+}
+
+/// The published programs' directory, `vramlab/peers` beside the probe (`validate --emulate`
+/// runs `python DIR/peer_*.py ...`).
+pub fn peers_dir() -> Result<PathBuf> {
+    package_dir("peers", "peer_sdxl.py")
+}
+
+/// `vramlab/NAME` of the Python package, checked to hold `file`.
+fn package_dir(name: &str, file: &str) -> Result<PathBuf> {
+    let dir = python_dir().join("vramlab").join(name);
+    if dir.join(file).is_file() {
         return Ok(dir);
     }
     Err(InputError::arg(format!(
         "the torch probe is not in this installation ({} is missing; reinstall the wheel, or run \
          from a checkout)",
-        dir.display()
+        dir.join(file).display()
     ))
     .into())
 }

@@ -125,7 +125,7 @@ pub fn with_reserve_of(
         (Backend::Cuda, Runtime::Torch | Runtime::Vllm) => {
             let (path, k) = match constants.filter(|k| !k.reserve.is_empty()) {
                 Some(k) => ("--constants", k),
-                None => reference_reserve(q.stack),
+                None => reference_reserve(q.reserve_stack.unwrap_or(q.stack)),
             };
             let allocated = e.allocated()? as f64;
             let r = fit::reserve::reserve_for(&k.reserve, class, t, allocated)

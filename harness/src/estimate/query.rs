@@ -62,8 +62,13 @@ pub struct Query {
     /// GGUF's tensor table or a re-quantization's block formula); `None`: params × dtype bytes.
     pub weight_bytes: Option<u64>,
     /// The pinned software stack (torch on CUDA): whose emulated runs the built-in allocator
-    /// reserve was fitted on.
+    /// reserve was fitted on, and whose transformers holds what it holds.
     pub stack: Stack,
+    /// Another stack's built-in reserve fit instead of `stack`'s (`validate` judges rows of
+    /// the torch-2.2 stack with the default fit: its own, of three smaller models, does not
+    /// reach their shapes).
+    #[serde(skip)]
+    pub reserve_stack: Option<Stack>,
     /// The per-matmul dequantization buffer of a checkpoint format that multiplies by a
     /// dequantized copy of each weight (0 otherwise): [`Query::with_checkpoint`].
     pub dequant_bytes: u64,
@@ -114,6 +119,7 @@ impl Default for Query {
             compute: Compute::F32,
             weight_bytes: None,
             stack: Stack::Default,
+            reserve_stack: None,
             dequant_bytes: 0,
         }
     }

@@ -1,4 +1,4 @@
-//! `runtime = "torch"`: a scenario's points measured by the torch probe (scripts/torch_probe,
+//! `runtime = "torch"`: a scenario's points measured by the torch probe (vramlab/probe,
 //! PyTorch + transformers) instead of candle, through the same sweep: shards, resume, merge,
 //! `--capacity` and the Slurm script work alike (docs/src/guides/emulator.md, "Sweeps").
 //!

@@ -2,8 +2,8 @@
 //! under the installable software stack closest to the row's, beside the analytic estimate.
 //! PyTorch's allocator answers with the figure the row measured (NVML used, allocated or
 //! reserved). Only rows whose program vramlab carries run: the HF Trainer program of
-//! transformers' single-GPU training guide (`scripts/torch_probe/peer_hf_trainer.py`) and
-//! fms-acceleration's fine-tuning benchmark (`scripts/torch_probe/peer_fms_sft.py`: fms-hf-tuning's
+//! transformers' single-GPU training guide (`vramlab/peers/peer_hf_trainer.py`) and
+//! fms-acceleration's fine-tuning benchmark (`vramlab/peers/peer_fms_sft.py`: fms-hf-tuning's
 //! SFT on the HF Trainer, FSDP through accelerate on more than one GPU); every other row says why
 //! it has no emulated figure.
 use super::{precision, Metric, PeerOptimizer, PeerRow, Program as Peer, Setup};
@@ -60,7 +60,7 @@ pub struct Options {
 pub type Runs = std::cell::RefCell<std::collections::HashMap<String, Ran>>;
 type Ran = std::result::Result<query::Emulated, String>;
 
-/// One of vramlab's peer programs (in `scripts/torch_probe/`) with a row's arguments (after
+/// One of vramlab's peer programs (in vramlab's `peers/`) with a row's arguments (after
 /// `--config DIR`).
 #[derive(Debug, PartialEq)]
 pub(crate) struct Program {
@@ -306,7 +306,7 @@ pub fn column(r: &PeerRow, metric: Metric, o: &Options) -> Result<Column> {
             "--dir"
         }
     };
-    let script = crate::emulate::probe_dir()?.join(program.script);
+    let script = crate::emulate::peers_dir()?.join(program.script);
     let mut argv = vec![
         python.to_string_lossy().into_owned(),
         script.to_string_lossy().into_owned(),

@@ -258,6 +258,15 @@ fn estimate_row(
         runtime: Runtime::Torch,
         backend: Backend::Cuda,
         optimizer_impl,
+        // The row's software: what its transformers holds (FSDP's held input gradients under
+        // transformers 4.x, `estimate::train`). torch-1.10's rows keep the default stack (it
+        // runs the published programs only). The reserve stays the default stack's fit: the
+        // torch-2.2 fit (three smaller models) puts the fms rows' NVML figures 29% to 56% over.
+        stack: r
+            .stack
+            .filter(|s| s.without_probe().is_none())
+            .unwrap_or_default(),
+        reserve_stack: Some(crate::vocab::Stack::Default),
         ..Query::default()
     };
     let over = |o: estimate::Overflow| fail(o.to_string());

@@ -140,7 +140,7 @@ vocab! {
         /// vramlab's own candle workloads (`vramlab sweep`).
         #[default]
         Candle,
-        /// PyTorch + transformers (`scripts/torch_probe`).
+        /// PyTorch + transformers (the torch probe, `vramlab/probe`).
         Torch,
         /// vLLM's serving engine (0.33): `vramlab estimate --runtime vllm` answers in its
         /// terms (estimate only: no sweep measures it; `vramlab emulate` runs vLLM itself).

@@ -189,7 +189,7 @@ fn probe_emulated(dir: &Path, config: &Value, scenario_text: &str) -> Vec<vramla
     .unwrap();
     let csv = dir.join("rows.csv");
     let out = std::process::Command::new(torch_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/torch_probe"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/vramlab/probe"))
         .arg(&scen)
         .args(["--device", "emu:a100-80gb", "--out"])
         .arg(&csv)

@@ -197,7 +197,7 @@ fn the_probes_fsdp_ranks_hold_their_share_of_weights_and_adamw_state() {
         .unwrap();
         let csv = dir.path().join(format!("fsdp-{gpus}.csv"));
         let out = std::process::Command::new(torch_python())
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/torch_probe"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/vramlab/probe"))
             .arg(&scen)
             .args([
                 "--device",

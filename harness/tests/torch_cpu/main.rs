@@ -187,7 +187,7 @@ fn probe_without_torch(scenario_text: &str) -> std::process::Output {
     let scenario = dir.path().join("s.toml");
     std::fs::write(&scenario, scenario_text).unwrap();
     std::process::Command::new("python3")
-        .arg(root().join("scripts/torch_probe"))
+        .arg(root().join("harness/python/vramlab/probe"))
         .arg(&scenario)
         .args(["--device", "cpu", "--out"])
         .arg(dir.path().join("o.csv"))

@@ -38,7 +38,7 @@ fn the_benchmarks_full_fine_tuning_holds_the_derived_states() {
     {
         let out = vramlab()
             .args(["emulate", "--gpu", "a100-80gb", "--json", "--", &py])
-            .arg(root().join("scripts/torch_probe/peer_fms_sft.py"))
+            .arg(root().join("harness/python/vramlab/peers/peer_fms_sft.py"))
             .args([
                 "--config",
                 dir.to_str().unwrap(),

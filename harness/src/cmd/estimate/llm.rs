@@ -87,6 +87,7 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         backend: a.backend,
         optimizer_impl: a.optimizer_impl,
         stack: a.stack.unwrap_or_default(),
+        reserve_stack: None,
         dequant_bytes: 0,
     }
 }

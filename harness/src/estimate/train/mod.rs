@@ -4,6 +4,8 @@
 //! Korthikanti et al. (with autocast's extra), logits, the optimizer step's transient, the
 //! training step's two moments (the loss's backward and the optimizer step), and the features
 //! of a training point.
+mod fsdp;
+
 use super::device::device_terms;
 use super::{Attention, Breakdown, Optimizer, Overflow, Query, Runtime, Sharding};
 use crate::checked::Checked;
@@ -11,6 +13,8 @@ use crate::features::{self as feat, Features, TrainShape};
 use crate::model::Config;
 use crate::record::Phase;
 use crate::vocab::{Checkpointing, Trainable};
+pub use fsdp::fsdp_gathered;
+use fsdp::fsdp_held_input_grads;
 
 /// How much of a layer's activations the backward recomputes instead of keeping
 /// (Korthikanti et al. §4–5).
@@ -257,15 +261,19 @@ pub(super) fn analytic_train(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         } else {
             sparse + sparse.min(1)
         };
+    // FSDP1 under transformers 4.x holds every layer's checkpointed input and its gradient to
+    // the end of the backward (`fsdp_held_input_grads`): the backward's peak moves to the first
+    // layer's, beside its MLP's three gradient buffers.
+    let held = fsdp_held_input_grads(c, q, input);
     let activations = if q.checkpointing == Checkpointing::Layer {
         // Every layer's input, plus the one layer being recomputed.
-        input * layers + per_layer
+        input * layers + per_layer + held
     } else {
         per_layer * layers
     } + outside
         + merged;
     let activations = activations.bytes("activations")?;
-    let logits = lm_head_bytes(c, q, recompute)?;
+    let logits = lm_head_bytes(c, q, recompute + held)?;
     let gathered = fsdp_gathered(c, q, &counts)?;
     // The step's transient, over this GPU's share of the updated parameters.
     let transient = if states.optimizer == 0 {
@@ -355,41 +363,6 @@ fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
         _ => layer,
     };
     Some((layer, 16 + outside))
-}
-
-/// What FSDP full shard (ZeRO-3 or FSDP over `gpus` > 1) holds unsharded on each rank at the
-/// backward's peak, beyond the rank's shards, as FSDP2's `fully_shard` per decoder layer and at
-/// the root runs it (docs/src/concepts/fit-and-estimate.md, "Several GPUs"):
-/// - the root unit (every tensor outside the decoder layers: the embeddings, the final norm, an
-///   untied head) all-gathered for the whole forward and backward (the root does not reshard
-///   after its forward), and its gradient, unsharded until the reduce-scatter at the end;
-/// - the decoder layer being computed and the next one, prefetched, all-gathered, and one
-///   layer's unsharded gradient before its reduce-scatter.
-///
-/// Elements in the compute dtype (under mixed precision FSDP's MixedPrecisionPolicy gathers
-/// 16-bit copies). Gradients follow the `trainable` (`t`) parameters: none for frozen ones,
-/// and LoRA's adapters, a sliver of a layer, are left out.
-pub fn fsdp_gathered(c: &Config, q: &Query, n: &feat::Counts) -> Result<u64, Overflow> {
-    if q.gpus <= 1 || !matches!(q.sharding, Sharding::Zero3 | Sharding::Fsdp) {
-        return Ok(0);
-    }
-    let root = Checked::from(n.outside_layers);
-    let stack = Checked::from(n.params).saturating_sub(root);
-    let layer = stack.div_ceil(c.num_layers.max(1) as u64);
-    let t = Checked::from(n.trainable);
-    // Trainable parameters outside the layers, and whether the layers' own are trained.
-    let root_grad = t.saturating_sub(stack).min(root);
-    let layer_grad = if stack.saturating_sub(t) == Checked::ZERO {
-        layer
-    } else {
-        Checked::ZERO
-    };
-    let e = if q.precision.is_mixed() {
-        2
-    } else {
-        q.state_bytes()
-    };
-    ((root + layer * 2u64 + root_grad + layer_grad) * e).bytes("FSDP gathered")
 }
 
 /// The LM head's share of a training peak (ARCHITECTURE.md §9). Encoders train through a pooled

@@ -349,52 +349,6 @@ fn cpu_offload_moves_the_shards_and_the_step_to_the_host() {
     );
 }
 
-/// FSDP's unsharded copies on SmolLM2-135M (tied embedding): the root unit is the
-/// embedding and the final norm, 49,152 × 576 + 576; a layer is its four attention
-/// projections (9 query heads, 3 key-value heads of 64), three MLP matrices of 1,536 and two
-/// norms. Nothing on one GPU or under ZeRO-2; no root gradient with frozen embeddings; no
-/// gradient at all under LoRA; 16-bit copies under mixed precision.
-#[test]
-fn fsdp_gathered_is_the_root_unit_and_two_layers_with_their_gradients() {
-    let m = preset("smollm2-135m");
-    let root = 49_152 * 576 + 576;
-    let layer = 2 * 576 * 576 + 2 * 192 * 576 + 3 * 1_536 * 576 + 2 * 576;
-    let fsdp = |precision, trainable, gpus, sharding| {
-        estimate(
-            &m,
-            &Query {
-                mode: Mode::Train,
-                precision,
-                trainable,
-                gpus,
-                sharding,
-                ..q()
-            },
-            None,
-        )
-        .gathered
-    };
-    let (f32, bf16) = (Precision::F32, Precision::Bf16);
-    assert_eq!(
-        fsdp(f32, Trainable::Full, 8, Sharding::Fsdp),
-        (2 * root + 3 * layer) * 4
-    );
-    assert_eq!(
-        fsdp(Precision::MixedBf16, Trainable::Full, 2, Sharding::Zero3),
-        (2 * root + 3 * layer) * 2
-    );
-    assert_eq!(
-        fsdp(bf16, Trainable::FrozenEmbeddings, 2, Sharding::Fsdp),
-        (root + 576 + 3 * layer) * 2
-    );
-    assert_eq!(
-        fsdp(bf16, Trainable::Lora(16), 2, Sharding::Fsdp),
-        (root + 2 * layer) * 2
-    );
-    assert_eq!(fsdp(bf16, Trainable::Full, 1, Sharding::Fsdp), 0);
-    assert_eq!(fsdp(bf16, Trainable::Full, 8, Sharding::Zero2), 0);
-}
-
 #[test]
 fn korthikanti_activations() {
     let m = preset("llama-3.1-8b");

@@ -1,4 +1,5 @@
-"""`python3 scripts/torch_probe ...` (a directory run as a script) or `python -m PACKAGE`."""
+"""`python3 harness/python/vramlab/probe ...` (a directory run as a script) or
+`python -m vramlab.probe`."""
 import sys
 
 if __package__:

@@ -5,9 +5,10 @@ import json
 import os
 from pathlib import Path
 
-# The checkout (scripts/torch_probe/ is two levels down); in a wheel, site-packages.
-ROOT = Path(__file__).resolve().parent.parent.parent
-# The package's directory (`python3 scripts/torch_probe` runs it).
+# The checkout (harness/python/vramlab/probe/ is four levels down); in a wheel, a folder above
+# site-packages (where no build is found).
+ROOT = Path(__file__).resolve().parents[4]
+# The package's directory (`python3 harness/python/vramlab/probe` runs it).
 PKG_DIR = Path(__file__).resolve().parent
 
 class InputError(Exception):
@@ -83,7 +84,6 @@ def read_json(path: Path) -> dict:
 
 
 def self_args() -> list:
-    """The arguments after `python` that run this probe again in another process: `-m NAME`
-    where it is a subpackage (vramlab._torch_probe in the wheel), else its directory."""
-    package = __package__ or PKG_DIR.name
-    return ["-m", package] if "." in package else [str(PKG_DIR)]
+    """The arguments after `python` that run this probe again in another process: its
+    directory, which any interpreter runs (another stack's has no vramlab installed)."""
+    return [str(PKG_DIR)]

@@ -31,10 +31,11 @@ from pathlib import Path
 
 import torch
 
-# The torch probe's component builder and materialize: this file's own package (the checkout's
-# scripts/torch_probe, or the wheel's vramlab/_torch_probe), imported by its folder's name.
+# The torch probe's component builder and materialize: the `probe` package beside this file's
+# folder (vramlab/probe), imported by its folder's name, so that any stack's interpreter runs
+# this file by path without vramlab installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-PROBE = Path(__file__).resolve().parent.name
+PROBE = "probe"
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 # SDXL base's scheduler_config.json (EulerDiscreteScheduler).

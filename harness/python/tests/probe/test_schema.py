@@ -9,15 +9,15 @@ from pathlib import Path
 
 from conftest import run_vramlab
 
-PROBE = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).resolve().parents[2] / "vramlab" / "probe"
 
 
 def test_the_committed_schema_is_the_binarys(vramlab):
     live = json.loads(run_vramlab(vramlab, "schema", "--json"))
     assert json.loads((PROBE / "schema.json").read_text()) == live
-    import torch_probe
-    assert torch_probe.SCHEMA_VERSION == live["schema_version"]
-    assert torch_probe.COLUMNS == [c["name"] for c in live["columns"]]
+    import vramlab.probe as probe
+    assert probe.SCHEMA_VERSION == live["schema_version"]
+    assert probe.COLUMNS == [c["name"] for c in live["columns"]]
 
 
 def test_a_column_changed_in_the_schema_is_a_column_the_writer_writes(tmp_path, monkeypatch):

@@ -7,8 +7,8 @@ import sys
 import pytest
 from conftest import ROOT, run_vramlab
 
-from torch_probe import common, grid
-from torch_probe.common import InputError
+from vramlab.probe import common, grid
+from vramlab.probe.common import InputError
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
 

@@ -371,6 +371,7 @@ def gen_point(torch, pipe: dict, lay: dict, p: dict, dtype, vae_dtype, device, m
         g = torch.Generator(device="cpu").manual_seed(42)
         if wan:
             tr = pipe["transformer"]
+            assert vae is not None, "a Wan pipeline's frames are the VAE's"
             frames = (p["frames"] - 1) // vae.config.scale_factor_temporal + 1
             # wan/pipeline.rs keeps the latents in the transformer's dtype.
             latents = torch.randn(b, tr.config.in_channels, frames, h, w, generator=g).to(device, dtype)

@@ -1,9 +1,10 @@
 """PyTorch reference for a vramlab scenario (docs/src/guides/torch-probe.md; ARCHITECTURE.md §3-§4).
 
-    python3 scripts/torch_probe SCENARIO.toml --out FILE.csv [--device cuda:0|cpu]
-                            [--torch-optim foreach|for-loop|fused] [--attention eager|sdpa]
-    python3 scripts/torch_probe SCENARIO.toml --dry-run | --check
-    python3 scripts/torch_probe SCENARIO.toml --device emu:GPU [--gpu-memory SIZE] [--gpus N]
+    python3 harness/python/vramlab/probe SCENARIO.toml --out FILE.csv [--device cuda:0|cpu]
+                  [--torch-optim foreach|for-loop|fused] [--attention eager|sdpa]
+    python3 harness/python/vramlab/probe SCENARIO.toml --dry-run | --check
+    python3 harness/python/vramlab/probe SCENARIO.toml --device emu:GPU [--gpu-memory SIZE]
+                  [--gpus N]
 
 `vramlab sweep` runs it as its workers for a scenario with `runtime = "torch"` (one per group
 of points, `--worker-point ID`...; harness/src/sweep/torch.rs). `--gpus N`: training as rank 0
@@ -67,6 +68,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Union
 
 from .common import InputError, emulated, git_rev, now_rfc3339, self_args, short_hash, vramlab_bin
 from .csvout import SCHEMA_VERSION, Writer
@@ -178,11 +180,14 @@ def run(args, scenario) -> int:
         if missing:
             raise InputError(f"{args.scenario}: no point `{sorted(missing)[0]}` in this scenario")
     cpu = args.device == "cpu"
-    meter = PreloadMeter() if cpu else None
+    # The preload meter's refusal (no LD_PRELOAD) comes before torch is imported.
+    preload = PreloadMeter() if cpu else None
     import torch
     import transformers
 
-    if cpu:
+    meter: Union[PreloadMeter, CudaMeter]
+    if preload is not None:
+        meter = preload
         device = torch.device("cpu")
         # oneDNN (bf16/f16 matmuls on CPU) keeps per-shape state: megabytes retained the first
         # time each shape runs. Each point's unmeasured rehearsal creates it; --no-onednn turns
@@ -333,6 +338,7 @@ def run(args, scenario) -> int:
             model = None
             meter.trim()
             continue
+        assert model is not None  # built, or the group was recorded above
         # transformers keeps some modules in f32 whatever the dtype (DeepSeek-V3's router:
         # `_keep_in_fp32_modules_strict`); anything else in another dtype is a probe bug.
         keep32 = tuple(getattr(model, "_keep_in_fp32_modules_strict", None) or ()) + tuple(

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from torch_probe.cli import parser
+from vramlab.probe.cli import parser
 
 SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "scripts").rglob("*.sh")
                  if p.parent.name != "lib")

@@ -8,8 +8,8 @@ import pytest
 from conftest import run_vramlab
 from test_grid import TINY_CONFIG
 
-from torch_probe import grid
-from torch_probe.features import PRECISION_BYTES, features, shape_of
+from vramlab.probe import grid
+from vramlab.probe.features import PRECISION_BYTES, features, shape_of
 
 FEATURES = ("feature_weight_bytes", "feature_kv_bytes", "feature_act_bytes", "feature_logits_bytes",
             "feature_optimizer_bytes")

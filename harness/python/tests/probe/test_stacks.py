@@ -1,7 +1,7 @@
 """llm: the keywords and inputs that differ between software stacks (no torch needed)."""
 from types import SimpleNamespace
 
-from torch_probe.llm import dtype_kwarg, older_than
+from vramlab.probe.llm import dtype_kwarg, older_than
 
 
 def test_older_than_compares_major_and_minor_only():
@@ -20,8 +20,8 @@ def test_the_dtype_keyword_follows_transformers_rename():
 def test_a_scenarios_stacks_write_one_csv_each_and_name_a_missing_one(tmp_path, monkeypatch):
     import pytest
 
-    from torch_probe.cli import stack_out, stack_python
-    from torch_probe.common import InputError
+    from vramlab.probe.cli import stack_out, stack_python
+    from vramlab.probe.common import InputError
 
     out = tmp_path / "emu.csv"
     assert stack_out(out, "default") == out

@@ -97,8 +97,8 @@ fn package_dir(name: &str, file: &str) -> Result<PathBuf> {
         return Ok(dir);
     }
     Err(InputError::arg(format!(
-        "the torch probe is not in this installation ({} is missing; reinstall the wheel, or run \
-         from a checkout)",
+        "vramlab's Python package is incomplete ({} is missing; reinstall the wheel, or run from \
+         a checkout)",
         dir.join(file).display()
     ))
     .into())

@@ -261,7 +261,7 @@ fn estimate_row(
         // The row's software: what its transformers holds (FSDP's held input gradients under
         // transformers 4.x, `estimate::train`). torch-1.10's rows keep the default stack (it
         // runs the published programs only). The reserve stays the default stack's fit: the
-        // torch-2.2 fit (three smaller models) puts the fms rows' NVML figures 29% to 56% over.
+        // torch-2.2 fit (three smaller models) puts the fms rows' NVML figures 12% to 56% over.
         stack: r
             .stack
             .filter(|s| s.without_probe().is_none())

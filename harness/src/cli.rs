@@ -109,6 +109,13 @@ pub enum Command {
     /// probe, which reads `--json` (harness/python/vramlab/probe/schema.json) instead of keeping a
     /// column list of its own. `--markdown` prints the column table of docs/src/reference/csv.md.
     Schema(crate::cmd::schema::Args),
+    /// Print the analytic `feature_*` figures of one point of a scenario at the rows asked for.
+    ///
+    /// Exact bytes from the model's config (ARCHITECTURE.md §9): the weights, the KV cache the
+    /// row holds, the activation and logits terms, the optimizer state. `fit` regresses on them;
+    /// every `sweep` row records them from the same definition, and the torch probe asks for its
+    /// rows' figures here (`--json`), so they have no second copy.
+    Features(crate::cmd::features::Args),
 }
 
 /// The width the generated reference renders help at (what `COLUMNS=100` gives a terminal).

@@ -118,6 +118,8 @@ pub struct TrainShape {
     pub compute_bytes: usize,
     pub adamw: bool,
     pub trainable: Trainable,
+    /// The modules LoRA adapts (`--lora-targets`).
+    pub targets: LoraTargets,
 }
 
 /// Parameters of the LoRA adapters a trainable set adds: rank · (in + out) per target module
@@ -227,7 +229,7 @@ pub fn counts_in(
 /// Features of a training phase (the same for each of a step's phases, except `load`).
 /// `weight_bytes` counts LoRA adapters with the base weights.
 pub fn train(cfg: &Config, p: &TrainShape, phase: Phase) -> Result<Features, Overflow> {
-    let n = counts(cfg, p.trainable)?;
+    let n = counts_in(cfg, p.trainable, p.targets)?;
     let weight = (Checked::from(n.params) + n.adapters) * p.weight_bytes;
     if phase == Phase::Load {
         return Features::load(weight);
@@ -323,6 +325,7 @@ mod tests {
             compute_bytes: 2,
             adamw: true,
             trainable: Trainable::Full,
+            targets: LoraTargets::DEFAULT,
         };
         let f = train(&c, &t, Phase::Backward).unwrap();
         assert_eq!(f.optimizer_bytes, 2 * 134_515_008 * 4);
@@ -376,6 +379,7 @@ mod tests {
             compute_bytes: 2,
             adamw: true,
             trainable: Trainable::Full,
+            targets: LoraTargets::DEFAULT,
         };
         assert_eq!(
             train(&c, &t, Phase::Forward).unwrap_err().figure,

@@ -26,6 +26,7 @@ fn main() {
         Command::Gpus(a) => cmd::gpus::run(a),
         Command::Env(a) => cmd::env::run(a),
         Command::Schema(a) => cmd::schema::run(a),
+        Command::Features(a) => cmd::features::run(a),
     };
     if let Err(e) = res {
         eprintln!("error: {}", one_line(&e));

@@ -40,6 +40,7 @@ const SUBCOMMANDS: &[&str] = &[
     "gpus",
     "env",
     "schema",
+    "features",
 ];
 
 #[test]
@@ -125,6 +126,7 @@ subcommand_help! {
     emulate_help => "emulate",
     env_help => "env",
     schema_help => "schema",
+    features_help => "features",
 }
 
 /// docs/src/reference/cli.md is what `markdown_reference` generates now.

@@ -122,6 +122,9 @@ fn expected_weight_bytes(requant: Option<(u64, u64)>, compute_bytes: u64) -> (u6
 
 struct Run {
     rows: Vec<Record>,
+    /// The scenario the rows came from (its directory lives as long as the run).
+    scenario: std::path::PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 /// Sweeps `scenario` with the real binary into a CSV beside it and reads the rows back.
@@ -179,6 +182,8 @@ decode_every = 1
         .unwrap();
         Run {
             rows: sweep(&scenario),
+            scenario,
+            _dir: dir,
         }
     })
 }
@@ -202,6 +207,38 @@ fn compute_bytes(r: &Record) -> u64 {
         Some(Compute::F32) => 4,
         Some(Compute::Bf16 | Compute::F16) => 2,
         None => panic!("{}: no compute dtype", r.point_id),
+    }
+}
+
+/// `vramlab features` (what the torch probe asks for its rows' figures) gives every row's
+/// `feature_*` columns as the sweep wrote them, the GGUF's block bytes included.
+#[test]
+fn features_are_the_rows() {
+    for id in points() {
+        let rows: Vec<&Record> = run().rows.iter().filter(|r| r.point_id == id).collect();
+        let mut cmd = vramlab();
+        cmd.args(["features", "--json", "--point", &id])
+            .arg(&run().scenario);
+        for r in &rows {
+            let phase = r.phase.expect("every row has a phase");
+            cmd.arg("--row")
+                .arg(format!("{phase}@{}", r.kv_tokens.unwrap_or(0)));
+        }
+        let out = cmd.assert().success().get_output().stdout.clone();
+        let got: Vec<serde_json::Value> = serde_json::from_slice(&out).unwrap();
+        assert_eq!(got.len(), rows.len(), "{id}");
+        for (f, r) in got.iter().zip(&rows) {
+            let want = [
+                ("feature_weight_bytes", r.feature_weight_bytes),
+                ("feature_kv_bytes", r.feature_kv_bytes),
+                ("feature_act_bytes", r.feature_act_bytes),
+                ("feature_logits_bytes", r.feature_logits_bytes),
+                ("feature_optimizer_bytes", r.feature_optimizer_bytes),
+            ];
+            for (k, v) in want {
+                assert_eq!(f[k].as_u64(), v, "{id} {:?} {k}", r.phase);
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@ pub mod decode;
 pub mod emulate;
 pub mod env;
 pub mod estimate;
+pub mod features;
 pub mod fit;
 pub mod gpus;
 pub mod merge;

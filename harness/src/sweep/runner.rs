@@ -8,7 +8,7 @@ use crate::model::{weights, Config, InferenceModel, Source};
 use crate::record::{Phase, Record, Status, SCHEMA_VERSION};
 use crate::scenario::Point;
 use crate::vocab::{Backend, Mode, Optimizer, PoolRelease};
-use crate::vocab::{Ops, Trainable};
+use crate::vocab::{LoraTargets, Ops, Trainable};
 use crate::workload::inference::{self, PhaseResult};
 use crate::workload::{training, warmup};
 use anyhow::Result;
@@ -279,29 +279,16 @@ impl Runner<'_> {
                         continue;
                     }
                 }
-                let features = |phase: Phase, kv_tokens: usize| -> Result<features::Features> {
-                    let f = match p.mode {
-                        Mode::Train => features::train(&prep.config, &train_shape(p), phase),
-                        Mode::Infer => {
-                            features::infer(&prep.config, &infer_shape(p), phase, kv_tokens)
-                        }
-                        // Generation points run in workload::generate, not here.
-                        Mode::Encode | Mode::Generate => features::encode(
-                            &prep.config,
-                            p.batch,
-                            p.context,
-                            p.precision.dtype().size_in_bytes(),
-                            phase,
-                        ),
-                    };
-                    f.map_err(|e| anyhow::anyhow!("point {}, {phase}: features: {e}", p.id))
-                };
                 let quant = quant.get(&p.id);
                 let row = |phase: Phase, kv_tokens: usize| -> Result<Record> {
-                    let mut f = features(phase, kv_tokens)?;
-                    if let Some(q) = quant {
-                        f.weight_bytes = q.weight_bytes;
-                    }
+                    let f = point_features(
+                        &prep.config,
+                        p,
+                        phase,
+                        kv_tokens,
+                        quant.map(|q| q.weight_bytes),
+                        LoraTargets::DEFAULT,
+                    )?;
                     Ok(Record {
                         phase: Some(phase),
                         feature_weight_bytes: Some(f.weight_bytes),
@@ -525,6 +512,49 @@ fn run_training(
     Ok(())
 }
 
+/// The `feature_*` figures of point `p`'s row at `phase`, with `kv_tokens` live in its cache
+/// (ARCHITECTURE.md §9): what every sweep row records, and what `vramlab features` prints for
+/// the torch probe's rows. `quant_weight`: a quantized group's exact weight bytes
+/// ([`quant_weight_bytes`]), which replace the dense figure. `targets`: the modules a `lora-rN`
+/// point adapts (a sweep's: [`LoraTargets::DEFAULT`]).
+pub fn point_features(
+    cfg: &Config,
+    p: &Point,
+    phase: Phase,
+    kv_tokens: usize,
+    quant_weight: Option<u64>,
+    targets: LoraTargets,
+) -> Result<features::Features> {
+    let f = match p.mode {
+        Mode::Train => features::train(cfg, &train_shape(p, targets), phase),
+        Mode::Infer => features::infer(cfg, &infer_shape(p), phase, kv_tokens),
+        // Generation points run in workload::generate, not here.
+        Mode::Encode | Mode::Generate => features::encode(
+            cfg,
+            p.batch,
+            p.context,
+            p.precision.dtype().size_in_bytes(),
+            phase,
+        ),
+    };
+    let mut f = f.map_err(|e| anyhow::anyhow!("point {}, {phase}: features: {e}", p.id))?;
+    if let Some(w) = quant_weight {
+        f.weight_bytes = w;
+    }
+    Ok(f)
+}
+
+/// The exact weight bytes of a quantized point's group (GGUF blocks × block bytes per tensor
+/// type, plus the dense tensors in the compute dtype); `None` for a dense point.
+pub fn quant_weight_bytes(prep: &Prepared, p: &Point) -> Result<Option<u64>> {
+    match (p.precision.quantized(), &prep.source) {
+        (Some(q), Source::Gguf(path)) => Ok(Some(
+            QuantGroup::of(path, &prep.config, q, p.dtypes().1)?.weight_bytes,
+        )),
+        _ => Ok(None),
+    }
+}
+
 fn infer_shape(p: &Point) -> InferShape {
     InferShape {
         batch: p.batch,
@@ -549,7 +579,7 @@ fn infer_spec(p: &Point) -> inference::InferSpec {
     }
 }
 
-fn train_shape(p: &Point) -> features::TrainShape {
+fn train_shape(p: &Point, targets: LoraTargets) -> features::TrainShape {
     features::TrainShape {
         batch: p.batch,
         seq: p.context,
@@ -560,5 +590,6 @@ fn train_shape(p: &Point) -> features::TrainShape {
             crate::vocab::Optimizer::Adamw | crate::vocab::Optimizer::AdamwFused
         ),
         trainable: p.train.trainable,
+        targets,
     }
 }

@@ -1,15 +1,15 @@
-"""features: the probe's feature_* columns are vramlab's (harness/src/features.rs), checked on the
-rows of a real `vramlab sweep` of a tiny model on CPU; shape_of reads both config spellings."""
+"""features: the probe's feature_* columns are vramlab's own (`vramlab features`, from the
+definition every sweep row uses), checked on the rows of a real `vramlab sweep` of a tiny model
+on CPU; the probe passes its rows and its LoRA targets, and relays a refusal."""
 import csv
 import json
-from types import SimpleNamespace
 
 import pytest
 from conftest import run_vramlab
-from test_grid import TINY_CONFIG
+from test_grid import TINY_CONFIG, fake_vramlab
 
 from vramlab.probe import grid
-from vramlab.probe.features import PRECISION_BYTES, features, shape_of
+from vramlab.probe.common import InputError
 
 FEATURES = ("feature_weight_bytes", "feature_kv_bytes", "feature_act_bytes", "feature_logits_bytes",
             "feature_optimizer_bytes")
@@ -29,46 +29,59 @@ precision = ["f32", "mixed-bf16"]
 batch = [2]
 context = [16]
 optimizer = ["adamw", "sgd"]
+trainable = ["full", "lora-r4"]
 """
 
 
-def test_features_are_vramlabs(vramlab, tmp_path):
+def test_features_are_the_sweeps(vramlab, tmp_path):
+    """Every row of a sweep: what the probe is told for (phase, kv_tokens) is what vramlab wrote."""
     (tmp_path / "config.json").write_text(TINY_CONFIG)
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(f'name = "tiny"\ndevice = "cpu"\n[model]\n'
                         f'source = "synthetic:{tmp_path}/config.json"\n' + SWEEP)
     out = tmp_path / "tiny.csv"
     run_vramlab(vramlab, "sweep", scenario, "--out", out)
-    rows = list(csv.DictReader(out.open()))
-    points = {p["id"]: p for p in grid.load(scenario).points}
-    shape = shape_of(SimpleNamespace(**json.loads(TINY_CONFIG)))
-    checked = set()
-    for r in rows:
+    by_point: dict = {}
+    for r in csv.DictReader(out.open()):
         assert r["status"] == "ok", r
-        p = points[r["point_id"]]
-        params = int(r["param_count"])
-        f = features(shape, p, r["phase"], int(r["kv_tokens"] or 0), params, params)
-        # The probe leaves out what a load row does not have; vramlab writes 0.
-        got = {k: f.get(k, 0) for k in FEATURES}
-        want = {k: int(r[k] or 0) for k in FEATURES}
-        assert got == want, f"{r['point_id']} {r['phase']} step {r['step']}"
-        checked.add((p["mode"], r["phase"]))
-    assert {("infer", "load"), ("infer", "prefill"), ("infer", "decode"), ("train", "forward")} <= checked
+        by_point.setdefault(r["point_id"], []).append(r)
+    checked = set()
+    for pid, rows in by_point.items():
+        got = grid.features(scenario, pid, [(r["phase"], int(r["kv_tokens"] or 0)) for r in rows])
+        assert len(got) == len(rows)
+        for r, f in zip(rows, got):
+            assert f == {k: int(r[k] or 0) for k in FEATURES}, f"{pid} {r['phase']} step {r['step']}"
+            checked.add((pid.split("/")[1], r["phase"]))
+    assert {("infer", "load"), ("infer", "prefill"), ("infer", "decode"), ("train", "forward"),
+            ("train", "optimizer")} <= checked
+    # The adapters count: a LoRA point's weights exceed the full point's, its optimizer is less.
+    lora = next(p for p in by_point if "lora-r4" in p and "adamw" in p)
+    full = lora.replace("lora-r4", "full")
+    [fl], [ff] = (grid.features(scenario, p, [("optimizer", 0)]) for p in (lora, full))
+    assert fl["feature_weight_bytes"] > ff["feature_weight_bytes"]
+    assert 0 < fl["feature_optimizer_bytes"] < ff["feature_optimizer_bytes"]
+    # More LoRA targets, more adapters.
+    [fa] = grid.features(scenario, lora, [("optimizer", 0)], "all-linear")
+    assert fa["feature_optimizer_bytes"] > fl["feature_optimizer_bytes"]
 
 
-def test_shape_of_reads_both_spellings():
-    llama = SimpleNamespace(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2, vocab_size=1024)
-    assert shape_of(llama) == dict(hidden=128, layers=2, vocab=1024, kv_per_token=2 * 2 * 2 * 32)
-    # GPT-2's names; no KV heads: as many as the attention heads.
-    gpt2 = SimpleNamespace(n_embd=64, n_layer=3, n_head=4, vocab_size=500)
-    assert shape_of(gpt2) == dict(hidden=64, layers=3, vocab=500, kv_per_token=2 * 3 * 4 * 16)
-    # An explicit head_dim wins over hidden / heads.
-    gemma = SimpleNamespace(hidden_size=128, num_hidden_layers=1, num_attention_heads=4,
-                            num_key_value_heads=1, head_dim=64, vocab_size=10)
-    assert shape_of(gemma)["kv_per_token"] == 2 * 1 * 1 * 64
+def test_the_probe_asks_for_its_rows(tmp_path, monkeypatch):
+    """The rows go as --row PHASE@KV in order; only the feature_* columns come back."""
+    args_file = tmp_path / "args"
+    b = tmp_path / "vramlab"
+    row = {"phase": "decode", "kv_tokens": 9, **{k: i for i, k in enumerate(FEATURES)}}
+    b.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {args_file}\n"
+                 f"echo '{json.dumps([row, row])}'\n")
+    b.chmod(0o755)
+    monkeypatch.setenv("VRAMLAB_BIN", str(b))
+    got = grid.features(tmp_path / "s.toml", "p/1", [("prefill", 7), ("decode", 9)], "q,v")
+    assert got == [{k: i for i, k in enumerate(FEATURES)}] * 2
+    assert args_file.read_text().split() == ["features", str(tmp_path / "s.toml"), "--point", "p/1",
+                                             "--json", "--row", "prefill@7", "--row", "decode@9",
+                                             "--lora-targets", "q,v"]
 
 
-@pytest.mark.parametrize("precision, weights, compute", [("f32", 4, 4), ("bf16", 2, 2), ("mixed-bf16", 4, 2)])
-def test_precision_bytes(precision, weights, compute):
-    assert PRECISION_BYTES[precision] == (weights, compute)
+def test_a_refusal_is_vramlabs_line(tmp_path, monkeypatch):
+    fake_vramlab(tmp_path, monkeypatch, "", "error: s.toml: point `x` is not a point of this scenario", 2)
+    with pytest.raises(InputError, match="^s.toml: point `x` is not a point of this scenario$"):
+        grid.features(tmp_path / "s.toml", "x", [("load", 0)])

@@ -72,12 +72,11 @@ from typing import Union
 
 from .common import InputError, emulated, git_rev, now_rfc3339, self_args, short_hash, vramlab_bin
 from .csvout import SCHEMA_VERSION, Writer
-from .features import PRECISION_BYTES, features, shape_of
 from .generate import gen_group_len, gen_layout, run_generate_group
 from .grid import as_list, parse_source
+from .grid import features as row_features
 from .grid import load as load_scenario
 from .llm import (
-    adapter_count,
     build_model,
     compute_dtype,
     encode_point,
@@ -97,7 +96,8 @@ SWEEP_KEYS = {"source", "mode", "precision", "batch", "context", "kv_cache", "de
 # Our fused kernels and flash attention are candle ops. A language model's attention is its
 # point's `attention` axis (eager or sdpa, transformers' attn_implementation) where its [sweep]
 # table has one, else --attention.
-RUNNABLE = {"mode": {"infer", "encode", "train", "generate"}, "precision": set(PRECISION_BYTES),
+RUNNABLE = {"mode": {"infer", "encode", "train", "generate"},
+            "precision": {"f32", "f16", "bf16", "mixed-bf16", "mixed-f16"},
             "kernels": {"reference"}, "attention": {"eager", "sdpa"},
             "checkpointing": {"none", "layer"}, "optimizer": {"adamw", "sgd"}}
 
@@ -348,14 +348,13 @@ def run(args, scenario) -> int:
         if wrong:
             raise RuntimeError(f"{src}: parameters built as {sorted(wrong)}, not {dtype}")
         nparams = sum(q.numel() for q in model.parameters())
-        shape = shape_of(model.config)
         base.update(architecture=model.config.model_type, param_count=nparams)
         lkw = logits_kw(model)
         warm_up(torch, transformers, model, group, device, lkw, args.lora, args.lora_targets)
         for p in group:
             cols = dict(base, **point_cols(p, args.torch_optim), started_at=now_rfc3339())
             meter.trim()
-            load_f = features(shape, p, "load", 0, nparams + adapter_count(model, p), 0)
+            load_f = row_features(args.scenario, p["id"], [("load", 0)], args.lora_targets)[0]
             writer.write(dict(cols, phase="load", kv_tokens=0, status="ok", elapsed_ms=load_ms,
                               message="weights built once per (model, precision); shared by the group",
                               **load_mem, **load_f))
@@ -373,9 +372,9 @@ def run(args, scenario) -> int:
                 else:
                     infer_point(torch, transformers, model, model.config, p, dtype, device, NullMeter(), lkw)
                     rows = infer_point(torch, transformers, model, model.config, p, dtype, device, meter, lkw)
-                for r in rows:
-                    f = features(shape, p, r["phase"], r.get("kv_tokens") or 0,
-                                 r.pop("params", nparams), r.pop("trainable", 0))
+                fs = row_features(args.scenario, p["id"], [(r["phase"], r.get("kv_tokens") or 0)
+                                                            for r in rows], args.lora_targets)
+                for r, f in zip(rows, fs):
                     writer.write(dict(cols, **r, **f, status="ok"))
                 status = "ok"
             except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on

@@ -1,13 +1,14 @@
 """A scenario and its points, vramlab's own: `vramlab sweep SCENARIO --dry-run --json` parses the
 TOML and expands the grid (harness/src/scenario/), and this module only reads what it prints into
 the probe's form, so the ids, the axes' order, their defaults and the TOML's reading have one
-source (and the probe needs no tomllib: Python 3.9 runs it). Imports no torch."""
+source (and the probe needs no tomllib: Python 3.9 runs it); `features` asks it for the rows'
+`feature_*` columns, which have no Python copy either. Imports no torch."""
 import json
 import os
 import re
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from .common import InputError, vramlab_bin
 
@@ -73,21 +74,37 @@ def load(path: Path) -> Scenario:
         text = path.read_text()
     except OSError as e:
         raise InputError(f"{path}: cannot read scenario: {e}") from e
-    cmd = [vramlab_bin(), "sweep", str(path), "--dry-run", "--json"]
+    doc = json.loads(_vramlab("sweep", str(path), "--dry-run", "--json", what="the scenario's points"))
+    spec, plan = doc["scenario"], doc["plan"]
+    tables = as_list(spec["sweep"])
+    return Scenario(spec, text, plan, [_FORMS[plan](p, tables[p["table"]]) for p in doc["points"]])
+
+
+def features(path: Path, point: str, rows: list, lora_targets: Optional[str] = None) -> list:
+    """The `feature_*` columns of point `point`'s rows, each `(phase, kv_tokens)`, through
+    `vramlab features` (harness/src/features.rs): dicts of the columns, in `rows`' order."""
+    args = ["features", str(path), "--point", point, "--json"]
+    args += [a for ph, kv in rows for a in ("--row", f"{ph}@{kv}")]
+    if lora_targets:
+        args += ["--lora-targets", lora_targets]
+    return [{k: v for k, v in r.items() if k.startswith("feature_")}
+            for r in json.loads(_vramlab(*args, what="the rows' features"))]
+
+
+def _vramlab(*args: str, what: str) -> str:
+    """vramlab's stdout for `args`; a refusal is its one line."""
+    cmd = [vramlab_bin(), *args]
     # The CPU meter's preload is the probe's, not the binary's.
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     except OSError as e:
-        raise InputError(f"{cmd[0]}: cannot run vramlab for the scenario's points: {e}") from e
+        raise InputError(f"{cmd[0]}: cannot run vramlab for {what}: {e}") from e
     if out.returncode != 0:
         lines = out.stderr.strip().splitlines()
-        line = lines[-1] if lines else f"`vramlab sweep --dry-run --json` exited {out.returncode}"
+        line = lines[-1] if lines else f"`vramlab {' '.join(args[:1])}` exited {out.returncode}"
         raise InputError(line[len("error: "):] if line.startswith("error: ") else line)
-    doc = json.loads(out.stdout)
-    spec, plan = doc["scenario"], doc["plan"]
-    tables = as_list(spec["sweep"])
-    return Scenario(spec, text, plan, [_FORMS[plan](p, tables[p["table"]]) for p in doc["points"]])
+    return out.stdout
 
 
 def _llm(p: dict, table: dict) -> dict:

@@ -356,15 +356,6 @@ def lora_dims(mod) -> tuple[int, int]:
     return (w.shape[0], w.shape[1]) if type(mod).__name__ == "Conv1D" else (w.shape[1], w.shape[0])
 
 
-def adapter_count(model, p: dict) -> int:
-    """Parameters a `lora-rN` point adds (features.rs adapter_params): rank · (in + out) each."""
-    tr = p["train"]["trainable"] if p["mode"] == "train" else "full"
-    if not tr.startswith("lora-r"):
-        return 0
-    r = int(tr[len("lora-r"):])
-    return sum(r * sum(lora_dims(m)) for _, m in lora_modules(model))
-
-
 def add_lora(torch, model, rank: int) -> list:
     """Rank-`rank` LoRA on the attention's query and value projections, as vramlab's
     `lora-rN` (PEFT's defaults without PEFT): every base weight frozen, A (r, in) Kaiming-
@@ -535,8 +526,6 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
         else:
             lora = add_lora(torch, model, rank)
     params = [q for q in model.parameters() if q.requires_grad]
-    n_params = sum(q.numel() for q in model.parameters())
-    n_train = sum(q.numel() for q in params)
 
     opt = None
     try:
@@ -568,13 +557,12 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
             opt.zero_grad(set_to_none=True)
             opt_mem, opt_ms = meter.finish(started)
             f, b = span(fwd[0], fwd[1:]), span(bwd[0], bwd[1:])
-            extra = dict(params=n_params, trainable=n_train)
             for phase, m, ms in (("forward", f, fwd_ms), ("backward", b, bwd_ms),
                                  ("optimizer", opt_mem, opt_ms)):
-                rows.append(dict(phase=phase, step=step, elapsed_ms=ms, **m, **extra))
+                rows.append(dict(phase=phase, step=step, elapsed_ms=ms, **m))
             rows.append(dict(phase="step_total", step=step,
                              elapsed_ms=(time.perf_counter() - started_step) * 1e3,
-                             **span(fwd[0], fwd[1:] + bwd + [opt_mem]), **extra))
+                             **span(fwd[0], fwd[1:] + bwd + [opt_mem])))
     finally:
         del opt, params
         model.zero_grad(set_to_none=True)

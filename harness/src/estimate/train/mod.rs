@@ -436,6 +436,7 @@ pub fn train_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
         compute_bytes: size(q.act_bytes())?,
         adamw: q.optimizer.is_adamw(),
         trainable: q.trainable,
+        targets: q.lora_targets,
     };
     feat::train(c, &shape, Phase::StepTotal)
 }

@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 # The probe's flags (harness/python/vramlab/probe/cli.py's parser(); a trailing = for a value).
-PROBE_FLAGS=(--out= --device= --torch-optim= --attention= --lora= --lora-targets= --no-onednn --dry-run --check
+PROBE_FLAGS=(--out= --device= --torch-optim= --attention= --lora= --lora-targets= --lora-dropout= --no-onednn --dry-run --check
              --gpus= --offload --gpu-memory= --worker-point= --run-id=)
 args_parse "${PROBE_FLAGS[*]}" 1 1 "SCENARIO.toml --out FILE.csv [PROBE FLAGS]" "$@"
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -79,6 +79,9 @@ if [ "$MODE" = device ]; then
 else
   CUDA_BIN="${VRAMLAB_CUDA_BIN:-$CUDA_CACHE/target/debug/vramlab}"
   CUDA_LIB_PATH="$CUDA_CACHE/cuda-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # That build's Python package (the stubs' build) is this checkout's: the cached build may come
+  # from another clone, since removed, whose path it would otherwise look in.
+  export VRAMLAB_PYTHON_DIR="${VRAMLAB_PYTHON_DIR:-$ROOT/harness/python}"
 fi
 [ -z "$CUDA_OPS" ] && [ "$MODE" = device ] && CUDA_OPS="$BUNDLE/cuda_ops"
 # The emulator's stubs: the bundle's on a device (built from the CUDA headers, no torch needed);

@@ -34,6 +34,8 @@ pub struct Query<'a> {
     pub trainable: Trainable,
     /// The modules LoRA adapts (peft's `target_modules` and `target_parameters`).
     pub lora_targets: LoraTargets,
+    /// peft's `lora_dropout` (0: none, peft's default).
+    pub lora_dropout: f64,
     pub attention: Attention,
     pub kv_cache: KvKind,
     /// Training ranks of FSDP full shard: the probe runs rank 0 of them in one process
@@ -173,6 +175,9 @@ fn run_in(q: &Query, gpu: &Gpu, python: &Path, stubs: &Path, dir: &Path) -> Resu
     }
     if !q.lora_targets.is_default() {
         argv.extend(["--lora-targets".into(), q.lora_targets.to_string()]);
+    }
+    if q.lora_dropout > 0.0 {
+        argv.extend(["--lora-dropout".into(), q.lora_dropout.to_string()]);
     }
     let (finished, last) = launch(&argv, gpu, stubs, "the torch probe", q.timeout)?;
     let rep = primary(&finished);
@@ -335,6 +340,7 @@ mod tests {
             checkpointing: true,
             trainable: Trainable::Full,
             lora_targets: LoraTargets::DEFAULT,
+            lora_dropout: 0.0,
             attention: Attention::Sdpa,
             kv_cache: KvKind::Growing,
             gpus: 1,

@@ -7,6 +7,9 @@ use serde::Serialize;
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Breakdown {
     pub weights: u64,
+    /// Buffers the runtime keeps beside the parameters: transformers 4.x's per-layer rotary
+    /// caches (`Architecture::transformers4_buffers_per_layer`); 0 elsewhere.
+    pub buffers: u64,
     /// Transient 16-bit copies of f32 master weights (mixed precision).
     pub weight_copies: u64,
     /// A checkpoint format that multiplies by a dequantized copy of each weight (AWQ, GPTQ,
@@ -94,6 +97,7 @@ impl Breakdown {
     pub fn rows(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("weights", self.weights),
+            ("model buffers", self.buffers),
             ("weight copies (16-bit)", self.weight_copies),
             ("dequantization buffer", self.dequant),
             ("KV cache", self.kv),

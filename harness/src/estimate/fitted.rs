@@ -10,7 +10,7 @@ use crate::fit::{self, Constants, GroupKey, Target, TrainGroup};
 use crate::model::Config;
 use crate::record::Phase;
 use crate::terms::{self, Term, Terms};
-use crate::vocab::Ops;
+use crate::vocab::{Ops, Runtime};
 
 /// The group of fitted constants that answers a query on `backend`: for inference the `total`
 /// phase of the same architecture, precision and cache kind; for training the `step_total`
@@ -139,6 +139,12 @@ fn fitted(c: &Config, q: &Query, constants: Option<&Constants>) -> Result<Breakd
         },
         Mode::Train => analytic_train(c, q)?,
     };
+    if q.runtime == Runtime::Torch && q.stack.transformers_major() < 5 {
+        let per_layer = c
+            .architecture
+            .transformers4_buffers_per_layer(c, q.state_bytes());
+        e.buffers = (Checked::from(per_layer) * c.num_layers).bytes("model buffers")?;
+    }
     let fitted = match constants {
         Some(k) => fitted_group(k, c, q)?,
         None => None,

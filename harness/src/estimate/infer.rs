@@ -65,11 +65,28 @@ pub(super) fn analytic_infer(c: &Config, q: &Query) -> Result<Breakdown, Overflo
         weights: f.weight_bytes,
         kv: f.kv_bytes,
         activations: mlp.max(scores).bytes("activations")?,
-        logits: (Checked::from(q.batch) * c.vocab_size * 4u64).bytes("logits")?,
+        logits: prefill_logits(c, q).bytes("logits")?,
         dequant: q.dequant_bytes,
         source: "analytic".into(),
         ..device_terms(q)
     })
+}
+
+/// The logits at the prefill's end. transformers 5 (and candle) computes the LM head at the last
+/// position only (`logits_to_keep`) and upcasts it: b · vocab in f32. transformers 4.39 (the
+/// torch-2.2 stack) has no `logits_to_keep`: the head runs over every prompt position, and
+/// `logits.float()` copies them all to f32 while the 16-bit ones are live, b · s · vocab ·
+/// (e + 4) (an f32 model's `.float()` is the tensor itself: 4). Read from a memory snapshot of
+/// the probe's prefill on the emulated GPU (Llama-3.2-1B, two batch sizes and prompt lengths).
+fn prefill_logits(c: &Config, q: &Query) -> Checked {
+    let b = Checked::from(q.batch) * c.vocab_size;
+    match q.runtime {
+        Runtime::Torch if q.stack.transformers_major() < 5 => {
+            let e = q.act_bytes();
+            b * q.context * if e < 4 { e + 4 } else { 4 }
+        }
+        _ => b * 4u64,
+    }
 }
 
 /// The largest transient of a sparse MoE layer over `tokens` tokens at `w` bytes an

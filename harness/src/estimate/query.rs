@@ -42,6 +42,9 @@ pub struct Query {
     /// activations' dtype, as vramlab's own `lora-rN` (and the emulated calibration corpus,
     /// whose probe added them as forward hooks).
     pub peft_f32_adapters: bool,
+    /// LoRA dropout (peft's `lora_dropout` > 0): each adapter keeps its dropout's mask, and
+    /// 16-bit adapters their dropout's output (`model::saved::llama_saved_per_token_in`).
+    pub lora_dropout: bool,
     pub sharding: Sharding,
     pub gpus: u64,
     /// FSDP's CPU offload: each rank's parameter, gradient and optimizer-state shards live in
@@ -107,6 +110,7 @@ impl Default for Query {
             trainable: Trainable::Full,
             lora_targets: LoraTargets::DEFAULT,
             peft_f32_adapters: true,
+            lora_dropout: false,
             sharding: Sharding::Ddp,
             gpus: 1,
             offload: false,

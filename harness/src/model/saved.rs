@@ -23,7 +23,7 @@ use crate::vocab::LoraTargets;
 /// - LoRA on the query and value projections (the fused `qkv_proj`): each adapter saves x·Aᵀ
 ///   (r·e); with the base frozen, a projection saves its input only through its adapter.
 pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
-    llama_saved_per_token_in(c, e, lora, LoraTargets::DEFAULT, false)
+    llama_saved_per_token_in(c, e, lora, LoraTargets::DEFAULT, false, false)
 }
 
 /// [`llama_saved_per_token`] with the adapters on `targets` (`--lora-targets`). Beyond the
@@ -36,12 +36,22 @@ pub fn llama_saved_per_token(c: &Config, e: u64, lora: Option<u64>) -> u64 {
 /// peft ≥ 0.12 keeps them on a 16-bit model: each adapter casts its input to f32 and saves
 /// that copy (4·in, one per adapter even where q, k and v share their input) and x·Aᵀ in f32
 /// (4·r), and nothing else saves the frozen projections' 16-bit inputs.
+///
+/// With `dropout` (peft's `lora_dropout` > 0), each adapter's input goes through its own
+/// dropout, whose CUDA kernel keeps a 1-byte mask (1·in). With f32 adapters that is all: the
+/// dropout's f32 output replaces the f32 copy as what x·Aᵀ saves. With 16-bit adapters each
+/// adapter also saves its own dropout output (e·in), and the inputs that only the adapters
+/// saved go: the input norm's output (q, k, v), the post-attention norm's (gate, up), the
+/// product (down); the attention's output stays (the attention saves it). Measured with
+/// `torch.autograd.graph.saved_tensors_hooks` on the emulated GPU (peft 0.11 and 0.21, one
+/// Mistral layer, each target alone and together; docs/src/concepts/fit-and-estimate.md).
 pub fn llama_saved_per_token_in(
     c: &Config,
     e: u64,
     lora: Option<u64>,
     targets: LoraTargets,
     f32_adapters: bool,
+    dropout: bool,
 ) -> u64 {
     use crate::vocab::LoraTarget as T;
     let u = |v: usize| v as u64;
@@ -138,7 +148,29 @@ pub fn llama_saved_per_token_in(
         Some(m) => dense.max(moe(m)),
         None => dense,
     } + inputs;
-    norms + qk_norm + attention + mlp + adapters
+    let dropout = if dropout && !trained {
+        let masks: u64 = adapted.iter().sum();
+        if f32_adapters {
+            masks
+        } else {
+            let qkv = targets.is_default() || [T::Q, T::K, T::V].iter().any(|&t| on(t));
+            let freed = if qkv { e * h } else { 0 }
+                + if has_mlp && (on(T::Gate) || on(T::Up)) {
+                    e * h
+                } else {
+                    0
+                }
+                + if has_mlp && on(T::Down) {
+                    e * mlp_width
+                } else {
+                    0
+                };
+            (e + 1) * masks - freed
+        }
+    } else {
+        0
+    };
+    norms + qk_norm + attention + mlp + adapters + dropout
 }
 
 /// Bytes of the merged expert weights (W + B·A, in the weights' `e` bytes) that peft's

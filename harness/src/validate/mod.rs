@@ -240,6 +240,15 @@ fn estimate_row(
     let precision = precision(r).map_err(fail)?;
     let (optimizer, optimizer_impl) = r.optimizer.split().map_err(fail)?;
     let recompute = r.recompute.unwrap_or(Recompute::None);
+    // The row's software: what its transformers holds (FSDP's held input gradients under
+    // transformers 4.x, `estimate::train`) and how its peft keeps adapters. torch-1.10's rows
+    // keep the default stack (it runs the published programs only). The reserve stays the
+    // default stack's fit: the torch-2.2 fit (three smaller models) puts the fms rows' NVML
+    // figures 12% to 56% over.
+    let stack = r
+        .stack
+        .filter(|s| s.without_probe().is_none())
+        .unwrap_or_default();
     let q = Query {
         mode,
         precision,
@@ -254,18 +263,14 @@ fn estimate_row(
         sharding: r.sharding.unwrap_or(estimate::Sharding::Ddp),
         gpus: r.gpus,
         trainable: r.trainable.unwrap_or(crate::vocab::Trainable::Full),
+        lora_targets: r.lora_targets.unwrap_or_default(),
+        lora_dropout: r.lora_dropout > 0.0,
+        peft_f32_adapters: stack.peft_f32_adapters(),
         attention: r.attention,
         runtime: Runtime::Torch,
         backend: Backend::Cuda,
         optimizer_impl,
-        // The row's software: what its transformers holds (FSDP's held input gradients under
-        // transformers 4.x, `estimate::train`). torch-1.10's rows keep the default stack (it
-        // runs the published programs only). The reserve stays the default stack's fit: the
-        // torch-2.2 fit (three smaller models) puts the fms rows' NVML figures 12% to 56% over.
-        stack: r
-            .stack
-            .filter(|s| s.without_probe().is_none())
-            .unwrap_or_default(),
+        stack,
         reserve_stack: Some(crate::vocab::Stack::Default),
         ..Query::default()
     };

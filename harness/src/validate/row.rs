@@ -9,8 +9,8 @@ use super::Metric;
 use crate::error::bad_file;
 use crate::estimate::{Recompute, Sharding};
 use crate::vocab::{
-    Attention, GenModel, KvCacheDtype, Mode, Optimizer, OptimizerImpl, Precision, Resolution,
-    Stack, Trainable,
+    Attention, GenModel, KvCacheDtype, LoraTargets, Mode, Optimizer, OptimizerImpl, Precision,
+    Resolution, Stack, Trainable,
 };
 use anyhow::Result;
 use serde::{Deserialize, Deserializer};
@@ -60,6 +60,13 @@ pub struct PeerRow {
     /// Training rows: the trainable set.
     #[serde(default)]
     pub trainable: Option<Trainable>,
+    /// LoRA rows: the modules the adapters sit on, as `estimate --lora-targets` writes them
+    /// (absent: peft's default for the architecture).
+    #[serde(default)]
+    pub lora_targets: Option<LoraTargets>,
+    /// LoRA rows: peft's `lora_dropout` (absent: 0, none).
+    #[serde(default)]
+    pub lora_dropout: f64,
     /// Sequences per step on each GPU (images per prompt in a generation row).
     #[serde(deserialize_with = "present")]
     pub batch: Option<u64>,
@@ -358,6 +365,16 @@ impl PeerRow {
             }
             Mode::Encode => return Err("key `mode`: `encode` is not a peers mode".into()),
             Mode::Infer | Mode::Generate => {}
+        }
+        let lora = self.trainable.and_then(|t| t.lora_rank()).is_some();
+        if !lora && (self.lora_targets.is_some() || self.lora_dropout != 0.0) {
+            return Err("keys `lora_targets` and `lora_dropout` are a LoRA row's".into());
+        }
+        if !(0.0..1.0).contains(&self.lora_dropout) {
+            return Err(format!(
+                "key `lora_dropout`: {} is not in [0, 1)",
+                self.lora_dropout
+            ));
         }
         if self.gpus == 0 || self.tensor_parallel == 0 {
             return Err("keys `gpus` and `tensor_parallel` are at least 1".into());

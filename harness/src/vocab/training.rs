@@ -255,8 +255,11 @@ vocab! {
 
 /// The modules LoRA adapts: a set of [`LoraTarget`]s, or empty for the architecture's
 /// default (peft's: the query and value projections of the llama family).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct LoraTargets(u8);
+
+serde_as_text!(LoraTargets);
 
 impl LoraTargets {
     /// The architecture's default (peft's `target_modules=None`).
@@ -315,12 +318,6 @@ impl std::fmt::Display for LoraTargets {
         }
         let words: Vec<String> = self.iter().map(|t| t.to_string()).collect();
         f.write_str(&words.join(","))
-    }
-}
-
-impl serde::Serialize for LoraTargets {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
     }
 }
 

@@ -163,6 +163,27 @@ fn fsdp_lora_rows_hold_the_layers_input_gradients() {
     assert_eq!(g2 - g1, 4 * 4096 * per_token);
 }
 
+/// The fms LoRA rows' dropout (0.1 on q, k, v and o under peft 0.11, whose adapters are
+/// float16): each adapter's own float16 output and 1-byte mask, less the input norm's output
+/// that the adapters no longer save, 4·3·h − 2·h = 10·h a token, in the recomputed layer that
+/// the two-GPU rows' peak holds.
+#[test]
+fn fms_lora_rows_count_their_dropout() {
+    let id = "fms-mistral7b-lora-fp16-g2-bs4-alloc";
+    let i = peers().iter().position(|p| p["id"] == id).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let without = edited(dir.path(), "no-dropout.json", i, "lora_dropout", None);
+    let out = vramlab()
+        .arg("validate")
+        .arg(&without)
+        .arg("--json")
+        .assert()
+        .success();
+    let r: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let acts = |r: &Value| term(&terms(r, id), "activations");
+    assert_eq!(acts(&report(&[])) - acts(&r), 10 * 4096 * (4 * 4096));
+}
+
 #[test]
 fn text_output_lists_rows_skips_and_summary() {
     let skipped = report(&[])["summary"]["not_expressible"].as_u64().unwrap();
@@ -223,6 +244,14 @@ fn bad_rows_are_one_line_naming_the_row_and_the_key() {
         (
             edited(d, "missing-trainable.json", 2, "trainable", None),
             format!("{third}: key `trainable` missing (a training row)"),
+        ),
+        (
+            edited(d, "dropout.json", 2, "lora_dropout", Some(0.1.into())),
+            format!("{third}: keys `lora_targets` and `lora_dropout` are a LoRA row's"),
+        ),
+        (
+            edited(d, "targets.json", 2, "lora_targets", Some("q,z".into())),
+            format!("{third}: key `lora_targets`: unknown LoRA target `z`"),
         ),
         (
             edited(d, "unknown-key.json", 2, "seq_len", Some(512.into())),

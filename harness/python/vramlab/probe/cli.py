@@ -247,7 +247,7 @@ def run(args, scenario) -> int:
         csv=str(out), scenario_path=str(args.scenario), scenario_hash=shash, scenario_text=text,
         backend="cpu" if cpu else "cuda", device=args.device, device_name=dev_name,
         pool=pool, runtime=runtime, attention=args.attention, torch_optim=args.torch_optim,
-        lora=args.lora,
+        lora=args.lora, lora_dropout=args.lora_dropout,
         versions=dict(vramlab="torch_probe", git_rev=git_rev(), python=platform.python_version(),
                       torch=torch.__version__, transformers=transformers.__version__,
                       diffusers=diffusers.__version__ if generating else None,
@@ -350,7 +350,8 @@ def run(args, scenario) -> int:
         nparams = sum(q.numel() for q in model.parameters())
         base.update(architecture=model.config.model_type, param_count=nparams)
         lkw = logits_kw(model)
-        warm_up(torch, transformers, model, group, device, lkw, args.lora, args.lora_targets)
+        warm_up(torch, transformers, model, group, device, lkw, args.lora, args.lora_targets,
+                args.lora_dropout)
         for p in group:
             cols = dict(base, **point_cols(p, args.torch_optim), started_at=now_rfc3339())
             meter.trim()
@@ -363,9 +364,11 @@ def run(args, scenario) -> int:
                 # (oneDNN) keep per-shape state the first time a shape runs.
                 if p["mode"] == "train":
                     train_point(torch, model, p, device, NullMeter(), args.torch_optim, rehearse=True,
-                                lora_impl=args.lora, lora_targets=args.lora_targets)
+                                lora_impl=args.lora, lora_targets=args.lora_targets,
+                                lora_dropout=args.lora_dropout)
                     rows = train_point(torch, model, p, device, meter, args.torch_optim,
-                                       lora_impl=args.lora, lora_targets=args.lora_targets)
+                                       lora_impl=args.lora, lora_targets=args.lora_targets,
+                                       lora_dropout=args.lora_dropout)
                 elif p["mode"] == "encode":
                     encode_point(torch, model, p, device, NullMeter())
                     rows = encode_point(torch, model, p, device, meter)
@@ -495,6 +498,9 @@ def parser() -> argparse.ArgumentParser:
                     help="with --lora peft: the modules to adapt, as vramlab's --lora-targets "
                     "writes them (q,k,v,o,gate,up,down,experts; experts through peft's "
                     "target_parameters); default: peft's own")
+    ap.add_argument("--lora-dropout", metavar="P", type=float, default=0.0,
+                    help="with --lora peft: peft's lora_dropout, the probability each adapter's "
+                    "input is dropped (default 0, peft's own)")
     ap.add_argument("--no-onednn", action="store_true",
                     help="cpu: turn oneDNN off (no per-shape kernel state; bf16 much slower)")
     ap.add_argument("--dry-run", action="store_true", help="print the point ids and exit")
@@ -529,6 +535,9 @@ def main(argv=None) -> int:
                 for p in points:
                     print(p["id"])
             return 0
+        if not 0.0 <= args.lora_dropout < 1.0 or (args.lora_dropout and args.lora != "peft"):
+            raise InputError(f"--lora-dropout {args.lora_dropout}: a probability in [0, 1), "
+                             "for peft's adapters (--lora peft)")
         if args.gpu_memory and not args.device.startswith("emu:"):
             raise InputError(f"--gpu-memory {args.gpu_memory}: only for --device emu:GPU")
         if args.out is None:

@@ -33,10 +33,26 @@ def make_cache(transformers, kind, config, batch, context, dtype, device):
     last = None
     for kw in attempts:
         try:
-            return S(**kw)
+            cache = S(**kw)
         except TypeError as e:
             last = e
+            continue
+        # transformers 4.39's StaticCache is one layer's: a single K and V tensor, which every
+        # layer would overwrite when it is passed as `past_key_values` (its own static path sets
+        # one per attention with `_setup_cache`, Llama's only). Its figures would be one layer's.
+        if isinstance(getattr(cache, "key_cache", None), torch_tensor_type(cache)):
+            raise RuntimeError(
+                f"kv_cache = \"preallocated\": transformers {transformers.__version__}'s StaticCache "
+                "holds one layer's keys and values (every layer would share it); use "
+                "kv_cache = \"growing\" on this stack")
+        return cache
     raise RuntimeError(f"cannot build a StaticCache with this transformers: {last}")
+
+
+def torch_tensor_type(_cache) -> type:
+    """torch.Tensor (imported here: the probe's modules import torch lazily)."""
+    import torch
+    return torch.Tensor
 
 
 def logits_kw(model) -> dict:
@@ -225,7 +241,7 @@ def within_memory(torch, device, run, *args, **kwargs) -> bool:
 
 
 def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "hooks",
-            lora_targets: str | None = None):
+            lora_targets: str | None = None, lora_dropout: float = 0.0):
     """One-off costs (oneDNN/BLAS buffers, cuBLAS handles, lazily built kernels) land outside
     every measured phase: a prefill and decode at the group's largest inference shape, an
     encoder's forward at its largest encode shape, and a forward + backward at its largest
@@ -252,7 +268,7 @@ def warm_up(torch, transformers, model, group, device, lkw, lora_impl: str = "ho
                           reverse=True):
             if within_memory(torch, device, train_point, torch, model, big, device, NullMeter(),
                              "foreach", rehearse=True, lora_impl=lora_impl,
-                             lora_targets=lora_targets):
+                             lora_targets=lora_targets, lora_dropout=lora_dropout):
                 break
             model.zero_grad(set_to_none=True)
     elif train:
@@ -406,11 +422,12 @@ def peft_targets(model, targets: str) -> tuple[list, list]:
     return sorted(modules & names), params
 
 
-def add_peft_lora(model, rank: int, targets: str | None = None):
+def add_peft_lora(model, rank: int, targets: str | None = None, dropout: float = 0.0):
     """Rank-`rank` LoRA through peft, as labs run it: `get_peft_model` with peft's own default
     target modules for the model's type (q_proj and v_proj for Llama, Mistral and Qwen2,
     c_attn for GPT-2, query and value for BERT; LORA_TARGETS where a peft release has none,
-    as 0.11 for Qwen2), alpha LORA_ALPHA, no dropout, and peft's other defaults: from 0.12 on
+    as 0.11 for Qwen2), alpha LORA_ALPHA, dropout `dropout` (peft's default: none), and peft's
+    other defaults: from 0.12 on
     the adapters of a 16-bit model are kept in f32 (`autocast_adapter_dtype`), and each
     adapter's input is cast to their dtype. Returns the peft model; `.unload()` restores the
     base model in place."""
@@ -419,11 +436,13 @@ def add_peft_lora(model, rank: int, targets: str | None = None):
     kind = model.config.model_type
     if targets:
         modules, params = peft_targets(model, targets)
-        config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                                 target_modules=modules or None, target_parameters=params or None)
+        # `target_parameters` only where experts are adapted: peft before 0.17 has no such field.
+        extra = dict(target_parameters=params) if params else {}
+        config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=dropout,
+                                 target_modules=modules or None, **extra)
         return peft.get_peft_model(model, config)
     default = None if kind in defaults else list(LORA_TARGETS.get(kind, ("q_proj", "v_proj")))
-    config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+    config = peft.LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=dropout,
                              target_modules=default)
     return peft.get_peft_model(model, config)
 
@@ -487,14 +506,16 @@ def make_optimizer(torch, params, kind: str, impl: str, lr: float):
 
 
 def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = False,
-                lora_impl: str = "hooks", lora_targets: str | None = None):
+                lora_impl: str = "hooks", lora_targets: str | None = None,
+                lora_dropout: float = 0.0):
     """Training steps as harness/src/workload/training.rs measures them: forward, backward,
     optimizer and step_total rows per step; micro-batches of batch/grad_accum, their forward and
     backward merged into one span each; `mixed-*` through train_forward (its casts, or autocast
     under `checkpointing = "layer"`). `rehearse`: one
     micro-batch's forward and backward, no optimizer. `lora_impl`: a `lora-rN` point's adapters
     as forward hooks (add_lora, vramlab's definition) or through peft (add_peft_lora, on
-    `lora_targets`: vramlab's `--lora-targets`, None for peft's defaults)."""
+    `lora_targets`: vramlab's `--lora-targets`, None for peft's defaults; `lora_dropout`: peft's
+    `lora_dropout`)."""
     t = p["train"]
     # FSDP's MixedPrecisionPolicy casts a sharded model's parameters itself (fully_sharded).
     compute = None if getattr(model, "vramlab_ranks", 1) > 1 else compute_dtype(torch, p["precision"])
@@ -522,7 +543,7 @@ def train_point(torch, model, p, device, meter, impl: str, rehearse: bool = Fals
     if t["trainable"].startswith("lora-r"):
         rank = int(t["trainable"][len("lora-r"):])
         if lora_impl == "peft":
-            model = add_peft_lora(model, rank, lora_targets)
+            model = add_peft_lora(model, rank, lora_targets, lora_dropout)
         else:
             lora = add_lora(torch, model, rank)
     params = [q for q in model.parameters() if q.requires_grad]

@@ -79,6 +79,7 @@ pub fn emulate_query(
         checkpointing: a.checkpointing,
         trainable: a.trainable,
         lora_targets: a.lora_targets,
+        lora_dropout: a.lora_dropout,
         attention: a.attention,
         kv_cache: a.kv_cache,
         gpus: a.gpus,

@@ -75,6 +75,7 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         trainable: a.trainable,
         lora_targets: a.lora_targets,
         peft_f32_adapters: a.stack.unwrap_or_default().peft_f32_adapters(),
+        lora_dropout: a.lora_dropout > 0.0,
         sharding: a.sharding,
         gpus: a.gpus,
         offload: a.offload,
@@ -190,42 +191,6 @@ fn best_format(
     })
 }
 
-/// `--lora-targets` other than peft's default: with LoRA training, under torch (peft), on a
-/// decoder of the llama family, and matching at least one of the model's modules; else one
-/// line.
-fn lora_targets_apply(a: &Args, m: &Config) -> Result<()> {
-    let t = a.lora_targets;
-    if t.is_default() {
-        return Ok(());
-    }
-    let fail = |why: String| -> Result<()> {
-        Err(InputError::arg(format!("--lora-targets {t}: {why}")).into())
-    };
-    if a.trainable.lora_rank().is_none() {
-        return fail(format!(
-            "adapters need --trainable lora-rN or qlora-rN (got {})",
-            a.trainable
-        ));
-    }
-    if a.runtime != Runtime::Torch {
-        return fail(
-            "vramlab's candle models put LoRA on the architecture's default targets only;              other targets are peft's (--runtime torch)"
-                .into(),
-        );
-    }
-    if matches!(m.architecture.name(), "gpt2" | "gpt_bigcode" | "bert") {
-        return fail(format!(
-            "the targets name the llama family's modules; {} takes peft's default (peft)",
-            m.architecture.name()
-        ));
-    }
-    let n = crate::features::counts_in(m, a.trainable, t).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if n.adapters == 0 {
-        return fail(format!("no module of --model {} is one of them", a.model));
-    }
-    Ok(())
-}
-
 /// The report of the LLM query of `a`.
 pub fn report(a: &Args) -> Result<LlmReport> {
     if !(0.0..1.0).contains(&a.headroom) {
@@ -254,7 +219,7 @@ pub fn report(a: &Args) -> Result<LlmReport> {
         stored_bytes,
         quant: checkpoint,
     } = estimate::resolve(&a.model)?;
-    lora_targets_apply(a, &m)?;
+    super::lora::check(a, &m)?;
     let loaded = super::loaded::loaded(a, checkpoint.as_ref(), gguf.is_some())?;
     super::loaded::not_emulated(a, loaded.as_ref())?;
     let precision = a.precision.unwrap_or(if gguf.is_some() {

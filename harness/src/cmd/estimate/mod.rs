@@ -8,6 +8,7 @@ mod generation;
 mod json;
 mod llm;
 mod loaded;
+mod lora;
 mod overflow;
 mod report;
 mod serving;
@@ -100,6 +101,17 @@ pub struct Args {
     /// weights (W + BA, which peft builds in the forward) for the backward.
     #[arg(long, default_value = "peft", value_parser = parse_lora_targets, help_heading = "Training")]
     pub lora_targets: crate::vocab::LoraTargets,
+    /// Training with lora-rN or qlora-rN under torch: peft's `lora_dropout`, the probability
+    /// each adapter's input is dropped (0, peft's default: none). Above 0, each adapter keeps
+    /// its dropout's 1-byte mask for the backward, and 16-bit adapters (peft before 0.12:
+    /// --stack torch-2.2) their dropout's output too.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "P",
+        help_heading = "Training"
+    )]
+    pub lora_dropout: f64,
     /// GPUs the training job spans.
     #[arg(long, default_value_t = 1, help_heading = "Training")]
     pub gpus: u64,

@@ -344,20 +344,20 @@ fn torch_saved(c: &Config, q: &Query) -> Option<(u64, u64)> {
     let (layer, outside) = c
         .architecture
         .torch_saved_per_token(c, q.act_bytes(), lora)?;
-    // `--lora-targets` other than peft's default: the llama family's layer on those targets
-    // (the CLI refuses them for the other families).
-    // (the CLI refuses them for the other families), with peft's f32 adapters where the
-    // activations are 16-bit.
+    // `--lora-targets` other than peft's default, or `--lora-dropout`: the llama family's layer
+    // on those targets (the CLI refuses them for the other families), with peft's f32 adapters
+    // where the activations are 16-bit.
     let f32_adapters = q.peft_f32_adapters && q.act_bytes() < 4;
     let llama = !matches!(c.architecture.name(), "gpt2" | "gpt_bigcode" | "bert");
     let layer = match lora {
-        Some(_) if llama && (f32_adapters || !q.lora_targets.is_default()) => {
+        Some(_) if llama && (f32_adapters || q.lora_dropout || !q.lora_targets.is_default()) => {
             crate::model::saved::llama_saved_per_token_in(
                 c,
                 q.act_bytes(),
                 lora,
                 q.lora_targets,
                 f32_adapters,
+                q.lora_dropout,
             )
         }
         _ => layer,
@@ -441,5 +441,7 @@ pub fn train_features(c: &Config, q: &Query) -> Result<Features, Overflow> {
     feat::train(c, &shape, Phase::StepTotal)
 }
 
+#[cfg(test)]
+mod lora_tests;
 #[cfg(test)]
 mod tests;

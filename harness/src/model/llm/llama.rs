@@ -109,6 +109,9 @@ pub fn decoder_hf_json(c: &Config, class: &str) -> Value {
 pub struct LlamaArch;
 
 impl Architecture for LlamaArch {
+    fn transformers4_buffers_per_layer(&self, c: &Config, e: u64) -> u64 {
+        crate::model::arch::rotary_caches_per_layer(c, e)
+    }
     fn name(&self) -> &'static str {
         "llama"
     }

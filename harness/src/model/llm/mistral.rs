@@ -21,6 +21,9 @@ struct MistralJson {
 pub struct MistralArch;
 
 impl Architecture for MistralArch {
+    fn transformers4_buffers_per_layer(&self, c: &Config, e: u64) -> u64 {
+        crate::model::arch::rotary_caches_per_layer(c, e)
+    }
     fn name(&self) -> &'static str {
         "mistral"
     }

@@ -38,6 +38,9 @@ pub fn qwen_hf_json(c: &Config, class: &str) -> Value {
 pub struct Qwen2Arch;
 
 impl Architecture for Qwen2Arch {
+    fn transformers4_buffers_per_layer(&self, c: &Config, e: u64) -> u64 {
+        crate::model::arch::rotary_caches_per_layer(c, e)
+    }
     fn name(&self) -> &'static str {
         "qwen2"
     }

@@ -100,6 +100,17 @@ pub fn llama_saved_per_token_in(
         w
     };
     let r = lora.unwrap_or(0);
+    // The MLP inputs only 16-bit adapters save (the frozen projections save none): the
+    // post-attention norm's output (gate, up) and the product (down).
+    let mlp_inputs = if has_mlp && (on(T::Gate) || on(T::Up)) {
+        e * h
+    } else {
+        0
+    } + if has_mlp && on(T::Down) {
+        e * mlp_width
+    } else {
+        0
+    };
     let (adapters, inputs, input_norm) = if f32_adapters {
         // Each adapter's f32 copy of its input and its f32 x·Aᵀ; no 16-bit input is saved.
         let copies: u64 = adapted.iter().map(|&w| 4 * w + 4 * r).sum();
@@ -108,17 +119,7 @@ pub fn llama_saved_per_token_in(
         // x·Aᵀ each, and the inputs the frozen projections do not save: the input norm's
         // output (q, k, v), the attention's output (o), the post-attention norm's output
         // (gate, up), the product (down).
-        let inputs = if on(T::O) { e * q } else { 0 }
-            + if has_mlp && (on(T::Gate) || on(T::Up)) {
-                e * h
-            } else {
-                0
-            }
-            + if has_mlp && on(T::Down) {
-                e * mlp_width
-            } else {
-                0
-            };
+        let inputs = if on(T::O) { e * q } else { 0 } + mlp_inputs;
         (adapted.len() as u64 * r * e, inputs, e * h)
     };
     let norms = 2 * norm(h, 1)
@@ -154,17 +155,7 @@ pub fn llama_saved_per_token_in(
             masks
         } else {
             let qkv = targets.is_default() || [T::Q, T::K, T::V].iter().any(|&t| on(t));
-            let freed = if qkv { e * h } else { 0 }
-                + if has_mlp && (on(T::Gate) || on(T::Up)) {
-                    e * h
-                } else {
-                    0
-                }
-                + if has_mlp && on(T::Down) {
-                    e * mlp_width
-                } else {
-                    0
-                };
+            let freed = if qkv { e * h } else { 0 } + mlp_inputs;
             (e + 1) * masks - freed
         }
     } else {

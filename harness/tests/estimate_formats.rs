@@ -225,4 +225,46 @@ fn what_the_formats_refuse() {
         ],
         "needs its CUDA kernels",
     );
+    // transformers 4.39's StaticCache is one layer's: the emulated run cannot hold a
+    // preallocated cache under that stack, and the refusal comes before any Python runs (the
+    // stack's interpreter need only exist).
+    let cache = tempfile::tempdir().unwrap();
+    let python = cache.path().join("stacks/torch-2.2/venv/bin/python");
+    std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+    std::fs::write(&python, "").unwrap();
+    one_line_exit_2(
+        &vramlab()
+            .args([
+                "estimate",
+                "--model",
+                "llama-3.2-1b",
+                "--stack",
+                "torch-2.2",
+            ])
+            .args(["--emulate", "a100-80gb"])
+            .env("VRAMLAB_TORCH_CACHE", cache.path())
+            .output()
+            .unwrap(),
+        "pass --kv-cache growing",
+    );
+    // LoRA dropout is a probability, and peft's: not candle's, not on a full fine-tune.
+    for (args, needle) in [
+        (&["--lora-dropout", "1"][..], "a probability in [0, 1)"),
+        (&["--lora-dropout", "0.1"][..], "needs --trainable lora-rN"),
+        (
+            &[
+                "--lora-dropout",
+                "0.1",
+                "--trainable",
+                "lora-r8",
+                "--runtime",
+                "candle",
+            ][..],
+            "candle LoRA has no dropout",
+        ),
+    ] {
+        let mut all = vec!["--model", "qwen2.5-0.5b", "--mode", "train"];
+        all.extend_from_slice(args);
+        refused(&all, needle);
+    }
 }

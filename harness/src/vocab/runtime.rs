@@ -201,6 +201,12 @@ impl Stack {
             Stack::Torch22 | Stack::Torch110 => 4,
         }
     }
+    /// Whether the stack's transformers has a one-layer `StaticCache` (4.39: a single K and V
+    /// tensor that every layer would share when passed as `past_key_values`), so the torch
+    /// probe cannot run a preallocated cache under it.
+    pub fn one_layer_static_cache(self) -> bool {
+        self != Stack::Default
+    }
     /// The torch release the stack pins, as (major, minor).
     pub fn torch(self) -> (u64, u64) {
         match self {

@@ -66,6 +66,17 @@ pub fn emulate_query(
             }
         }
     };
+    // After the stack's python: one that is not installed says so first.
+    if let Some(stack) = a.stack.filter(|s| s.one_layer_static_cache()) {
+        if a.mode == crate::vocab::Mode::Infer && a.kv_cache == crate::vocab::KvKind::Preallocated {
+            return Err(InputError::arg(format!(
+                "--emulate --stack {stack}: its transformers' StaticCache holds one layer's keys \
+                 and values (every layer would share it), so the preallocated cache cannot run \
+                 there: pass --kv-cache growing"
+            ))
+            .into());
+        }
+    }
     let stubs = crate::emulate::stubs_for(&python)?;
     let config = m.to_hf_json();
     let q = query::Query {

@@ -24,6 +24,7 @@ def make_cache(transformers, kind, config, batch, context, dtype, device):
     StaticCache's constructor changed across transformers releases; try the known forms."""
     if kind == "growing":
         return dynamic_cache(transformers, config)
+    import torch  # lazily, as the probe's modules do
     S = transformers.StaticCache
     attempts = [
         dict(config=config, max_batch_size=batch, max_cache_len=context, device=device, dtype=dtype),
@@ -40,19 +41,13 @@ def make_cache(transformers, kind, config, batch, context, dtype, device):
         # transformers 4.39's StaticCache is one layer's: a single K and V tensor, which every
         # layer would overwrite when it is passed as `past_key_values` (its own static path sets
         # one per attention with `_setup_cache`, Llama's only). Its figures would be one layer's.
-        if isinstance(getattr(cache, "key_cache", None), torch_tensor_type(cache)):
+        if isinstance(getattr(cache, "key_cache", None), torch.Tensor):
             raise RuntimeError(
                 f"kv_cache = \"preallocated\": transformers {transformers.__version__}'s StaticCache "
                 "holds one layer's keys and values (every layer would share it); use "
                 "kv_cache = \"growing\" on this stack")
         return cache
     raise RuntimeError(f"cannot build a StaticCache with this transformers: {last}")
-
-
-def torch_tensor_type(_cache) -> type:
-    """torch.Tensor (imported here: the probe's modules import torch lazily)."""
-    import torch
-    return torch.Tensor
 
 
 def logits_kw(model) -> dict:

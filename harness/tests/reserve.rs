@@ -18,7 +18,8 @@ fn reserve_tables(text: &str) -> Vec<toml::Value> {
 
 /// The reserve classes the rows of `csvs` cover, derived from their columns: `load`, and per
 /// whole-run row (`total`, `step_total`) of a point: mode, whether attention materializes the
-/// scores, and for training checkpointing, LoRA and mixed precision.
+/// scores, for training checkpointing, LoRA and mixed precision, and for inference the KV
+/// cache's kind.
 fn classes_in(csvs: &[&str]) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();
     for csv in csvs {
@@ -32,12 +33,13 @@ fn classes_in(csvs: &[&str]) -> std::collections::BTreeSet<String> {
             "checkpointing",
             "trainable",
             "precision",
+            "kv_cache",
         ]
         .map(col);
         let st = col("status");
         for rec in rdr.records() {
             let rec = rec.unwrap();
-            let [mode, phase, att, ck, tr, prec] = cols.map(|c| rec[c].to_string());
+            let [mode, phase, att, ck, tr, prec, kv] = cols.map(|c| rec[c].to_string());
             if &rec[st] != "ok" {
                 continue;
             }
@@ -53,7 +55,7 @@ fn classes_in(csvs: &[&str]) -> std::collections::BTreeSet<String> {
                         prec.starts_with("mixed")
                     )
                 } else {
-                    format!("{mode} {att}")
+                    format!("{mode} {att} {kv}")
                 });
             }
         }
@@ -130,7 +132,7 @@ fn row_terms(csv: &str, point: &str, phase: &str) -> Vec<(&'static str, f64)> {
 /// are the probe's), and the reserve source names the fit and the class.
 #[test]
 fn the_stack_chooses_its_own_reserve_model_on_the_probes_terms() {
-    let class: ReserveKey = (false, "train", "eager", "layer", false, false);
+    let class: ReserveKey = (false, "train", "eager", "layer", false, false, false);
     let point = "synthetic-tinyllama-1.1b/train/bf16/b4/c1024/adamw/layer/ga1/full";
     let args = [
         "--model",
@@ -166,6 +168,57 @@ fn the_stack_chooses_its_own_reserve_model_on_the_probes_terms() {
         rows.push(got);
     }
     assert_ne!(rows[0], rows[1]);
+}
+
+/// Inference with a growing KV cache reserves by its own class, in either stack: each decode
+/// step concatenates every layer's K and V into a new block and frees the old, which a
+/// preallocated cache never does. The two stacks' fits each hold the class (measured on the
+/// same points), the estimate names it, and on the default stack its reserve is not the
+/// preallocated cache's.
+#[test]
+fn a_growing_cache_reserves_by_its_own_class() {
+    let args = [
+        "--model",
+        "tinyllama-1.1b",
+        "--batch",
+        "8",
+        "--context",
+        "2048",
+        "--attention",
+        "eager",
+        "--runtime",
+        "torch",
+    ];
+    for (stack, constants) in [("default", REFERENCE), ("torch-2.2", TORCH22)] {
+        let table = reserve_tables(&std::fs::read_to_string(root().join(constants)).unwrap())
+            .into_iter()
+            .find(|t| {
+                let c = &t["class"];
+                c["mode"].as_str() == Some("infer")
+                    && c["attention"].as_str() == Some("eager")
+                    && c["growing"].as_bool() == Some(true)
+            })
+            .unwrap_or_else(|| panic!("{constants}: no growing-cache class"));
+        assert!(table["points"].as_integer().unwrap() >= 8, "{table}");
+        let reserve = |kv: &str| {
+            let j = estimate_json(&[&args[..], &["--stack", stack, "--kv-cache", kv]].concat());
+            (
+                row(&j, "allocator reserve"),
+                j["reserve_source"].to_string(),
+            )
+        };
+        let (growing, source) = reserve("growing");
+        let (preallocated, other) = reserve("preallocated");
+        assert!(source.contains("infer eager, growing cache ("), "{source}");
+        if stack == "default" {
+            assert!(other.contains("infer eager ("), "{other}");
+            assert_ne!(growing, preallocated, "{stack}");
+        } else {
+            // transformers 4.39's StaticCache is one layer's, so the stack measured no
+            // preallocated inference, and the estimate says it borrows the growing class.
+            assert!(other.contains("no infer eager points"), "{other}");
+        }
+    }
 }
 
 /// Torch on CUDA: total = NVML used = reserved + the CUDA context; reserved = allocated + the

@@ -91,6 +91,7 @@ pub fn with_reserve(
         q.checkpointing,
         q.trainable,
         q.precision,
+        q.kv_cache,
     );
     let phase = match q.mode {
         Mode::Train => Phase::StepTotal,

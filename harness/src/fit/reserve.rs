@@ -11,15 +11,16 @@
 //! f32 loss copies (∝ `logits`), eager attention's scores (∝ `attn`), a growing KV cache
 //! (∝ `kv`), the weights' segments (∝ `weight`: rounding and the blocks a load or a mixed
 //! precision cast leaves) and a constant of small-pool segments. A preallocated KV cache is
-//! allocated once, each layer's K and V in their own segments, and leaves no slack: inference
-//! classes ([`INFER_TERMS`]) have no KV term (the corpus has preallocated caches only). So a
-//! class's reserve is a non-negative linear model of those terms, computed by the same functions as
+//! allocated once, each layer's K and V in their own segments, and leaves no slack: its
+//! inference classes ([`INFER_TERMS`]) have no KV term. A growing cache concatenates each
+//! layer's K and V into a new block every step and frees the old one, so inference with it is a
+//! class of its own, with every term of [`RESERVE_TERMS`]. So a class's reserve is a non-negative linear model of those terms, computed by the same functions as
 //! every fitted term ([`crate::terms`]), fitted by NNLS on every point of the class. No term is
 //! a maximum over the class: each coefficient is fitted, and the fit states its
 //! leave-one-model-out error, which `estimate` turns into the range of its verdicts.
 use crate::record::{Phase, Record, Status};
 use crate::terms::{Term, Terms};
-use crate::vocab::{Attention, Backend, Checkpointing, Mode, Precision, Trainable};
+use crate::vocab::{Attention, Backend, Checkpointing, KvKind, Mode, Precision, Trainable};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -52,8 +53,9 @@ const LOAD_TERMS: [Term; 2] = [Term::Const, Term::Weight];
 /// next), or a whole run (`total`, each training step's `step_total`) by mode, attention
 /// (eager materializes the scores; flash and SDPA do not), activation checkpointing
 /// (recomputation frees and reallocates every layer's activations in the backward), whether
-/// only LoRA adapters train (the base's gradients and optimizer state never enter the pool)
-/// and mixed precision (f32 master weights and their 16-bit copies).
+/// only LoRA adapters train (the base's gradients and optimizer state never enter the pool),
+/// mixed precision (f32 master weights and their 16-bit copies), and for inference whether the
+/// KV cache grows (each step's concatenation frees the step before's blocks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ReserveClass {
     pub load: bool,
@@ -62,6 +64,9 @@ pub struct ReserveClass {
     pub checkpointing: Checkpointing,
     pub lora: bool,
     pub mixed: bool,
+    /// Inference with a growing KV cache (absent from fits written before it: preallocated).
+    #[serde(default)]
+    pub growing: bool,
 }
 
 impl ReserveClass {
@@ -71,6 +76,7 @@ impl ReserveClass {
         checkpointing: Checkpointing,
         trainable: Trainable,
         precision: Precision,
+        kv_cache: KvKind,
     ) -> ReserveClass {
         let train = mode == Mode::Train;
         ReserveClass {
@@ -88,6 +94,7 @@ impl ReserveClass {
             },
             lora: train && matches!(trainable, Trainable::Lora(_)),
             mixed: train && precision.is_mixed(),
+            growing: mode == Mode::Infer && kv_cache == KvKind::Growing,
         }
     }
 
@@ -99,9 +106,11 @@ impl ReserveClass {
         checkpointing: Checkpointing::None,
         lora: false,
         mixed: false,
+        growing: false,
     };
 
-    /// "train sdpa, checkpointing layer, LoRA, mixed"; "infer eager"; "load".
+    /// "train sdpa, checkpointing layer, LoRA, mixed"; "infer eager"; "infer sdpa, growing
+    /// cache"; "load".
     pub fn label(&self) -> String {
         if self.load {
             return "load".into();
@@ -116,13 +125,16 @@ impl ReserveClass {
                 s += ", mixed";
             }
         }
+        if self.growing {
+            s += ", growing cache";
+        }
         s
     }
 
     fn terms(&self) -> &'static [Term] {
         if self.load {
             &LOAD_TERMS
-        } else if self.mode == Mode::Infer {
+        } else if self.mode == Mode::Infer && !self.growing {
             &INFER_TERMS
         } else {
             &RESERVE_TERMS
@@ -189,6 +201,7 @@ fn points(records: &[Record]) -> BTreeMap<ReserveClass, BTreeMap<String, Point>>
                 r.checkpointing.unwrap_or(Checkpointing::None),
                 r.trainable.unwrap_or(Trainable::Full),
                 r.precision,
+                r.kv_cache.unwrap_or(KvKind::Preallocated),
             ),
             _ => continue,
         };
@@ -470,6 +483,7 @@ mod tests {
             Checkpointing::None,
             Trainable::Full,
             Precision::Bf16,
+            KvKind::Preallocated,
         );
         assert_eq!(class, f.class, "flash and SDPA are one class");
         let r = reserve_for(std::slice::from_ref(f), class, &t, 1e10).unwrap();
@@ -482,6 +496,7 @@ mod tests {
             Checkpointing::Layer,
             Trainable::Full,
             Precision::Bf16,
+            KvKind::Preallocated,
         );
         let r = reserve_for(std::slice::from_ref(f), ck, &t, 1e10).unwrap();
         assert!(

@@ -280,14 +280,22 @@ pub const RESERVE_CSVS: [&str; 2] = [
 pub const RESERVE_CONSTANTS: &str = "results/emulated/a100-80gb-emu-reserve-llm.constants.toml";
 
 /// A reserve class as a constants file spells it: `load`, `mode`, `attention`,
-/// `checkpointing`, `lora`, `mixed`.
-pub type ReserveKey = (bool, &'static str, &'static str, &'static str, bool, bool);
+/// `checkpointing`, `lora`, `mixed`, `growing` (inference with a growing KV cache).
+pub type ReserveKey = (
+    bool,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    bool,
+    bool,
+);
 
 /// The `[[reserve]]` table of `class` in the constants file `constants`.
 pub fn reserve_table(constants: &str, class: ReserveKey) -> toml::Value {
     let text = std::fs::read_to_string(root().join(constants)).unwrap();
     let v: toml::Value = toml::from_str(&text).unwrap();
-    let (load, mode, attention, ck, lora, mixed) = class;
+    let (load, mode, attention, ck, lora, mixed, growing) = class;
     v["reserve"]
         .as_array()
         .unwrap()
@@ -300,6 +308,7 @@ pub fn reserve_table(constants: &str, class: ReserveKey) -> toml::Value {
                 && c["checkpointing"].as_str() == Some(ck)
                 && c["lora"].as_bool() == Some(lora)
                 && c["mixed"].as_bool() == Some(mixed)
+                && c["growing"].as_bool() == Some(growing)
         })
         .unwrap_or_else(|| panic!("{constants}: no reserve class {class:?}"))
         .clone()

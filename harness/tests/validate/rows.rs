@@ -124,7 +124,7 @@ fn a_loaded_model_is_its_weights_and_the_context() {
     let reserve = common::reserve_of(
         &common::reserve_coefficients(
             common::RESERVE_CONSTANTS,
-            (true, "infer", "eager", "none", false, false),
+            (true, "infer", "eager", "none", false, false, false),
         ),
         &[("const", 1.0), ("weight", weights as f64)],
     );

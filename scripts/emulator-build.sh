@@ -7,7 +7,7 @@
 #   scripts/emulator-build.sh [PYTHON]     # PYTHON defaults to scripts/torch-env.sh's
 #   scripts/emulator-build.sh --headers INC[:INC...] OUT
 #
-# The hand-written entry points are harness/emulator/{emu,runtime,launch,pool,driver,refused}.c (and nvml.c). Every other CUDA runtime and cuBLAS
+# The hand-written entry points are harness/emulator/{emu,runtime,launch,pool,driver,refused}.c (and nvml.c, nccl.c). Every other CUDA runtime and cuBLAS
 # function gets a generated stub that returns success, so no call reaches the real libcudart
 # (which would look for a driver). For a torch environment these are the functions its torch
 # libraries import; the output is cached by a hash of the sources, torch's version and the
@@ -16,7 +16,8 @@
 # headers under INC... declare, and the libraries are written to OUT, uncached.
 # Output: libvramlab_emu.so (preloaded), libcuda.so.1 (the same code under the driver's
 # soname, for torch's NVRTC module, which links libcuda, and for Triton's dlopen),
-# libnvidia-ml.so.1 (NVML: harness/emulator/nvml.c), BUILD-INFO, `generated` (the names
+# libnvidia-ml.so.1 (NVML: harness/emulator/nvml.c), libnccl.so.2 (NCCL: harness/emulator/nccl.c,
+# preloaded after libvramlab_emu.so), BUILD-INFO, `generated` (the names
 # given a stub that succeeds without acting, one a line) and cuda-libs/ (empty libraries under
 # the sonames of libcudart, cuBLAS and cuRAND, for a program linked against them, such as
 # vramlab's CUDA build: the loader needs a file of each name, and the preloaded library defines
@@ -113,7 +114,7 @@ fi
 if [ "$MODE" = torch ]; then
   key="$(cat "$ROOT"/harness/emulator/*.[ch] "$ROOT/scripts/emulator-build.sh" | sha256sum | cut -c1-12)"
   OUT="$CACHE/torch-$TORCH_VERSION-cu$TORCH_CUDA-$key"
-  if [ -f "$OUT/libvramlab_emu.so" ] && [ -f "$OUT/libcuda.so.1" ] && [ -f "$OUT/libnvidia-ml.so.1" ]; then
+  if [ -f "$OUT/libvramlab_emu.so" ] && [ -f "$OUT/libcuda.so.1" ] && [ -f "$OUT/libnvidia-ml.so.1" ] && [ -f "$OUT/libnccl.so.2" ]; then
     echo "$OUT"
     exit 0
   fi
@@ -168,6 +169,9 @@ cc -shared -Wl,-soname,libcuda.so.1 -o "$tmp/libcuda.so.1" "${objs[@]}" "$tmp/ge
 # NVML (harness/emulator/nvml.c), on its own: vLLM and pynvml detect the GPU through it.
 cc -O2 -fPIC -Wall -Wno-unused-parameter -fvisibility=hidden -shared -Wl,-soname,libnvidia-ml.so.1 \
   -o "$tmp/libnvidia-ml.so.1" "$ROOT/harness/emulator/nvml.c" -lpthread
+# NCCL (harness/emulator/nccl.c), on its own: tensor-parallel ranks, one emulated device each.
+cc -O2 -fPIC -Wall -fvisibility=hidden -shared -Wl,-soname,libnccl.so.2 \
+  -o "$tmp/libnccl.so.2" "$ROOT/harness/emulator/nccl.c" -ldl
 mkdir -p "$tmp/cuda-libs"
 for so in libcudart.so.{11,12,13} libcublas.so.{11,12,13} libcublasLt.so.{11,12,13} libcurand.so.10; do
   # The version node NVIDIA's libraries define under their soname, so that the loader finds the
@@ -182,11 +186,11 @@ if [ "$MODE" = torch ]; then
   # Published whole with one rename (the build folder is in the cache, on the same file
   # system): concurrent builds of the same key never see half a folder; the first one wins.
   mkdir -p "$tmp/pub"
-  cp -r "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/libnvidia-ml.so.1" "$tmp/BUILD-INFO" "$tmp/generated" "$tmp/cuda-libs" "$tmp/pub/"
+  cp -r "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/libnvidia-ml.so.1" "$tmp/libnccl.so.2" "$tmp/BUILD-INFO" "$tmp/generated" "$tmp/cuda-libs" "$tmp/pub/"
   mv -T "$tmp/pub" "$OUT" 2>/dev/null || [ -f "$OUT/libcuda.so.1" ]
 else
   mkdir -p "$OUT"
-  cp -r "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/libnvidia-ml.so.1" "$tmp/BUILD-INFO" "$tmp/generated" "$tmp/cuda-libs" "$OUT/"
+  cp -r "$tmp/libvramlab_emu.so" "$tmp/libcuda.so.1" "$tmp/libnvidia-ml.so.1" "$tmp/libnccl.so.2" "$tmp/BUILD-INFO" "$tmp/generated" "$tmp/cuda-libs" "$OUT/"
 fi
 if [ "$MODE" = torch ]; then
   log "built for torch $TORCH_VERSION (CUDA $TORCH_CUDA): $(tr '\n' ' ' <"$OUT/BUILD-INFO")"

@@ -457,9 +457,13 @@ EXPORT cudaError_t cudaPointerGetAttributes(POINTER_ATTRIBUTES *a, const void *p
   struct block *b = find_block((uintptr_t)ptr);
   if (b && !b->host) {
     a->type = cudaMemoryTypeDevice;
+    a->device = b->device;
     a->devicePointer = (void *)ptr;
   } else if (b) {
+    /* Mapped pinned memory reads as the device current at its allocation: torch takes the device
+     * of a view of it (vLLM's UVA-backed buffers, one per tensor-parallel rank) from here. */
     a->type = cudaMemoryTypeHost;
+    a->device = b->device;
     a->hostPointer = (void *)ptr;
     a->devicePointer = (void *)ptr;
   } else {

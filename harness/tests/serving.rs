@@ -68,8 +68,13 @@ fn serving_terms_follow_vllm_s_rules_by_hand() {
         // The rows add up; the request is the card's bytes at 0.9.
         let total = u(&j["gpu"]["total_bytes"]);
         assert_eq!(u(&s["requested_bytes"]), (total as f64 * 0.9).ceil() as u64);
+        // One cos/sin cache of every position, in the weights' dtype.
+        let rotary = n("max_position_embeddings") * head_dim * 2;
+        assert_eq!(u(&s["rotary_cache_bytes"]), rotary);
         let non_kv = [
             "weights",
+            "weights_rounding",
+            "rotary_cache",
             "sampler_state",
             "other_buffers",
             "activation_peak",
@@ -151,7 +156,19 @@ fn serving_refusals_are_one_line() {
         ),
         (
             &["--model", "llama-3.1-8b", "--enforce-eager", "--gpus", "2"][..],
-            "one GPU only",
+            "give the ranks with --tensor-parallel-size",
+        ),
+        (
+            &["--model", "llama-3.1-8b", "--enforce-eager", "--tp", "3"][..],
+            "--tensor-parallel-size 3 does not divide its 32 attention heads",
+        ),
+        (
+            &["--model", "qwen2.5-0.5b", "--enforce-eager", "--tp", "7"][..],
+            "does not divide its 2 KV heads",
+        ),
+        (
+            &["--model", "llama-3.1-8b", "--enforce-eager", "--tp", "0"][..],
+            "--tensor-parallel-size must be in 1..=",
         ),
         (
             &["--model", "gpt2", "--enforce-eager"][..],
@@ -212,4 +229,71 @@ fn serving_refusals_are_one_line() {
         .output()
         .unwrap();
     one_line_exit_2(&out, "--runtime vllm needs --gpu");
+    let out = vramlab()
+        .args(["estimate", "--model", "llama-3.1-8b", "--tp", "2"])
+        .output()
+        .unwrap();
+    one_line_exit_2(
+        &out,
+        "--tensor-parallel-size is vLLM's (add --runtime vllm)",
+    );
+}
+
+/// `--tp N`: one rank's figures by hand from the config, as vLLM splits a dense decoder (the
+/// query heads, the MLP's intermediate width and the vocabulary padded to 64 rows over the
+/// ranks; the KV heads too, or one a rank where the ranks outnumber them; norms and the rotary
+/// cache whole on every rank), and the KV tokens of the engine over a rank's heads.
+#[test]
+fn tensor_parallel_figures_are_one_rank_s_by_hand() {
+    let c = config("llama-3.1-8b");
+    let n = |k: &str| u(&c[k]);
+    let (h, inter, layers, heads, kv_heads) = (
+        n("hidden_size"),
+        n("intermediate_size"),
+        n("num_hidden_layers"),
+        n("num_attention_heads"),
+        n("num_key_value_heads"),
+    );
+    let head_dim = h / heads;
+    let vocab = n("vocab_size").div_ceil(64) * 64;
+    let one = serving("llama-3.1-8b", "h100-80gb", &["--max-model-len", "8192"]);
+    // 16 ranks outnumber the 8 KV heads: each rank holds one, twice over the engine.
+    for (tp, kv_rank) in [(2u64, kv_heads / 2), (4, kv_heads / 4), (16, 1)] {
+        let j = serving(
+            "llama-3.1-8b",
+            "h100-80gb",
+            &["--max-model-len", "8192", "--tp", &tp.to_string()],
+        );
+        let s = &j["serving"];
+        let (q, kv) = (heads / tp * head_dim, kv_rank * head_dim);
+        let layer = (q + 2 * kv) * h + h * q + 3 * (inter / tp) * h + 2 * h;
+        assert_eq!(
+            u(&s["weights_bytes"]),
+            2 * (2 * (vocab / tp) * h + layers * layer + h),
+            "{tp} ranks"
+        );
+        assert_eq!(u(&s["tensor_parallel"]), tp);
+        let per_token = layers * 2 * kv_rank * head_dim * 2;
+        assert_eq!(u(&s["kv_bytes_per_token"]), per_token, "{tp} ranks");
+        // What is whole on every rank is the one GPU's.
+        for k in [
+            "rotary_cache_bytes",
+            "sampler_state_bytes",
+            "other_buffers_bytes",
+        ] {
+            assert_eq!(s[k], one["serving"][k], "{tp} ranks: {k}");
+        }
+        // The rank's forward holds its shard of the MLP beside the whole hidden state; the
+        // sampler's gathered logits are the whole vocabulary's.
+        let batched = u(&s["max_num_batched_tokens"]);
+        let seqs = u(&s["max_num_seqs"]);
+        let forward = batched * 2 * (2 * h + 3 * (inter / tp));
+        let sampler = batched * h * 2 + seqs * n("vocab_size") * (2 + 4);
+        assert_eq!(u(&s["activation_peak_bytes"]), forward.max(sampler));
+        let blocks = u(&s["available_kv_bytes"]) / (16 * per_token);
+        assert_eq!(u(&s["kv_blocks"]), blocks);
+        assert_eq!(u(&s["kv_tokens"]), (blocks as f64 / 512.0 * 8192.0) as u64);
+        let note = j["notes"][0].as_str().unwrap();
+        assert!(note.contains("NCCL's own buffers"), "{note}");
+    }
 }

@@ -38,9 +38,11 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size)]
     pub gpu_memory: Option<u64>,
     /// How many such GPUs to present (1 to 16): `torchrun --nproc-per-node N` ranks each take
-    /// theirs with `torch.cuda.set_device(LOCAL_RANK)`.
+    /// theirs with `torch.cuda.set_device(LOCAL_RANK)`, and vLLM's `tensor_parallel_size=N`
+    /// runs a worker on each. The ranks talk through an emulated NCCL that moves nothing and
+    /// holds none of real NCCL's own buffers.
     #[arg(long, default_value_t = 1, value_name = "N",
-          value_parser = clap::value_parser!(u64).range(1..=16))]
+          value_parser = clap::value_parser!(u64).range(1..=crate::emulate::MAX_DEVICES))]
     pub devices: u64,
     /// Stop the program after this long (e.g. 90s, 10m, 2h; 0 for never), report what was seen
     /// up to then as partial, and exit 1. Kernels do not run, so emulated programs are fast:
@@ -288,8 +290,9 @@ fn json(
         "steps": rep.steps.iter().map(span_json).collect::<Vec<_>>(),
         "processes": f.collected.processes.iter().filter(|p| p.observed()).map(process_json).collect::<Vec<_>>(),
         // vLLM's startup lines, by the process that logged them (its engine core, a worker per
-        // rank).
-        "vllm": f.collected.observed().filter_map(|p| {
+        // rank), whether it used the device or not (under tensor parallelism the engine core,
+        // which prints the KV tokens, holds nothing there).
+        "vllm": f.collected.processes.iter().filter_map(|p| {
             let v = p.python.as_ref()?.vllm.as_ref()?;
             let mut j = v.json();
             j["pid"] = p.pid.into();
@@ -378,7 +381,7 @@ fn print_table(f: &Finished, v: &Verdict, primary: Option<&Process>, rep: &Repor
             );
         }
     }
-    for p in &observed {
+    for p in &f.collected.processes {
         if let Some(v) = p.python.as_ref().and_then(|r| r.vllm.as_ref()) {
             println!(
                 "vLLM's startup, process {} ({}):",

@@ -355,7 +355,12 @@ fn loadable(stubs: &Path) -> PathBuf {
     text.hash(&mut h);
     let copy = std::env::temp_dir().join(format!("vramlab-emu-stubs-{:016x}", h.finish()));
     let _ = std::fs::create_dir_all(&copy);
-    for lib in ["libvramlab_emu.so", "libcuda.so.1", "libnvidia-ml.so.1"] {
+    for lib in [
+        "libvramlab_emu.so",
+        "libcuda.so.1",
+        "libnvidia-ml.so.1",
+        NCCL,
+    ] {
         let _ = std::fs::copy(stubs.join(lib), copy.join(lib));
     }
     let libs = copy.join(CUDA_LIBS);
@@ -369,6 +374,15 @@ fn loadable(stubs: &Path) -> PathBuf {
     }
     copy
 }
+
+/// The most emulated GPUs one run presents (`vramlab emulate --devices`): as many as a
+/// process record holds.
+pub const MAX_DEVICES: u64 = records::MAX_DEVICES as u64;
+
+/// The emulated NCCL in the stub folder (harness/emulator/nccl.c): preloaded after the
+/// runtime, so that torch's ProcessGroupNCCL binds it, and named to vLLM
+/// (`VLLM_NCCL_SO_PATH`), whose PyNcclCommunicator opens it itself.
+const NCCL: &str = "libnccl.so.2";
 
 /// The stub folder's subfolder of empty libraries under the sonames of libcudart, cuBLAS and
 /// cuRAND (scripts/emulator-build.sh): what a program linked against them needs to load.
@@ -400,6 +414,14 @@ impl Launch<'_> {
         let stubs = loadable(self.stubs);
         let preload = stubs.join("libvramlab_emu.so");
         let mut ld_preload = preload.into_os_string();
+        // The emulated NCCL after the runtime it allocates through (a stub folder of a release
+        // before it has none: those runs keep the program's own NCCL).
+        let nccl = stubs.join(NCCL);
+        if nccl.is_file() {
+            ld_preload.push(":");
+            ld_preload.push(&nccl);
+            c.env("VLLM_NCCL_SO_PATH", &nccl);
+        }
         if let Some(old) = std::env::var_os("LD_PRELOAD") {
             ld_preload.push(":");
             ld_preload.push(old);

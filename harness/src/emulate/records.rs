@@ -9,7 +9,8 @@ use std::path::Path;
 
 /// `EMU_RECORD_MAGIC`: "VRMEREC1".
 const MAGIC: u64 = 0x3143_4552_454d_5256;
-const MAX_DEVICES: usize = 16;
+/// `EMU_MAX_DEVICES` (harness/emulator/emu_record.h): the devices a process record holds.
+pub(super) const MAX_DEVICES: usize = 16;
 const TEXT: usize = 512;
 const PROC_SIZE: usize = 128 + MAX_DEVICES * 32 + 2 * TEXT;
 const DEVICE_SIZE: usize = 32;

@@ -93,7 +93,7 @@ pub fn startup(
         "from vllm import LLM\nLLM(model={:?}, load_format='dummy', dtype='{}', \
          max_model_len={}, gpu_memory_utilization={}, enforce_eager=True, \
          skip_tokenizer_init=True, max_num_batched_tokens={}, max_num_seqs={}, \
-         kv_cache_dtype='{}')\n",
+         kv_cache_dtype='{}', tensor_parallel_size={})\n",
         dir.path().to_str().expect("a temporary path is UTF-8"),
         match precision {
             Precision::F32 => "float32",
@@ -105,6 +105,7 @@ pub fn startup(
         q.max_num_batched_tokens,
         q.max_num_seqs,
         if q.kv_bytes == 1 { "fp8" } else { "auto" },
+        q.tensor_parallel,
     );
     let report = dir.path().join("report.json");
     let timeout = match timeout {
@@ -117,6 +118,8 @@ pub fn startup(
             "emulate",
             "--gpu",
             &gpu.key,
+            "--devices",
+            &q.tensor_parallel.to_string(),
             "--timeout",
             &timeout,
             "--json-out",
@@ -138,9 +141,19 @@ pub fn startup(
             )
         }
     };
-    let v = j["vllm"]
-        .as_array()
-        .and_then(|l| l.iter().find(|p| p["kv_tokens"].is_u64()))
+    // One process prints the KV tokens (the engine core: with tensor parallelism a process of
+    // its own, on no device), the worker of rank 0 the memory lines.
+    let entries = j["vllm"].as_array().cloned().unwrap_or_default();
+    let first = |key: &str| {
+        entries
+            .iter()
+            .map(|p| &p[key])
+            .find(|v| !v.is_null())
+            .cloned()
+    };
+    let v = entries
+        .iter()
+        .find(|p| p["kv_tokens"].is_u64())
         .ok_or_else(|| {
             // vLLM's own reason: its refusal is a ValueError (one request of max_model_len
             // does not fit, naming the largest length that does), else the last line.
@@ -159,13 +172,19 @@ pub fn startup(
                 last.trim()
             )
         })?;
+    let (kv_tokens, max_concurrency) = (
+        v["kv_tokens"].as_u64().unwrap_or_default(),
+        v["max_concurrency"].as_f64().unwrap_or_default(),
+    );
     Ok(EmulatedServing {
         gpu: gpu.key.clone(),
-        available_kv_bytes: v["available_kv_bytes"].as_i64().unwrap_or_default(),
-        kv_tokens: v["kv_tokens"].as_u64().unwrap_or_default(),
-        max_concurrency: v["max_concurrency"].as_f64().unwrap_or_default(),
-        weights_bytes: v["weights_bytes"].as_i64(),
-        activation_peak_bytes: v["activation_peak_bytes"].as_i64(),
+        available_kv_bytes: first("available_kv_bytes")
+            .and_then(|b| b.as_i64())
+            .unwrap_or_default(),
+        kv_tokens,
+        max_concurrency,
+        weights_bytes: first("weights_bytes").and_then(|b| b.as_i64()),
+        activation_peak_bytes: first("activation_peak_bytes").and_then(|b| b.as_i64()),
         report: j,
     })
 }

@@ -13,8 +13,11 @@
 //! - **sampler state**: the penalties' `output_bin_counts` (`max_num_seqs` × vocab, int32) and
 //!   `prompt_bin_mask` (`max_num_seqs` × ⌈vocab / 32⌉, int32), `v1/worker/gpu/sample/penalties.py`
 //!   (exact);
-//! - **other buffers**: the model runner's input buffers, the rotary cache and the caching
-//!   allocator's rounding of the weights: [`OTHER_FIXED`] and [`OTHER_PER_SEQ`], fitted;
+//! - **rotary cache**: the cos/sin cache of every position, one for all layers
+//!   (`rotary_embedding/base.py`, `cos_sin_cache`: `max_position_embeddings` × the rotary
+//!   width, in the model's dtype; `get_rope` shares it) (exact);
+//! - **other buffers**: the model runner's input buffers and per-request sampling buffers:
+//!   [`OTHER_FIXED`] and [`OTHER_PER_SEQ`], fitted;
 //! - **activation peak**: the larger of the forward's and the sampler's. The forward (attention
 //!   skipped in the profile run) peaks in the MLP with the hidden state and the residual, the
 //!   fused gate/up output and SiLU-and-mul's output live: N·e·(2h + 3I). The sampler holds the
@@ -32,14 +35,15 @@ use serde::Serialize;
 /// vLLM's KV block size (tokens), the CUDA default of `cache_config.block_size`.
 pub const BLOCK_TOKENS: u64 = 16;
 
-/// What stays allocated beside the weights and the sampler state after the profile run: the
-/// model runner's input buffers, the rotary cos/sin cache, per-request sampling buffers and the
-/// caching allocator's rounding of the weights: [`OTHER_FIXED`] plus [`OTHER_PER_SEQ`] per
-/// `max_num_seqs`. Fitted by least squares on ten emulated vLLM 0.33 startups (Qwen2.5-0.5B and
-/// Llama-3.1-8B on an emulated H100, max_num_batched_tokens 2,048 to 16,384, max_num_seqs 256
-/// and 1,024; `scripts/vllm-serving-grid.sh`), as the part of vLLM's non-KV memory the other
-/// terms leave; residuals −28 to +29 MiB (docs/src/guides/serving.md).
-pub const OTHER_FIXED: u64 = 115 << 20;
+/// What stays allocated beside the weights, the rotary cache and the sampler state after the
+/// profile run: the model runner's input buffers and per-request sampling buffers:
+/// [`OTHER_FIXED`] plus [`OTHER_PER_SEQ`] per `max_num_seqs`. Fitted by least squares on ten
+/// emulated vLLM 0.33 startups (Qwen2.5-0.5B and Llama-3.1-8B on an emulated H100,
+/// max_num_batched_tokens 2,048 to 16,384, max_num_seqs 256 and 1,024;
+/// `results/emulated/vllm-0.33-startups.tsv`, `scripts/vllm-serving-grid.sh`), as the part of
+/// vLLM's non-KV memory the other terms leave; residuals −32 to +15 MiB
+/// (docs/src/guides/serving.md).
+pub const OTHER_FIXED: u64 = 97 << 20;
 /// See [`OTHER_FIXED`].
 pub const OTHER_PER_SEQ: u64 = 56 << 10;
 
@@ -58,6 +62,8 @@ pub struct ServingQuery {
     pub weight_bytes: u64,
     /// The KV cache's bytes per element (`--kv-cache-dtype`: auto = the weights', fp8 = 1).
     pub kv_bytes: u64,
+    /// `--tensor-parallel-size`: the ranks, one GPU each (1 unless [`ServingQuery::on_ranks`]).
+    pub tensor_parallel: u64,
 }
 
 impl ServingQuery {
@@ -102,6 +108,82 @@ impl ServingQuery {
             max_num_seqs,
             weight_bytes,
             kv_bytes,
+            tensor_parallel: 1,
+        })
+    }
+
+    /// The query on `tp` tensor-parallel ranks of `cfg`, checked as vLLM checks the model's
+    /// shapes against `--tensor-parallel-size` ([`Shards::of`]); the error is one line.
+    pub fn on_ranks(self, cfg: &Config, tp: u64) -> Result<ServingQuery, String> {
+        Shards::of(cfg, tp)?;
+        Ok(ServingQuery {
+            tensor_parallel: tp,
+            ..self
+        })
+    }
+}
+
+/// The most tensor-parallel ranks a query may name (vLLM's largest NVLink domains are 72 GPUs).
+pub const MAX_TENSOR_PARALLEL: u64 = 1024;
+
+/// What one tensor-parallel rank of vLLM holds of a dense decoder's layers
+/// (`model_executor/layers/linear.py`, `vocab_parallel_embedding.py`): the query heads, the
+/// gated MLP's intermediate width and the vocabulary's padded rows split evenly; the KV heads
+/// split too, or, with more ranks than KV heads, replicated so that each rank holds one
+/// (`QKVParallelLinear`'s `num_kv_head_replicas`). Norms are whole on every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shards {
+    pub ranks: u64,
+    pub q_heads: u64,
+    pub kv_heads: u64,
+    pub intermediate: u64,
+    /// The embedding's (and an untied head's) rows: the vocabulary padded to
+    /// [`VOCAB_PADDING`], over the ranks.
+    pub vocab_rows: u64,
+}
+
+impl Shards {
+    /// A rank's shards of `cfg` over `tp` ranks, or vLLM's refusal: the heads (and the KV heads,
+    /// or the ranks by them), the intermediate width and the padded vocabulary must divide.
+    pub fn of(cfg: &Config, tp: u64) -> Result<Shards, String> {
+        if tp == 0 || tp > MAX_TENSOR_PARALLEL {
+            return Err(format!(
+                "--tensor-parallel-size must be in 1..={MAX_TENSOR_PARALLEL}, got {tp}"
+            ));
+        }
+        let (heads, kv, inter) = (
+            cfg.num_heads as u64,
+            cfg.num_kv_heads as u64,
+            cfg.intermediate_size as u64,
+        );
+        let vocab = (cfg.vocab_size as u64).div_ceil(VOCAB_PADDING) * VOCAB_PADDING;
+        let kv_splits = if tp >= kv {
+            tp.is_multiple_of(kv)
+        } else {
+            kv.is_multiple_of(tp)
+        };
+        let why = if !heads.is_multiple_of(tp) {
+            Some(format!("its {heads} attention heads"))
+        } else if !kv_splits {
+            Some(format!("its {kv} KV heads (nor are they a divisor of it)"))
+        } else if !inter.is_multiple_of(tp) {
+            Some(format!("its intermediate size {inter}"))
+        } else if !vocab.is_multiple_of(tp) {
+            Some(format!("its vocabulary padded to {vocab} rows"))
+        } else {
+            None
+        };
+        if let Some(what) = why {
+            return Err(format!(
+                "--tensor-parallel-size {tp} does not divide {what}, as vLLM requires"
+            ));
+        }
+        Ok(Shards {
+            ranks: tp,
+            q_heads: heads / tp,
+            kv_heads: (kv / tp).max(1),
+            intermediate: inter / tp,
+            vocab_rows: vocab / tp,
         })
     }
 }
@@ -150,11 +232,14 @@ pub struct Serving {
     /// PyTorch's caching allocator's rounding of the weights' blocks (segments of 10 MiB and
     /// more round up to 2 MiB).
     pub weights_rounding_bytes: u64,
+    /// The rotary cos/sin cache: `max_position_embeddings` × head_dim in the weights' dtype,
+    /// whole on every rank.
+    pub rotary_cache_bytes: u64,
     pub sampler_state_bytes: u64,
     pub other_buffers_bytes: u64,
     pub activation_peak_bytes: u64,
-    /// Everything but the KV cache: weights and their rounding, sampler state, other buffers,
-    /// activation peak.
+    /// Everything but the KV cache: weights and their rounding, the rotary cache, sampler
+    /// state, other buffers, activation peak.
     pub non_kv_bytes: u64,
     /// What vLLM gives the KV cache (negative: the rest does not fit the request).
     pub available_kv_bytes: i64,
@@ -168,6 +253,9 @@ pub struct Serving {
     pub max_model_len: u64,
     pub max_num_batched_tokens: u64,
     pub max_num_seqs: u64,
+    /// The tensor-parallel ranks: every figure above is one rank's (the KV tokens and the
+    /// concurrency are the engine's, which each rank's cache holds its heads of).
+    pub tensor_parallel: u64,
     /// Whether one request of `max_model_len` fits (vLLM starts).
     pub fits: bool,
     /// The largest `max_model_len` whose one request fits: whole blocks of what the KV cache
@@ -179,18 +267,16 @@ pub struct Serving {
 /// the embedding's and the head's rows round up to a multiple of 64.
 pub const VOCAB_PADDING: u64 = 64;
 
-/// The elements of each weight tensor vLLM allocates for a dense decoder: the embedding and
-/// an untied head (rows padded to [`VOCAB_PADDING`]), and per layer the fused q/k/v (and its
-/// bias), o, the fused gate/up, down, the two norms (and Qwen3's q/k norms), then the final
-/// norm.
-pub fn vllm_weight_tensors(cfg: &Config) -> Vec<u64> {
+/// The elements of each weight tensor one rank of vLLM allocates for a dense decoder
+/// ([`Shards`]; on one GPU, the whole model): the embedding and an untied head (rows padded to
+/// [`VOCAB_PADDING`]), and per layer the fused q/k/v (and its bias), o, the fused gate/up,
+/// down, the two norms (and Qwen3's q/k norms), then the final norm.
+pub fn vllm_weight_tensors(cfg: &Config, s: &Shards) -> Vec<u64> {
     let h = cfg.hidden_size as u64;
-    let (q, kv) = (
-        (cfg.num_heads * cfg.head_dim) as u64,
-        (cfg.num_kv_heads * cfg.head_dim) as u64,
-    );
-    let inter = cfg.intermediate_size as u64;
-    let vocab = (cfg.vocab_size as u64).div_ceil(VOCAB_PADDING) * VOCAB_PADDING;
+    let hd = cfg.head_dim as u64;
+    let (q, kv) = (s.q_heads * hd, s.kv_heads * hd);
+    let inter = s.intermediate;
+    let vocab = s.vocab_rows;
     let mut t = vec![vocab * h];
     if !cfg.tie_word_embeddings {
         t.push(vocab * h);
@@ -257,32 +343,34 @@ pub fn unsupported(cfg: &Config) -> Option<String> {
     None
 }
 
-/// vLLM's startup figures for `cfg` on `gpu` under `q`.
+/// vLLM's startup figures for `cfg` on `gpu` under `q`: one rank's, each rank on a `gpu` of
+/// its own (all ranks hold the same, and vLLM sizes every rank's cache by the smallest).
+/// A rank's forward holds the hidden state and the residual whole and its shard of the MLP;
+/// the sampler gathers the whole vocabulary's logits on every rank.
 pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
+    let shards = Shards::of(cfg, q.tensor_parallel).expect("a query's ranks are checked");
     let (h, inter, vocab) = (
         cfg.hidden_size as u64,
-        cfg.intermediate_size as u64,
+        shards.intermediate,
         cfg.vocab_size as u64,
     );
     let (n, s, e) = (q.max_num_batched_tokens, q.max_num_seqs, q.weight_bytes);
     let requested = (gpu.total_bytes as f64 * q.utilization).ceil() as u64;
-    let tensors = vllm_weight_tensors(cfg);
+    let tensors = vllm_weight_tensors(cfg, &shards);
     let weights = tensors.iter().sum::<u64>() * e;
     let rounding = tensors
         .iter()
         .map(|&n| large_block_waste(n * e))
         .sum::<u64>();
+    let rotary = cfg.max_position_embeddings as u64 * cfg.head_dim as u64 * e;
     let sampler_state = s * vocab * 4 + s * vocab.div_ceil(32) * 4;
     let forward = n * e * (2 * h + 3 * inter);
     let sampler = n * h * e + s * vocab * (e + 4);
     let activation = forward.max(sampler);
     let other = OTHER_FIXED + OTHER_PER_SEQ * s;
-    let non_kv = weights + rounding + sampler_state + other + activation;
+    let non_kv = weights + rounding + rotary + sampler_state + other + activation;
     let available = requested as i64 - non_kv as i64;
-    let per_token = cfg
-        .kv_bytes_per_token(q.kv_bytes as usize)
-        .get()
-        .expect("a preset's KV bytes per token fit 64 bits");
+    let per_token = 2 * cfg.num_layers as u64 * shards.kv_heads * cfg.head_dim as u64 * q.kv_bytes;
     let block = BLOCK_TOKENS * per_token;
     let blocks = u64::try_from(available).map_or(0, |a| a / block);
     let per_request = q.max_model_len.div_ceil(BLOCK_TOKENS);
@@ -291,6 +379,7 @@ pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
         requested_bytes: requested,
         weights_bytes: weights,
         weights_rounding_bytes: rounding,
+        rotary_cache_bytes: rotary,
         sampler_state_bytes: sampler_state,
         other_buffers_bytes: other,
         activation_peak_bytes: activation,
@@ -303,6 +392,7 @@ pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
         max_model_len: q.max_model_len,
         max_num_batched_tokens: n,
         max_num_seqs: s,
+        tensor_parallel: q.tensor_parallel,
         fits: available > 0 && blocks >= per_request,
         max_model_len_fits: blocks * BLOCK_TOKENS,
     }

@@ -41,13 +41,6 @@ fn startup(r: &PeerRow) -> Result<Startup, (String, String)> {
     })?;
     let model = crate::estimate::resolve(preset).map_err(|e| (r.model.clone(), e.to_string()))?;
     let fail = |why: String| (model.name.clone(), why);
-    if r.tensor_parallel > 1 {
-        return Err(fail(format!(
-            "tensor parallelism ({} ranks: per-rank shards, NCCL's and the all-reduce's \
-             buffers) is not modelled yet",
-            r.tensor_parallel
-        )));
-    }
     if v.cuda_graphs && v.vllm >= GRAPHS_COUNTED_SINCE {
         return Err(fail(format!(
             "vLLM {} subtracts the CUDA graphs' memory before sizing the KV cache (since \
@@ -72,6 +65,7 @@ fn startup(r: &PeerRow) -> Result<Startup, (String, String)> {
         weight_bytes,
         serving::kv_bytes(v.kv_cache_dtype, weight_bytes),
     )
+    .and_then(|q| q.on_ranks(&model.config, r.tensor_parallel))
     .map_err(fail)?;
     Ok(Startup {
         model,

@@ -28,6 +28,10 @@ fn estimate_serving(p: &Value) -> Value {
         .args(["--max-num-batched-tokens", &arg("max_num_batched_tokens")])
         .args(["--max-num-seqs", &arg("max_num_seqs")])
         .args(["--kv-cache-dtype", &arg("kv_cache_dtype")])
+        .args([
+            "--tp",
+            &p["tensor_parallel"].as_u64().unwrap_or(1).to_string(),
+        ])
         .output()
         .unwrap();
     let j: Value = serde_json::from_slice(&out.stdout)
@@ -42,15 +46,6 @@ fn vllm_rows_are_the_serving_estimate_at_their_settings() {
     for p in serving_rows() {
         let id = p["id"].as_str().unwrap();
         let x = row(&r, id);
-        let tp = p["tensor_parallel"].as_u64().unwrap_or(1);
-        if tp > 1 {
-            assert_eq!(x["kind"], "not_expressible", "{x}");
-            assert!(
-                x["reason"].as_str().unwrap().contains("tensor parallel"),
-                "{x}"
-            );
-            continue;
-        }
         if x["kind"] == "not_expressible" {
             // Only what the serving estimate refuses for the model itself (gemma-2's windows).
             let why = x["reason"].as_str().unwrap();
@@ -68,7 +63,7 @@ fn vllm_rows_are_the_serving_estimate_at_their_settings() {
 }
 
 #[test]
-fn vllm_startups_on_one_gpu_are_met_within_3_percent() {
+fn vllm_startups_are_met_within_3_percent_on_one_gpu_and_5_on_ranks() {
     // H100 rows: vLLM 0.19's startup logs; the estimate is vLLM 0.33's eager accounting.
     let r = report(&[]);
     for p in serving_rows() {
@@ -78,7 +73,13 @@ fn vllm_startups_on_one_gpu_are_met_within_3_percent() {
             continue;
         }
         let err = x["error_pct"].as_f64().unwrap();
-        assert!(err.abs() <= 3.0, "{id}: {err:+.2}% ({x})");
+        if p["tensor_parallel"].as_u64().unwrap_or(1) > 1 {
+            // A rank's NCCL buffers are not counted (vLLM's non-torch memory on real GPUs):
+            // the estimate leaves the KV cache more than vLLM did, by less than 5%.
+            assert!(err > 0.0 && err <= 5.0, "{id}: {err:+.2}% ({x})");
+        } else {
+            assert!(err.abs() <= 3.0, "{id}: {err:+.2}% ({x})");
+        }
     }
 }
 

@@ -314,6 +314,18 @@ pub struct Args {
     /// vLLM's CUDA graphs is not modelled yet.
     #[arg(long, help_heading = "Serving (--runtime vllm)")]
     pub enforce_eager: bool,
+    /// With --runtime vllm: tensor-parallel ranks, one GPU of --gpu each (`vllm serve
+    /// --tensor-parallel-size`). The figures are one rank's: its shard of the weights, its KV
+    /// heads (replicated where the ranks outnumber them) and the engine's KV tokens. NCCL's own
+    /// buffers are not counted.
+    #[arg(
+        long,
+        visible_alias = "tp",
+        default_value_t = 1,
+        value_name = "RANKS",
+        help_heading = "Serving (--runtime vllm)"
+    )]
+    pub tensor_parallel_size: u64,
 
     /// Print JSON instead of tables.
     #[arg(long, help_heading = "Output")]
@@ -371,6 +383,13 @@ pub fn report(a: &Args) -> Result<Report> {
     }
     if a.runtime == Runtime::Vllm {
         return Ok(Report::Serving(Box::new(serving::report(a)?)));
+    }
+    if a.tensor_parallel_size != 1 {
+        return Err(crate::error::InputError::arg(
+            "--tensor-parallel-size is vLLM's (add --runtime vllm); training across GPUs is \
+             --gpus with --sharding",
+        )
+        .into());
     }
     Ok(match a.model.parse::<crate::vocab::GenModel>() {
         Ok(m) => Report::Generation(Box::new(generation::report(a, m)?)),

@@ -43,7 +43,8 @@ pub struct ServingGpu {
 /// The source line every serving estimate carries.
 const SOURCE: &str = "analytic: vLLM 0.33's startup rules (v1/worker/gpu_worker.py, \
 v1/core/kv_cache_planning.py), weights, sampler state and KV exact, the other buffers fitted on \
-emulated vLLM startups; eager engine, one GPU";
+emulated vLLM startups; eager engine; under tensor parallelism one rank's figures, NCCL's own \
+buffers not counted";
 
 fn refuse(msg: impl Into<String>) -> anyhow::Error {
     InputError::arg(msg.into()).into()
@@ -65,7 +66,7 @@ pub fn report(a: &Args) -> Result<ServingReport> {
     }
     if a.gpus != 1 {
         return Err(refuse(
-            "--runtime vllm: one GPU only (tensor parallelism is not modelled yet)",
+            "--runtime vllm: give the ranks with --tensor-parallel-size (--gpus is training's)",
         ));
     }
     let Some(gpu_name) = &a.gpu else {
@@ -113,9 +114,19 @@ pub fn report(a: &Args) -> Result<ServingReport> {
         weight_bytes,
         serving::kv_bytes(a.kv_cache_dtype, weight_bytes),
     )
-    .map_err(refuse)?;
+    .and_then(|q| q.on_ranks(cfg, a.tensor_parallel_size))
+    .map_err(|e| refuse(format!("--runtime vllm: {e}")))?;
     let s = serving::serving(cfg, &gpu, &q);
     let mut notes = Vec::new();
+    if q.tensor_parallel > 1 {
+        notes.push(format!(
+            "{} ranks, one {} each: every figure is one rank's. NCCL's own buffers and vLLM's \
+             all-reduce workspaces are not counted (real NCCL allocates them outside PyTorch, \
+             in vLLM's non-torch memory; the emulated NCCL holds none), so on real GPUs the \
+             available KV cache is smaller by their size",
+            q.tensor_parallel, gpu.key
+        ));
+    }
     if !s.fits {
         notes.push(format!(
             "vLLM would not start: one request of {} tokens needs {} of KV cache, more than the \
@@ -155,7 +166,8 @@ pub fn report(a: &Args) -> Result<ServingReport> {
     })
 }
 
-/// Runs vLLM's `LLM(...)` at the query's settings on the emulated `--emulate` card.
+/// Runs vLLM's `LLM(...)` at the query's settings on the emulated `--emulate` card, one per
+/// tensor-parallel rank.
 fn emulate(
     a: &Args,
     name: &str,
@@ -167,6 +179,14 @@ fn emulate(
         return Err(refuse(format!(
             "--runtime vllm: --emulate {name} must name the --gpu card ({})",
             gpu.key
+        )));
+    }
+    if q.tensor_parallel > crate::emulate::MAX_DEVICES {
+        return Err(refuse(format!(
+            "--runtime vllm: --emulate runs at most {} ranks (emulated cards), not \
+             --tensor-parallel-size {}",
+            crate::emulate::MAX_DEVICES,
+            q.tensor_parallel
         )));
     }
     let python = vllm::python(a.python.as_deref())?;
@@ -197,8 +217,15 @@ pub fn render(out: &mut String, r: &ServingReport) -> std::fmt::Result {
     )?;
     writeln!(
         out,
-        "max_model_len {}, max_num_batched_tokens {}, max_num_seqs {}, KV cache {}",
-        s.max_model_len, s.max_num_batched_tokens, s.max_num_seqs, r.model.kv_cache_dtype
+        "max_model_len {}, max_num_batched_tokens {}, max_num_seqs {}, KV cache {}{}",
+        s.max_model_len,
+        s.max_num_batched_tokens,
+        s.max_num_seqs,
+        r.model.kv_cache_dtype,
+        match s.tensor_parallel {
+            1 => String::new(),
+            t => format!(", tensor_parallel_size {t} (one rank's figures)"),
+        }
     )?;
     let rows = [
         ("requested (total × utilization)", s.requested_bytes),
@@ -207,6 +234,7 @@ pub fn render(out: &mut String, r: &ServingReport) -> std::fmt::Result {
             "allocator rounding of the weights",
             s.weights_rounding_bytes,
         ),
+        ("rotary cache (cos/sin)", s.rotary_cache_bytes),
         ("sampler state (penalties)", s.sampler_state_bytes),
         ("other buffers (fitted)", s.other_buffers_bytes),
         ("peak activation (profile run)", s.activation_peak_bytes),

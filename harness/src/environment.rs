@@ -290,6 +290,12 @@ pub const VARS: &[EnvVar] = &[
         meaning: "the folder `${VRAMLAB_MODELS}` names in scenario sources; scripts/fetch-test-models.sh fills it",
     },
     EnvVar {
+        name: "VRAMLAB_NCCL_LOG",
+        read_by: &[Stubs],
+        default: "",
+        meaning: "`1`: the emulated NCCL (harness/emulator/nccl.c) traces each call on standard error: communicators made, collectives, `ncclMemAlloc`",
+    },
+    EnvVar {
         name: "VRAMLAB_PROBE_STACK",
         read_by: &[Python],
         default: "",

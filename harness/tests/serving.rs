@@ -1,7 +1,8 @@
 //! `vramlab estimate --runtime vllm` (docs/src/guides/serving.md): vLLM's startup figures. The
 //! exact terms against the published config.json by hand, vLLM's KV token and concurrency
-//! rules, the refusal with the largest --max-model-len that fits, and bad input. The agreement
-//! with vLLM's own startup on the emulated GPU is `tests/vllm.rs`.
+//! rules, the refusal with the largest --max-model-len that fits, bad input, and the fitted
+//! terms as `vramlab fit --vllm` gives them on the committed corpus of emulated startups. The
+//! agreement with vLLM's own startup on the emulated GPU is `tests/vllm.rs`.
 mod common;
 use common::{one_line_exit_2, root, serving_estimate as serving, vramlab};
 
@@ -78,6 +79,7 @@ fn serving_terms_follow_vllm_s_rules_by_hand() {
             "sampler_state",
             "other_buffers",
             "activation_peak",
+            "cuda_graph",
         ]
         .iter()
         .map(|k| u(&s[format!("{k}_bytes")]))
@@ -135,7 +137,6 @@ fn a_max_model_len_that_does_not_fit_names_the_largest_that_does() {
 fn serving_refusals_are_one_line() {
     let base = ["--runtime", "vllm", "--gpu", "h100-80gb"];
     for (more, needle) in [
-        (&["--model", "llama-3.1-8b"][..], "add --enforce-eager"),
         (
             &[
                 "--model",
@@ -296,4 +297,132 @@ fn tensor_parallel_figures_are_one_rank_s_by_hand() {
         let note = j["notes"][0].as_str().unwrap();
         assert!(note.contains("NCCL's own buffers"), "{note}");
     }
+}
+
+/// The committed corpus of emulated vLLM startups
+/// (`results/emulated/vllm-0.33-startups.tsv`).
+fn startups() -> std::path::PathBuf {
+    root().join("results/emulated/vllm-0.33-startups.tsv")
+}
+
+/// `vramlab fit --vllm` on the committed corpus gives the estimate's own fitted terms: the other
+/// buffers of an eager query, and with CUDA graphs (vLLM's default) the pool's coefficients for
+/// a Hopper card over the features by hand (1, a hidden row summed over the PIECEWISE capture
+/// sizes and over the FULL ones) plus vLLM's 1 MiB floor for each FULL graph beyond the first.
+/// The capture sizes by hand: 1, 2, 4, 8 to 248 by 8, 256 to 512 by 16 (51 sizes), all FULL at
+/// 1,024 sequences, those up to 256 at 256.
+#[test]
+fn the_fitted_terms_are_fit_s_answer_on_the_committed_startups() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("serving.toml");
+    let o = vramlab()
+        .args(["fit", "--vllm"])
+        .arg(startups())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains("held-out leave-one-model-out, KV tokens:"),
+        "{stdout}"
+    );
+    let t: toml::Value = toml::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let f = &t["serving"];
+    let int = |k: &str| f[k].as_integer().unwrap() as u64;
+    let pool: Vec<f64> = f["graph_pool"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_float().unwrap())
+        .collect();
+    let row = (u(&config("llama-3.1-8b")["hidden_size"]) * 2) as f64;
+    let mut sizes: Vec<u64> = vec![1, 2, 4];
+    sizes.extend((1..=31).map(|k| 8 * k));
+    sizes.extend((0..=16).map(|j| 256 + 16 * j));
+    assert_eq!(sizes.len(), 51);
+    for (tokens, seqs) in [("8192", 1024), ("2048", 256)] {
+        let full: Vec<u64> = sizes.iter().copied().filter(|&t| t <= seqs).collect();
+        let more = [
+            "--max-num-batched-tokens",
+            tokens,
+            "--max-num-seqs",
+            &seqs.to_string(),
+        ];
+        let eager = serving("llama-3.1-8b", "h100-80gb", &more);
+        assert_eq!(
+            u(&eager["serving"]["other_buffers_bytes"]),
+            int("other_fixed") + int("other_per_seq") * seqs
+        );
+        assert_eq!(u(&eager["serving"]["cuda_graph_bytes"]), 0);
+        let args = [
+            &[
+                "--model",
+                "llama-3.1-8b",
+                "--runtime",
+                "vllm",
+                "--gpu",
+                "h100-80gb",
+            ][..],
+            &more,
+        ]
+        .concat();
+        let graphs = common::estimate_json(&args);
+        let g = &graphs["serving"];
+        assert_eq!(u(&g["cuda_graphs"]["full_graphs"]), full.len() as u64);
+        assert_eq!(g["cuda_graphs"]["sizes"].as_array().unwrap().len(), 51);
+        let sum = |v: &[u64]| v.iter().sum::<u64>() as f64;
+        let fitted = pool[0] * 1.0 + pool[1] * (row * sum(&sizes)) + pool[2] * (row * sum(&full));
+        let expected = fitted.round() as u64 + (full.len() as u64 - 1) * (1 << 20);
+        assert_eq!(u(&g["cuda_graph_bytes"]), expected, "{tokens}/{seqs}");
+        // The graphs come out of what the KV cache gets, and nothing else moves.
+        assert_eq!(
+            u(&g["non_kv_bytes"]),
+            u(&eager["serving"]["non_kv_bytes"]) + expected
+        );
+    }
+}
+
+/// Every startup of the committed corpus: its estimate columns are the estimate's answer today
+/// (recomputed when a term changes), within 3% of vLLM's KV tokens.
+#[test]
+fn the_committed_startups_are_the_estimate_s_answer_within_3_percent() {
+    let text = std::fs::read_to_string(startups()).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+    let mut graphs = 0;
+    for line in lines {
+        let v: Vec<&str> = line.split('\t').collect();
+        let col = |k: &str| v[header.iter().position(|h| *h == k).unwrap()];
+        let mut args = vec![
+            "--model",
+            col("preset"),
+            "--runtime",
+            "vllm",
+            "--gpu",
+            col("gpu"),
+            "--max-model-len",
+            col("max_model_len"),
+            "--max-num-batched-tokens",
+            col("max_num_batched_tokens"),
+            "--max-num-seqs",
+            col("max_num_seqs"),
+        ];
+        if col("cuda_graphs") == "false" {
+            args.push("--enforce-eager");
+        } else {
+            graphs += 1;
+        }
+        let j = common::estimate_json(&args);
+        let tokens = u(&j["serving"]["kv_tokens"]);
+        assert_eq!(tokens.to_string(), col("estimate_kv_tokens"), "{line}");
+        let vllm: f64 = col("vllm_kv_tokens").parse().unwrap();
+        assert!((tokens as f64 / vllm - 1.0).abs() <= 0.03, "{line}");
+    }
+    assert!(graphs >= 10, "{graphs} startups with CUDA graphs");
 }

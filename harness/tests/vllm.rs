@@ -204,29 +204,39 @@ fn startup_kv_tokens_follow_from_the_available_kv_memory() {
 }
 
 /// `estimate --runtime vllm --emulate`: the analytic answer and vLLM's own startup on the same
-/// emulated card, side by side, within 3% in KV tokens.
+/// emulated card, side by side, within 3% in KV tokens; with CUDA graphs, `vllm serve`'s
+/// default (torch.compile, then the graphs' capture), whose memory vLLM subtracts first.
 #[test]
 #[ignore = "needs the vLLM stack (scripts/torch-env.sh --stack vllm-0.33)"]
 fn estimate_emulate_runs_vllm_itself() {
     let python = vllm_python();
-    let j = common::serving_estimate(
+    let j = common::estimate_json(&[
+        "--model",
         "qwen2.5-0.5b",
+        "--runtime",
+        "vllm",
+        "--gpu",
         "h100-80gb",
-        &[
-            "--max-model-len",
-            "4096",
-            "--emulate",
-            "h100-80gb",
-            "--python",
-            &python,
-        ],
-    );
+        "--max-model-len",
+        "4096",
+        "--emulate",
+        "h100-80gb",
+        "--python",
+        &python,
+    ]);
     let (est, emu) = (&j["serving"], &j["emulated"]);
+    assert!(est["cuda_graph_bytes"].as_u64().unwrap() > 0, "{est}");
     let tokens = emu["kv_tokens"].as_u64().unwrap();
     assert!(tokens > 0, "{emu}");
     let err = est["kv_tokens"].as_u64().unwrap() as f64 / tokens as f64 - 1.0;
     assert!(err.abs() <= 0.03, "{est} vs {emu}");
     assert_eq!(emu["report"]["status"], "complete", "{emu}");
+    // vLLM captured its graphs: the pool line of the worker.
+    assert!(emu["report"]["vllm"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["cuda_graph_bytes"].as_u64().is_some_and(|b| b > 0)));
 }
 
 /// Tensor parallelism on emulated ranks, one device and one worker process each (the emulated

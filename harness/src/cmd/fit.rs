@@ -16,8 +16,13 @@ emulated and measured rows mixed) or flag value (one line naming it)."
 )]
 pub struct Args {
     /// Calibration CSVs written by `vramlab sweep`.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "vllm", conflicts_with = "vllm")]
     pub csv: Vec<PathBuf>,
+    /// Instead of CSVs: fit the serving estimate's terms (`estimate --runtime vllm`: the other
+    /// buffers, and the pool of vLLM's CUDA-graph capture) on vLLM startups, a TSV as
+    /// `scripts/vllm-serving-grid.sh` writes it; each model's rows are held out in turn.
+    #[arg(long, value_name = "STARTUPS.tsv")]
+    pub vllm: Option<PathBuf>,
     /// Where to write the fitted constants (TOML).
     #[arg(long)]
     pub out: PathBuf,
@@ -37,6 +42,9 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     if a.folds < 2 {
         return Err(InputError::arg("--folds must be at least 2").into());
+    }
+    if let Some(tsv) = &a.vllm {
+        return serving(tsv, &a.out);
     }
     let mut records = Vec::new();
     let mut tiles = std::collections::BTreeMap::new();
@@ -365,4 +373,81 @@ pub fn tiles_of(
         .into_iter()
         .map(|p| (p.id, (p.shape.tile, p.shape.overlap)))
         .collect())
+}
+
+/// `fit --vllm`: the serving estimate's fitted terms, their held-out error, the TOML.
+fn serving(tsv: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    use crate::estimate::serving_fit as serving;
+    let startups = serving::read(tsv)?;
+    let fit = serving::fit(&startups);
+    let f = &fit.fitted;
+    println!(
+        "== vLLM startups: {} ({} eager, {} with CUDA graphs)",
+        startups.len(),
+        startups.iter().filter(|s| !s.row.cuda_graphs).count(),
+        startups.iter().filter(|s| s.row.cuda_graphs).count()
+    );
+    println!(
+        "other buffers           {} B + {} B per max_num_seqs",
+        f.other_fixed, f.other_per_seq
+    );
+    for (i, attention) in [
+        "FlashAttention 3 (Hopper)",
+        "FlashAttention 2 (other cards)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let c = &f.graph_pool[3 * i..3 * i + 3];
+        println!(
+            "CUDA-graph pool, {attention}: {:.0} B + {:.4} × a hidden row over the PIECEWISE \
+             sizes + {:.4} × over the FULL sizes (+ 1 MiB a FULL graph beyond the first, \
+             vLLM's floor)",
+            c[0], c[1], c[2]
+        );
+    }
+    println!(
+        "{:<44} {:>12} {:>12} {:>9}",
+        "startup (held out by model)", "vLLM", "estimate", "error"
+    );
+    for (h, unit) in fit
+        .heldout_tokens
+        .iter()
+        .map(|h| (h, "tokens"))
+        .chain(fit.heldout_graphs.iter().map(|h| (h, "graph B")))
+    {
+        println!(
+            "{:<44} {:>12.0} {:>12.0} {:>+8.3}%  {unit}",
+            h.row,
+            h.measured,
+            h.predicted,
+            100.0 * h.rel()
+        );
+    }
+    let line = |h: &[crate::fit::Heldout]| {
+        crate::fit::ErrStats::of(h).map_or_else(|| "n/a (one model)".into(), |s| s.line())
+    };
+    println!(
+        "held-out leave-one-model-out, KV tokens:      {}",
+        line(&fit.heldout_tokens)
+    );
+    println!(
+        "held-out leave-one-model-out, CUDA graphs:    {}",
+        line(&fit.heldout_graphs)
+    );
+    #[derive(serde::Serialize)]
+    struct File<'a> {
+        source: String,
+        serving: &'a crate::estimate::serving::Fitted,
+    }
+    let text = toml::to_string_pretty(&File {
+        source: tsv.display().to_string(),
+        serving: f,
+    })?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, text).map_err(|e| bad_file(out, format!("cannot write: {e}")))?;
+    println!("wrote {}", out.display());
+    Ok(())
 }

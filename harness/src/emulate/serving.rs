@@ -91,7 +91,7 @@ pub fn startup(
     std::fs::write(dir.path().join("config.json"), config_json)?;
     let program = format!(
         "from vllm import LLM\nLLM(model={:?}, load_format='dummy', dtype='{}', \
-         max_model_len={}, gpu_memory_utilization={}, enforce_eager=True, \
+         max_model_len={}, gpu_memory_utilization={}, enforce_eager={}, \
          skip_tokenizer_init=True, max_num_batched_tokens={}, max_num_seqs={}, \
          kv_cache_dtype='{}', tensor_parallel_size={})\n",
         dir.path().to_str().expect("a temporary path is UTF-8"),
@@ -102,6 +102,7 @@ pub fn startup(
         },
         q.max_model_len,
         q.utilization,
+        if q.cuda_graphs { "False" } else { "True" },
         q.max_num_batched_tokens,
         q.max_num_seqs,
         if q.kv_bytes == 1 { "fp8" } else { "auto" },

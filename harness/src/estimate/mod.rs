@@ -16,6 +16,7 @@
 //! [`optimizer`] (bitsandbytes' optimizer state); [`model`] resolves `--model` (a Hub id
 //! through [`hub`]) and [`generate`] is the generation estimate.
 pub mod breakdown;
+pub mod cudagraphs;
 pub mod device;
 pub mod fitted;
 pub mod formats;
@@ -27,6 +28,7 @@ pub mod model;
 pub mod optimizer;
 pub mod query;
 pub mod serving;
+pub mod serving_fit;
 #[cfg(test)]
 mod test_support;
 pub mod train;

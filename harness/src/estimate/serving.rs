@@ -17,7 +17,7 @@
 //!   (`rotary_embedding/base.py`, `cos_sin_cache`: `max_position_embeddings` × the rotary
 //!   width, in the model's dtype; `get_rope` shares it) (exact);
 //! - **other buffers**: the model runner's input buffers and per-request sampling buffers:
-//!   [`OTHER_FIXED`] and [`OTHER_PER_SEQ`], fitted;
+//!   [`Fitted::other_fixed`] and [`Fitted::other_per_seq`], fitted;
 //! - **activation peak**: the larger of the forward's and the sampler's. The forward (attention
 //!   skipped in the profile run) peaks in the MLP with the hidden state and the residual, the
 //!   fused gate/up output and SiLU-and-mul's output live: N·e·(2h + 3I). The sampler holds the
@@ -28,6 +28,7 @@
 //! `int(blocks / ⌈L / 16⌉ × L)` and maximum concurrency `blocks / ⌈L / 16⌉` at
 //! `max_model_len` L. A request of L tokens needs ⌈L / 16⌉ blocks; where they do not fit,
 //! vLLM refuses to start and names the largest length that does.
+use super::cudagraphs::{self, Captures, GRAPH_FEATURES};
 use crate::gpu::Gpu;
 use crate::model::Config;
 use serde::Serialize;
@@ -35,17 +36,38 @@ use serde::Serialize;
 /// vLLM's KV block size (tokens), the CUDA default of `cache_config.block_size`.
 pub const BLOCK_TOKENS: u64 = 16;
 
-/// What stays allocated beside the weights, the rotary cache and the sampler state after the
-/// profile run: the model runner's input buffers and per-request sampling buffers:
-/// [`OTHER_FIXED`] plus [`OTHER_PER_SEQ`] per `max_num_seqs`. Fitted by least squares on ten
-/// emulated vLLM 0.33 startups (Qwen2.5-0.5B and Llama-3.1-8B on an emulated H100,
-/// max_num_batched_tokens 2,048 to 16,384, max_num_seqs 256 and 1,024;
-/// `results/emulated/vllm-0.33-startups.tsv`, `scripts/vllm-serving-grid.sh`), as the part of
-/// vLLM's non-KV memory the other terms leave; residuals −32 to +15 MiB
-/// (docs/src/guides/serving.md).
-pub const OTHER_FIXED: u64 = 97 << 20;
-/// See [`OTHER_FIXED`].
-pub const OTHER_PER_SEQ: u64 = 56 << 10;
+/// The serving estimate's fitted terms, bytes: what vLLM's startup leaves that no rule of its
+/// code gives in closed form. `vramlab fit --vllm STARTUPS.tsv` fits them on emulated vLLM
+/// startups and reports each model's error held out ([`super::serving_fit`]); [`FITTED`] is
+/// its answer on the committed corpus (`results/emulated/vllm-0.33-startups.tsv`,
+/// `scripts/vllm-serving-grid.sh`), which a test re-derives.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Fitted {
+    /// The model runner's input buffers and per-request sampling buffers that stay allocated
+    /// beside the weights, the rotary cache and the sampler state after the profile run: this
+    /// much, plus [`Fitted::other_per_seq`] per `max_num_seqs`.
+    pub other_fixed: u64,
+    /// See [`Fitted::other_fixed`].
+    pub other_per_seq: u64,
+    /// The pool of vLLM's profiling capture of its CUDA graphs: bytes per unit of each term of
+    /// [`cudagraphs::features`].
+    pub graph_pool: [f64; GRAPH_FEATURES],
+}
+
+/// The fitted terms of vLLM 0.33 on the emulated GPU (`vramlab fit --vllm
+/// results/emulated/vllm-0.33-startups.tsv`; docs/src/guides/serving.md).
+pub const FITTED: Fitted = Fitted {
+    other_fixed: 83188583,
+    other_per_seq: 74708,
+    graph_pool: [
+        47108266.69129563,
+        4.335037890500922,
+        3.369274235415941,
+        40347701.72232903,
+        0.0,
+        3.57011262422968,
+    ],
+};
 
 /// A serving query: the model's settings as `vllm serve` takes them.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +86,8 @@ pub struct ServingQuery {
     pub kv_bytes: u64,
     /// `--tensor-parallel-size`: the ranks, one GPU each (1 unless [`ServingQuery::on_ranks`]).
     pub tensor_parallel: u64,
+    /// Whether vLLM captures CUDA graphs (its default; `--enforce-eager` turns them off).
+    pub cuda_graphs: bool,
 }
 
 impl ServingQuery {
@@ -109,7 +133,16 @@ impl ServingQuery {
             weight_bytes,
             kv_bytes,
             tensor_parallel: 1,
+            cuda_graphs: true,
         })
+    }
+
+    /// The query with CUDA graphs (`vllm serve`'s default) or eager (`--enforce-eager`).
+    pub fn eager(self, enforce_eager: bool) -> ServingQuery {
+        ServingQuery {
+            cuda_graphs: !enforce_eager,
+            ..self
+        }
     }
 
     /// The query on `tp` tensor-parallel ranks of `cfg`, checked as vLLM checks the model's
@@ -238,8 +271,15 @@ pub struct Serving {
     pub sampler_state_bytes: u64,
     pub other_buffers_bytes: u64,
     pub activation_peak_bytes: u64,
+    /// "Estimated CUDA graph memory", which vLLM subtracts before sizing the KV cache (0 when
+    /// eager): the fitted pool of its profiling capture and 1 MiB a FULL graph beyond the first
+    /// ([`super::cudagraphs`]).
+    pub cuda_graph_bytes: u64,
+    /// The CUDA graphs vLLM captures: PIECEWISE at every size, FULL up to `max_num_seqs`
+    /// (none when eager).
+    pub cuda_graphs: Option<Captures>,
     /// Everything but the KV cache: weights and their rounding, the rotary cache, sampler
-    /// state, other buffers, activation peak.
+    /// state, other buffers, activation peak, CUDA graphs.
     pub non_kv_bytes: u64,
     /// What vLLM gives the KV cache (negative: the rest does not fit the request).
     pub available_kv_bytes: i64,
@@ -348,6 +388,11 @@ pub fn unsupported(cfg: &Config) -> Option<String> {
 /// A rank's forward holds the hidden state and the residual whole and its shard of the MLP;
 /// the sampler gathers the whole vocabulary's logits on every rank.
 pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
+    serving_with(cfg, gpu, q, &FITTED)
+}
+
+/// [`serving`] with the fitted terms `fitted` (what `vramlab fit --vllm` tries).
+pub fn serving_with(cfg: &Config, gpu: &Gpu, q: &ServingQuery, fitted: &Fitted) -> Serving {
     let shards = Shards::of(cfg, q.tensor_parallel).expect("a query's ranks are checked");
     let (h, inter, vocab) = (
         cfg.hidden_size as u64,
@@ -367,8 +412,12 @@ pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
     let forward = n * e * (2 * h + 3 * inter);
     let sampler = n * h * e + s * vocab * (e + 4);
     let activation = forward.max(sampler);
-    let other = OTHER_FIXED + OTHER_PER_SEQ * s;
-    let non_kv = weights + rounding + rotary + sampler_state + other + activation;
+    let other = fitted.other_fixed + fitted.other_per_seq * s;
+    let captures = q.cuda_graphs.then(|| cudagraphs::captures(gpu, n, s));
+    let graph_bytes = captures.as_ref().map_or(0, |c| {
+        cudagraphs::estimate(c, &fitted.graph_pool, &graph_features(cfg, gpu, c, e))
+    });
+    let non_kv = weights + rounding + rotary + sampler_state + other + activation + graph_bytes;
     let available = requested as i64 - non_kv as i64;
     let per_token = 2 * cfg.num_layers as u64 * shards.kv_heads * cfg.head_dim as u64 * q.kv_bytes;
     let block = BLOCK_TOKENS * per_token;
@@ -383,6 +432,8 @@ pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
         sampler_state_bytes: sampler_state,
         other_buffers_bytes: other,
         activation_peak_bytes: activation,
+        cuda_graph_bytes: graph_bytes,
+        cuda_graphs: captures,
         non_kv_bytes: non_kv,
         available_kv_bytes: available,
         kv_bytes_per_token: per_token,
@@ -396,6 +447,11 @@ pub fn serving(cfg: &Config, gpu: &Gpu, q: &ServingQuery) -> Serving {
         fits: available > 0 && blocks >= per_request,
         max_model_len_fits: blocks * BLOCK_TOKENS,
     }
+}
+
+/// The fitted graph pool's terms for `cfg`'s captures `c` on `gpu` at `e` bytes an element.
+pub fn graph_features(cfg: &Config, gpu: &Gpu, c: &Captures, e: u64) -> [f64; GRAPH_FEATURES] {
+    cudagraphs::features(gpu, c, cfg.hidden_size as u64, e)
 }
 
 #[cfg(test)]

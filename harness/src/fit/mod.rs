@@ -13,7 +13,8 @@
 //! By job: `groups.rs` (which rows are fitted together, one row's sample), `solve.rs` (the
 //! models and their NNLS, `nnls.rs` the solver), `heldout.rs` (held-out error and the choice of
 //! model), `constants.rs` (the constants file), this file ([`fit_all`]); generation rows in
-//! `generate.rs`, the caching allocator's reserve in `reserve.rs`.
+//! `generate.rs`, the caching allocator's reserve in `reserve.rs`. (The serving estimate's terms
+//! are fitted in `estimate/serving_fit.rs`.)
 mod constants;
 pub mod generate;
 mod groups;

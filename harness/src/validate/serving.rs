@@ -14,9 +14,9 @@ use crate::vocab::Precision;
 pub const AVAILABLE_KV: &str = "available KV cache";
 
 /// From this release vLLM sizes the KV cache after subtracting its estimate of the CUDA
-/// graphs' memory (`profile_cudagraph_memory`), which the serving estimate does not model; an
-/// earlier engine captured the graphs after sizing the cache, so an eager estimate is its
-/// figure (the graphs' memory then comes out of the utilization's headroom).
+/// graphs' memory (`profile_cudagraph_memory`), which the serving estimate models as vLLM
+/// 0.33's; an earlier engine captured the graphs after sizing the cache, so an eager estimate
+/// is its figure (the graphs' memory then comes out of the utilization's headroom).
 pub const GRAPHS_COUNTED_SINCE: VllmVersion = VllmVersion(0, 21, 0);
 
 /// What a row runs: the model, the card, vLLM's settings and the weights' precision.
@@ -41,13 +41,6 @@ fn startup(r: &PeerRow) -> Result<Startup, (String, String)> {
     })?;
     let model = crate::estimate::resolve(preset).map_err(|e| (r.model.clone(), e.to_string()))?;
     let fail = |why: String| (model.name.clone(), why);
-    if v.cuda_graphs && v.vllm >= GRAPHS_COUNTED_SINCE {
-        return Err(fail(format!(
-            "vLLM {} subtracts the CUDA graphs' memory before sizing the KV cache (since \
-             {GRAPHS_COUNTED_SINCE}); the estimate models the eager engine",
-            v.vllm
-        )));
-    }
     if let Some(why) = serving::unsupported(&model.config) {
         return Err(fail(why));
     }
@@ -65,6 +58,7 @@ fn startup(r: &PeerRow) -> Result<Startup, (String, String)> {
         weight_bytes,
         serving::kv_bytes(v.kv_cache_dtype, weight_bytes),
     )
+    .map(|q| q.eager(!(v.cuda_graphs && v.vllm >= GRAPHS_COUNTED_SINCE)))
     .and_then(|q| q.on_ranks(&model.config, r.tensor_parallel))
     .map_err(fail)?;
     Ok(Startup {
@@ -109,8 +103,9 @@ pub(crate) fn emulated_column(r: &PeerRow, o: &Options) -> Column {
         torch: e.report["torch"].as_str().map(str::to_string),
         gpu: format!("{} (emulated)", s.gpu.name),
         program: format!(
-            "vllm LLM(load_format='dummy', enforce_eager=True, max_model_len={}, \
+            "vllm LLM(load_format='dummy', enforce_eager={}, max_model_len={}, \
              gpu_memory_utilization={}, max_num_batched_tokens={}, max_num_seqs={})",
+            if s.query.cuda_graphs { "False" } else { "True" },
             s.query.max_model_len,
             s.query.utilization,
             s.query.max_num_batched_tokens,
@@ -122,8 +117,14 @@ pub(crate) fn emulated_column(r: &PeerRow, o: &Options) -> Column {
             / r.value_bytes.max(1) as f64,
         fits: true,
         note: format!(
-            "vLLM 0.33 (the vllm-0.33 stack), eager, {} KV tokens; the row ran vLLM {}",
-            e.kv_tokens, v.vllm
+            "vLLM 0.33 (the vllm-0.33 stack), {}, {} KV tokens; the row ran vLLM {}",
+            if s.query.cuda_graphs {
+                "CUDA graphs"
+            } else {
+                "eager"
+            },
+            e.kv_tokens,
+            v.vllm
         ),
     }
 }

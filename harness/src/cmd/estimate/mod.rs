@@ -128,7 +128,7 @@ pub struct Args {
     /// The runtime the job will use: torch (PyTorch + transformers, what most users run),
     /// candle (vramlab's own workloads) or vllm (vLLM 0.33's serving engine on one GPU: its
     /// startup figures, weights, activation peak, available KV memory, KV tokens and maximum
-    /// concurrency, for a dense decoder; needs --gpu and --enforce-eager).
+    /// concurrency, for a dense decoder; needs --gpu).
     #[arg(
         long,
         value_enum,
@@ -310,8 +310,9 @@ pub struct Args {
     /// 256).
     #[arg(long, value_name = "SEQS", help_heading = "Serving (--runtime vllm)")]
     pub max_num_seqs: Option<u64>,
-    /// With --runtime vllm: an eager engine (no CUDA graphs). Required for now: the memory of
-    /// vLLM's CUDA graphs is not modelled yet.
+    /// With --runtime vllm: an eager engine (`vllm serve --enforce-eager`). Without it the
+    /// engine captures CUDA graphs, vLLM's default, and the estimate subtracts what vLLM's
+    /// startup sets aside for them.
     #[arg(long, help_heading = "Serving (--runtime vllm)")]
     pub enforce_eager: bool,
     /// With --runtime vllm: tensor-parallel ranks, one GPU of --gpu each (`vllm serve

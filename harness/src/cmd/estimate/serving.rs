@@ -42,9 +42,9 @@ pub struct ServingGpu {
 
 /// The source line every serving estimate carries.
 const SOURCE: &str = "analytic: vLLM 0.33's startup rules (v1/worker/gpu_worker.py, \
-v1/core/kv_cache_planning.py), weights, sampler state and KV exact, the other buffers fitted on \
-emulated vLLM startups; eager engine; under tensor parallelism one rank's figures, NCCL's own \
-buffers not counted";
+v1/core/kv_cache_planning.py), weights, sampler state and KV exact, the other buffers and the \
+CUDA-graph pool fitted on emulated vLLM startups (vramlab fit --vllm); under tensor parallelism \
+one rank's figures, NCCL's own buffers not counted";
 
 fn refuse(msg: impl Into<String>) -> anyhow::Error {
     InputError::arg(msg.into()).into()
@@ -57,12 +57,6 @@ pub fn report(a: &Args) -> Result<ServingReport> {
             "--runtime vllm is vLLM's serving engine: --mode infer only (got {})",
             a.mode
         )));
-    }
-    if !a.enforce_eager {
-        return Err(refuse(
-            "--runtime vllm: add --enforce-eager (the memory of vLLM's CUDA graphs is not \
-             modelled yet; the estimate is of an eager engine)",
-        ));
     }
     if a.gpus != 1 {
         return Err(refuse(
@@ -114,6 +108,7 @@ pub fn report(a: &Args) -> Result<ServingReport> {
         weight_bytes,
         serving::kv_bytes(a.kv_cache_dtype, weight_bytes),
     )
+    .map(|q| q.eager(a.enforce_eager))
     .and_then(|q| q.on_ranks(cfg, a.tensor_parallel_size))
     .map_err(|e| refuse(format!("--runtime vllm: {e}")))?;
     let s = serving::serving(cfg, &gpu, &q);
@@ -126,6 +121,13 @@ pub fn report(a: &Args) -> Result<ServingReport> {
              available KV cache is smaller by their size",
             q.tensor_parallel, gpu.key
         ));
+    }
+    if q.tensor_parallel > 1 && q.cuda_graphs {
+        notes.push(
+            "the CUDA-graph term is fitted on one-GPU startups; each rank captures its own \
+             graphs, taken here as one GPU's (--enforce-eager for the tested eager figures)"
+                .into(),
+        );
     }
     if !s.fits {
         notes.push(format!(
@@ -227,6 +229,17 @@ pub fn render(out: &mut String, r: &ServingReport) -> std::fmt::Result {
             t => format!(", tensor_parallel_size {t} (one rank's figures)"),
         }
     )?;
+    match &s.cuda_graphs {
+        Some(c) => writeln!(
+            out,
+            "CUDA graphs: {} PIECEWISE (1 to {} tokens) and {} FULL decode graphs (up to {})",
+            c.sizes.len(),
+            c.largest(),
+            c.full_graphs,
+            c.largest_full()
+        )?,
+        None => writeln!(out, "eager (--enforce-eager): no CUDA graphs")?,
+    }
     let rows = [
         ("requested (total × utilization)", s.requested_bytes),
         ("model weights", s.weights_bytes),
@@ -238,6 +251,7 @@ pub fn render(out: &mut String, r: &ServingReport) -> std::fmt::Result {
         ("sampler state (penalties)", s.sampler_state_bytes),
         ("other buffers (fitted)", s.other_buffers_bytes),
         ("peak activation (profile run)", s.activation_peak_bytes),
+        ("CUDA graphs (vLLM's estimate)", s.cuda_graph_bytes),
         ("non-KV memory", s.non_kv_bytes),
     ];
     for (name, bytes) in rows {

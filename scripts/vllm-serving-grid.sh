@@ -5,10 +5,10 @@
 # estimate's terms on (estimate/serving.rs, FITTED: the other buffers and the CUDA-graph pool).
 # Each point is `LLM(model=<preset's config.json>, load_format='dummy', max_model_len=4096,
 # gpu_memory_utilization=0.9, enforce_eager=<eager>, max_num_batched_tokens=N, max_num_seqs=S)`
-# under the vllm-0.33 stack; about 30 to 75 s a point on 2 cores, eager or not (vLLM's compile
-# cache, ~/.cache/vllm, makes a model's later points faster).
+# under the vllm-0.33 stack; about 30 to 75 s an eager point on 2 cores, and a point with CUDA
+# graphs starts twice (below): 90 to 200 s.
 #
-#   scripts/vllm-serving-grid.sh OUT.tsv     # the grid (39 points, about 45 minutes)
+#   scripts/vllm-serving-grid.sh OUT.tsv     # the grid (39 points, about 50 minutes on 2 cores)
 #
 # Needs the built vramlab (target/debug/vramlab, or $VRAMLAB) and the stack
 # (scripts/torch-env.sh --stack vllm-0.33, or $VRAMLAB_VLLM_PYTHON). Writes one TSV row a point:

@@ -118,7 +118,9 @@ pub fn report(a: &Args) -> Result<ServingReport> {
             "{} ranks, one {} each: every figure is one rank's. NCCL's own buffers and vLLM's \
              all-reduce workspaces are not counted (real NCCL allocates them outside PyTorch, \
              in vLLM's non-torch memory; the emulated NCCL holds none), so on real GPUs the \
-             available KV cache is smaller by their size",
+             available KV cache is smaller by their size: published vLLM 0.19 startups of \
+             Llama-3.1-8B and Qwen2.5-7B on 2 and 4 H100s show 1.8 to 1.9 GiB more non-torch \
+             memory a rank than on one (results/peers/published.json)",
             q.tensor_parallel, gpu.key
         ));
     }

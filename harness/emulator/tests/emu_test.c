@@ -48,17 +48,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
 CUresult cuStreamSynchronize(CUstream s);
 
 #define MIB ((uint64_t)1 << 20)
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "emu_test:%d: FAIL: %s: ", __LINE__, #cond);                                 \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
+#include "check.h"
 
 static uint64_t env(const char *k) {
   const char *v = getenv(k);

@@ -50,17 +50,7 @@ ncclResult_t ncclMemFree(void *p);
 ncclResult_t ncclCommDestroy(ncclComm_t c);
 
 #define MIB ((size_t)1 << 20)
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "ranks_test:%d: FAIL: %s: ", __LINE__, #cond);                               \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
+#include "check.h"
 
 static size_t device_free(void) {
   size_t f = 0, t = 0;

@@ -42,8 +42,9 @@ impl Captures {
 
     /// The largest FULL capture (tokens).
     pub fn largest_full(&self) -> u64 {
-        self.sizes
-            .get(self.full_graphs as usize - 1)
+        (self.full_graphs as usize)
+            .checked_sub(1)
+            .and_then(|i| self.sizes.get(i))
             .copied()
             .unwrap_or(0)
     }

@@ -21,7 +21,10 @@
 //! - **activation peak**: the larger of the forward's and the sampler's. The forward (attention
 //!   skipped in the profile run) peaks in the MLP with the hidden state and the residual, the
 //!   fused gate/up output and SiLU-and-mul's output live: N·e·(2h + 3I). The sampler holds the
-//!   last hidden states (N·h·e), the logits (S·V·e) and their f32 copy (S·V·4).
+//!   last hidden states (N·h·e), the logits (S·V·e) and their f32 copy (S·V·4);
+//! - **CUDA graphs** (unless eager): vLLM's estimate of their memory, subtracted before the KV
+//!   cache is sized: the captures and 1 MiB a FULL graph beyond the first exact, the capture
+//!   pool fitted ([`super::cudagraphs`]).
 //!
 //! Then, as `v1/core/kv_cache_planning.py` and `kv_cache_utils.py` count: blocks of 16 tokens
 //! over every layer's K and V, `blocks = available // (16 × bytes per token)`, KV tokens

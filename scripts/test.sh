@@ -61,7 +61,7 @@ export VRAMLAB_TORCH_PYTHON VRAMLAB_TORCH22_PYTHON VRAMLAB_TORCH110_PYTHON VRAML
 # The emulator's C tests (harness/emulator/tests/emu_test.c): properties, cudaMalloc and the
 # stream-ordered pool's rules, against the stubs of the default stack (seconds).
 step scripts/emulator-c-test.sh "$VRAMLAB_TORCH_PYTHON"
-step cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test moe --test stacks --test validate --test vllm --test wheel -- --ignored --test-threads=1
+step cargo test -p vramlab --test torch_cpu --test gpu_rehearsal --test architectures --test emulate --test emulate_trust --test cublas_workspace --test moe --test stacks --test validate --test vllm --test wheel -- --ignored --test-threads=1
 # The Slurm job array on a one-node localhost cluster over an emulated scenario (issue 40).
 VRAMLAB="${CARGO_TARGET_DIR:-$PWD/target}/debug/vramlab" step scripts/slurm/ci.sh
 if [ "${VRAMLAB_SKIP_CUDA_CHECK:-0}" != 1 ]; then

@@ -13,6 +13,7 @@ const NOT_VARIABLES: &[(&str, &str)] = &[
     ("VRAMLAB_EMU_CUDA_H", "a header guard"),
     ("VRAMLAB_EMU_INTERNAL_H", "a header guard"),
     ("VRAMLAB_EMU_RECORD_H", "a header guard"),
+    ("VRAMLAB_EMULATOR_TESTS_CHECK_H", "a header guard"),
     ("VRAMLAB_PACKAGE", "a marker the wheel test prints"),
     ("VRAMLAB_TEST_X", "set and read by one unit test"),
     ("VRAMLAB_SURELY_UNSET_VAR", "a test's unset variable"),

@@ -11,10 +11,43 @@ use crate::terms::{Term, Terms};
 /// [`crate::gpu::CONTEXT_BYTES`], the figure the emulated GPU holds back too, so the analytic
 /// and the emulated "used" count the same context.
 pub const CUDA_CONTEXT: u64 = crate::gpu::CONTEXT_BYTES;
-/// cuBLAS workspace per handle: PyTorch's documented default `CUBLAS_WORKSPACE_CONFIG`
-/// `:4096:2:16:8` (2 × 4096 KiB + 8 × 16 KiB; PyTorch docs, "Reproducibility" / CUDA
-/// semantics, cuBLAS workspaces).
+/// cuBLAS workspace per handle before Hopper: PyTorch's documented default
+/// `CUBLAS_WORKSPACE_CONFIG` `:4096:2:16:8` (2 × 4096 KiB + 8 × 16 KiB; PyTorch docs,
+/// "Reproducibility" / CUDA semantics, cuBLAS workspaces). Candle's row too.
 pub const CUBLAS_WORKSPACE: u64 = 2 * (4096 << 10) + 8 * (16 << 10);
+/// cuBLAS workspace per handle PyTorch takes on Hopper and later: `:4096:8` (32 MiB).
+pub const CUBLAS_WORKSPACE_SM90: u64 = 8 * (4096 << 10);
+
+/// The cuBLAS workspace PyTorch's caching allocator holds at a query's peak, by the stack's
+/// torch and the card's compute capability (`Query::compute_capability`), as the emulated GPU
+/// measures it (docs/src/concepts/memory-terms.md, "cuBLAS workspace"):
+/// - the default stack (torch 2.15) takes 32 MiB on compute capability 9.0 and later, else
+///   8.125 MiB, for each matmul and frees it after, so a training step's backward (autograd's
+///   own thread) never holds a second;
+/// - torch 2.2 takes 32 MiB only on 9.0 (H100, H200), else 8.125 MiB, and keeps one for each
+///   thread that multiplies: training holds two (the forward's and autograd's);
+/// - torch 1.10 none in its allocator: cuBLAS allocates its own.
+///
+/// An unknown card (no `--gpu`) takes the larger size: under-prediction is the costly way.
+pub fn cublas_workspace(q: &Query) -> u64 {
+    let torch = matches!(q.runtime, Runtime::Torch | Runtime::Vllm);
+    let (large, held) = match q.stack {
+        _ if !torch => return CUBLAS_WORKSPACE,
+        Stack::Default => (q.compute_capability.is_none_or(|(major, _)| major >= 9), 1),
+        // torch 1.10 leaves the workspace to cuBLAS, outside its allocator (the emulated
+        // GPU's `max_memory_allocated` holds none of it): the row keeps the pre-Hopper size.
+        Stack::Torch110 => return CUBLAS_WORKSPACE,
+        Stack::Torch22 => (
+            q.compute_capability.is_none_or(|cc| cc == (9, 0)),
+            if q.mode == Mode::Train { 2 } else { 1 },
+        ),
+    };
+    held * if large {
+        CUBLAS_WORKSPACE_SM90
+    } else {
+        CUBLAS_WORKSPACE
+    }
+}
 /// Candle's pool reserve on CUDA, until a device session measures it: one large segment of
 /// slack, the 20 MiB `kLargeBuffer` of PyTorch's c10/cuda/CUDACachingAllocator.cpp (requests
 /// of 1–10 MiB are served from 20 MiB segments). PyTorch's reserve is fitted instead
@@ -68,7 +101,7 @@ pub(super) fn device_terms(q: &Query) -> Breakdown {
     match q.backend {
         Backend::Cuda => Breakdown {
             cuda_context: CUDA_CONTEXT,
-            cublas_workspace: CUBLAS_WORKSPACE,
+            cublas_workspace: cublas_workspace(q),
             ..Default::default()
         },
         Backend::Cpu => Breakdown::default(),

@@ -39,8 +39,8 @@ pub use crate::fit::Runtime;
 pub use crate::gpu::budget;
 pub use breakdown::Breakdown;
 pub use device::{
-    reference_reserve, with_reserve, with_reserve_of, ALLOCATOR_ROUNDING, CUBLAS_WORKSPACE,
-    CUDA_CONTEXT, REFERENCE_RESERVE,
+    cublas_workspace, reference_reserve, with_reserve, with_reserve_of, ALLOCATOR_ROUNDING,
+    CUBLAS_WORKSPACE, CUBLAS_WORKSPACE_SM90, CUDA_CONTEXT, REFERENCE_RESERVE,
 };
 pub use fitted::{estimate, fitted_group, group_key, query_terms};
 pub use formats::{format_fits, FormatFit, BEST_FORMATS};

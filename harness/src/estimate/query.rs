@@ -72,6 +72,9 @@ pub struct Query {
     /// reach their shapes).
     #[serde(skip)]
     pub reserve_stack: Option<Stack>,
+    /// The card's compute capability (`--gpu`), by which torch sizes its cuBLAS workspace
+    /// ([`crate::estimate::cublas_workspace`]); `None`: no card named, the largest size.
+    pub compute_capability: Option<(u32, u32)>,
     /// The per-matmul dequantization buffer of a checkpoint format that multiplies by a
     /// dequantized copy of each weight (0 otherwise): [`Query::with_checkpoint`].
     pub dequant_bytes: u64,
@@ -124,6 +127,7 @@ impl Default for Query {
             weight_bytes: None,
             stack: Stack::Default,
             reserve_stack: None,
+            compute_capability: None,
             dequant_bytes: 0,
         }
     }

@@ -27,7 +27,7 @@ use crate::gpu::Gpu;
 use crate::model::Config;
 use anyhow::Result;
 use nalgebra::{DMatrix, DVector};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::path::Path;
 
 /// One startup of the corpus, as the TSV gives it.
@@ -159,14 +159,11 @@ pub fn read(path: &Path) -> Result<Vec<Startup>> {
 }
 
 /// The fit: the terms, and the held-out predictions.
-#[derive(Serialize)]
 pub struct ServingFit {
     pub fitted: Fitted,
     /// Each model's rows, KV tokens predicted by the terms fitted without that model.
-    #[serde(skip)]
     pub heldout_tokens: Vec<Heldout>,
     /// Each model's CUDA-graph rows: vLLM's graph estimate, predicted without that model.
-    #[serde(skip)]
     pub heldout_graphs: Vec<Heldout>,
 }
 

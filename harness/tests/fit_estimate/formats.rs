@@ -287,6 +287,12 @@ fn every_gpu_name_judges_the_catalogued_bytes_and_borderline_says_how_to_settle(
 /// larger of the loss's backward and the optimizer step); inference (SDPA, and eager with its
 /// scores, softmax copies, repeated K and V and mask) within −2%..+3%, the 3% on SmolLM2's
 /// smallest shapes, where a few MB of small blocks are a percent.
+/// The catalogued card of an emulated row's `device_name` ("NVIDIA A100-SXM4-80GB (emulated)").
+fn card(device_name: &str) -> vramlab::gpu::Gpu {
+    let name = device_name.trim_end_matches(" (emulated)");
+    vramlab::gpu::by_name(name).unwrap_or_else(|| panic!("no catalogued GPU `{name}`"))
+}
+
 #[test]
 fn the_analytic_allocated_meets_the_emulated_corpus() {
     use std::collections::BTreeMap;
@@ -332,6 +338,8 @@ fn the_analytic_allocated_meets_the_emulated_corpus() {
             attention: r.attention,
             kv_cache: r.kv_cache.unwrap_or(vramlab::model::KvKind::Preallocated),
             kv_window: vramlab::estimate::KvWindow::Full,
+            // The card the row ran on, whose compute capability sizes the cuBLAS workspace.
+            compute_capability: Some(card(&r.device_name).compute_capability),
             ..Query::default()
         };
         let e = vramlab::estimate::estimate(&m, &q, None).unwrap();

@@ -89,8 +89,20 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
         optimizer_impl: a.optimizer_impl,
         stack: a.stack.unwrap_or_default(),
         reserve_stack: None,
+        compute_capability: card_capability(a),
         dequant_bytes: 0,
     }
+}
+
+/// The compute capability of the card the query is for: `--gpu`'s, else `--emulate`'s, where
+/// the catalogue has it (a bare size names no card, nor does an AMD one).
+fn card_capability(a: &Args) -> Option<(u32, u32)> {
+    [&a.gpu, &a.emulate]
+        .into_iter()
+        .flatten()
+        .find_map(|n| crate::gpu::by_name(n))
+        .filter(|g| g.vendor == crate::gpu::Vendor::Nvidia)
+        .map(|g| g.compute_capability)
 }
 
 /// What vLLM holds of an MXFP4 checkpoint of stacked experts on the catalogued `--gpu` (its

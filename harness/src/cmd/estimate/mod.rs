@@ -183,6 +183,8 @@ pub struct Args {
     /// rtx-4090 or rtx4090, h200, b200, mi300x, …), judged at its exact `totalGlobalMem`; or a
     /// size such as 48gb. Where the figure is within the allocator reserve's fitted range of
     /// the budget, the verdict is "borderline", with the `--emulate` command that settles it.
+    /// A named card's compute capability also sizes torch's cuBLAS workspace (32 MiB from
+    /// Hopper, 8.125 MiB before; without a card, 32 MiB).
     #[arg(long, help_heading = "GPU fit")]
     pub gpu: Option<String>,
     /// Fraction of GPU memory kept free: both the analytic and the `--emulate` verdicts judge

@@ -18,29 +18,29 @@ pub const CUBLAS_WORKSPACE: u64 = 2 * (4096 << 10) + 8 * (16 << 10);
 /// cuBLAS workspace per handle PyTorch takes on Hopper and later: `:4096:8` (32 MiB).
 pub const CUBLAS_WORKSPACE_SM90: u64 = 8 * (4096 << 10);
 
-/// The cuBLAS workspace PyTorch's caching allocator holds at a query's peak, by the stack's
-/// torch and the card's compute capability (`Query::compute_capability`), as the emulated GPU
-/// measures it (docs/src/concepts/memory-terms.md, "cuBLAS workspace"):
+/// The cuBLAS workspace row of a query, by the stack's torch and the card's compute capability
+/// (`Query::compute_capability`), as the emulated GPU measures it (docs/src/guides/estimate.md,
+/// "The cuBLAS workspace follows the card and the stack"):
 /// - the default stack (torch 2.15) takes 32 MiB on compute capability 9.0 and later, else
-///   8.125 MiB, for each matmul and frees it after, so a training step's backward (autograd's
-///   own thread) never holds a second;
+///   8.125 MiB, for each matmul and frees it after: one at most, and none where the peak falls
+///   outside a matmul (a large model's usually does), so the row is an upper bound;
 /// - torch 2.2 takes 32 MiB only on 9.0 (H100, H200), else 8.125 MiB, and keeps one for each
-///   thread that multiplies: training holds two (the forward's and autograd's);
-/// - torch 1.10 none in its allocator: cuBLAS allocates its own.
+///   thread that multiplies: training holds two (the forward's and autograd's), in every peak;
+/// - torch 1.10 none in its allocator (cuBLAS allocates its own), and candle's is unmeasured:
+///   both keep the pre-Hopper size.
 ///
 /// An unknown card (no `--gpu`) takes the larger size: under-prediction is the costly way.
 pub fn cublas_workspace(q: &Query) -> u64 {
-    let torch = matches!(q.runtime, Runtime::Torch | Runtime::Vllm);
-    let (large, held) = match q.stack {
-        _ if !torch => return CUBLAS_WORKSPACE,
-        Stack::Default => (q.compute_capability.is_none_or(|(major, _)| major >= 9), 1),
-        // torch 1.10 leaves the workspace to cuBLAS, outside its allocator (the emulated
-        // GPU's `max_memory_allocated` holds none of it): the row keeps the pre-Hopper size.
-        Stack::Torch110 => return CUBLAS_WORKSPACE,
-        Stack::Torch22 => (
-            q.compute_capability.is_none_or(|cc| cc == (9, 0)),
+    let cc = q.compute_capability;
+    let (large, held) = match (q.runtime, q.stack) {
+        (Runtime::Torch | Runtime::Vllm, Stack::Default) => {
+            (cc.is_none_or(|(major, _)| major >= 9), 1)
+        }
+        (Runtime::Torch | Runtime::Vllm, Stack::Torch22) => (
+            cc.is_none_or(|cc| cc == (9, 0)),
             if q.mode == Mode::Train { 2 } else { 1 },
         ),
+        _ => (false, 1),
     };
     held * if large {
         CUBLAS_WORKSPACE_SM90

@@ -40,7 +40,7 @@ pub use crate::gpu::budget;
 pub use breakdown::Breakdown;
 pub use device::{
     cublas_workspace, reference_reserve, with_reserve, with_reserve_of, ALLOCATOR_ROUNDING,
-    CUBLAS_WORKSPACE, CUBLAS_WORKSPACE_SM90, CUDA_CONTEXT, REFERENCE_RESERVE,
+    CUBLAS_WORKSPACE, CUDA_CONTEXT, REFERENCE_RESERVE,
 };
 pub use fitted::{estimate, fitted_group, group_key, query_terms};
 pub use formats::{format_fits, FormatFit, BEST_FORMATS};

@@ -406,6 +406,14 @@ fn compact(name: &str) -> String {
         .collect()
 }
 
+/// The compute capability of the catalogued NVIDIA GPU `name` names (`None` for an unknown
+/// name, a bare size or an AMD card): what sizes torch's cuBLAS workspace in an estimate.
+pub fn compute_capability(name: &str) -> Option<(u32, u32)> {
+    by_name(name)
+        .filter(|g| g.vendor == Vendor::Nvidia)
+        .map(|g| g.compute_capability)
+}
+
 /// A catalogued GPU by any of its names: the key, an alias, the product label or the name CUDA
 /// reports, compared without case, spaces, dashes or a vendor word; a memory size may drop its
 /// `gb` ("h100-80", "a100-40").

@@ -272,11 +272,7 @@ fn estimate_row(
         optimizer_impl,
         stack,
         reserve_stack: Some(crate::vocab::Stack::Default),
-        compute_capability: r
-            .gpu
-            .as_deref()
-            .and_then(crate::gpu::by_name)
-            .map(|g| g.compute_capability),
+        compute_capability: r.gpu.as_deref().and_then(crate::gpu::compute_capability),
         ..Query::default()
     };
     let over = |o: estimate::Overflow| fail(o.to_string());

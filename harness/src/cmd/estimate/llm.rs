@@ -94,15 +94,12 @@ fn query(a: &Args, precision: Precision, weight_bytes: Option<u64>) -> Query {
     }
 }
 
-/// The compute capability of the card the query is for: `--gpu`'s, else `--emulate`'s, where
-/// the catalogue has it (a bare size names no card, nor does an AMD one).
+/// The compute capability of the card the query is for: `--gpu`'s, else `--emulate`'s.
 fn card_capability(a: &Args) -> Option<(u32, u32)> {
     [&a.gpu, &a.emulate]
         .into_iter()
         .flatten()
-        .find_map(|n| crate::gpu::by_name(n))
-        .filter(|g| g.vendor == crate::gpu::Vendor::Nvidia)
-        .map(|g| g.compute_capability)
+        .find_map(|n| crate::gpu::compute_capability(n))
 }
 
 /// What vLLM holds of an MXFP4 checkpoint of stacked experts on the catalogued `--gpu` (its
